@@ -1,0 +1,69 @@
+"""The one frozen, keyword-only settings object every Lens is built from."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COUNTER_CHOICES = ("auto", "instructions", "cpu-ns")
+PHASE_KEYS = ("op", "op+size")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LensConfig:
+    """Settings of a Lens. Every field is keyword-only; unknown keys raise ``TypeError``.
+
+    ``run_dir`` defaults to ``$AILENS_RUN_DIR`` or ``./ailens-run``.
+    """
+
+    run_dir: Path = field(default_factory=lambda: Path(os.environ.get("AILENS_RUN_DIR", "ailens-run")))
+    counter: str = "auto"
+    # Events per flushed chunk: a killed rank loses at most this many events.
+    chunk_events: int = 4096
+    # Ticks per cross-rank SIMO exchange (the online detector's batch).
+    exchange_ticks: int = 256
+    tolerance: int = 1
+    phase_key: str = "op"
+    min_phase_share: float = 0.01
+    # Total training steps when known (Keras epochs x steps, len(loader) x epochs).
+    total_steps: int | None = None
+    # Signature: ready when no new significant phase appeared and the per-step time
+    # estimate moved less than signature_rel_tol over the last signature_window steps.
+    signature_window: int = 10
+    signature_rel_tol: float = 0.02
+    signature_min_steps: int = 20
+    # Stop training on all ranks once the signature is ready (integrations honour it).
+    early_stop: bool = False
+    # Rank 0 prints a progress/forecast line every N steps (0 = off).
+    progress_every: int = 0
+    # Steps excluded from the per-step estimate (first steps warm caches and allocators).
+    warmup_steps: int = 2
+    framework: str = "plain"
+    backend: str = ""
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "run_dir", Path(self.run_dir))
+        if self.counter not in COUNTER_CHOICES:
+            raise ValueError(f"counter={self.counter!r}: choose one of {', '.join(COUNTER_CHOICES)}")
+        if self.phase_key not in PHASE_KEYS:
+            raise ValueError(f"phase_key={self.phase_key!r}: choose one of {', '.join(PHASE_KEYS)}")
+        for name in ("chunk_events", "exchange_ticks", "signature_window", "signature_min_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.tolerance < 0:
+            raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
+        if not 0 <= self.min_phase_share < 1:
+            raise ValueError(f"min_phase_share must be in [0, 1), got {self.min_phase_share}")
+        if self.total_steps is not None and self.total_steps < 1:
+            raise ValueError(f"total_steps must be >= 1, got {self.total_steps}")
+
+    def replace(self, **changes) -> LensConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["run_dir"] = str(self.run_dir)
+        return d

@@ -1,0 +1,364 @@
+"""Per-rank binary trace files: an append-only chunked format and its reader.
+
+Layout of ``rank-NNNNN.ailens`` (all integers little-endian)::
+
+    header : b"AILENS\\x00\\n" | u32 version | u32 meta_len | meta (UTF-8 JSON) | u32 crc32(meta)
+    chunk* : 4-byte tag | u32 rows | u32 payload_len | u32 crc32(payload) | payload (zlib)
+
+Chunk tags: ``EVTS`` collective events (columnar, see EVENT_COLUMNS), ``STEP`` step
+boundaries, ``OPS `` the op-name list (JSON, rewritten whenever a name is added), ``INFO``
+a JSON record (written at close: why and how the rank ended).
+
+Every chunk is written with one ``write`` and flushed, so a rank killed with SIGKILL leaves
+a file that reads back up to its last complete chunk. Nothing on the read path uses pickle,
+eval or yaml: metadata is JSON, payloads are typed numpy columns.
+
+Format history: version 1 — first release.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+FORMAT_VERSION = 1
+MAGIC = b"AILENS\x00\n"
+TRACE_GLOB = "rank-*.ailens"
+
+# Column order on disk. t_begin is stored as the delta to the previous event's t_begin
+# in the chunk and t_end as the duration, so the columns hold small numbers that zlib
+# packs well (a long synthetic run stays far under 32 bytes per event).
+EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("op", "<u2"),
+    ("step", "<u4"),
+    ("nbytes", "<i8"),
+    ("t_begin", "<i8"),
+    ("t_end", "<i8"),
+    ("work", "<i8"),
+)
+STEP_COLUMNS: tuple[tuple[str, str], ...] = (("step", "<u4"), ("t_ns", "<i8"), ("work", "<i8"))
+EVENT_ROW_BYTES = sum(np.dtype(d).itemsize for _, d in EVENT_COLUMNS)
+STEP_ROW_BYTES = sum(np.dtype(d).itemsize for _, d in STEP_COLUMNS)
+
+_CHUNK_HEAD = struct.Struct("<4sIII")
+_U32 = struct.Struct("<I")
+# Bounds that keep a hostile file from making the reader allocate without limit.
+MAX_META_BYTES = 1 << 20
+MAX_CHUNK_ROWS = 1 << 22
+MAX_PAYLOAD_BYTES = 1 << 28
+MAX_OPS = 4096
+
+REQUIRED_META = ("format_version", "rank", "world_size", "counter", "run_id")
+
+
+class TraceError(ValueError):
+    """A trace file or run directory that cannot be read; the message names the file."""
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _chunk(tag: bytes, rows: int, raw: bytes) -> bytes:
+    payload = zlib.compress(raw, 1)
+    return _CHUNK_HEAD.pack(tag, rows, len(payload), zlib.crc32(payload)) + payload
+
+
+def encode_events(cols: dict[str, np.ndarray]) -> bytes:
+    """Encode one chunk of event columns (absolute t_begin/t_end) as an EVTS chunk."""
+    n = len(cols["op"])
+    t_begin = np.asarray(cols["t_begin"], dtype=np.int64)
+    t_end = np.asarray(cols["t_end"], dtype=np.int64)
+    stored = dict(cols)
+    stored["t_begin"] = np.diff(t_begin, prepend=np.int64(0))
+    # An event that never ended keeps -1 as its duration.
+    stored["t_end"] = np.where(t_end >= 0, t_end - t_begin, -1)
+    raw = b"".join(np.asarray(stored[name], dtype=dt).tobytes() for name, dt in EVENT_COLUMNS)
+    return _chunk(b"EVTS", n, raw)
+
+
+def encode_steps(cols: dict[str, np.ndarray]) -> bytes:
+    n = len(cols["step"])
+    raw = b"".join(np.asarray(cols[name], dtype=dt).tobytes() for name, dt in STEP_COLUMNS)
+    return _chunk(b"STEP", n, raw)
+
+
+def encode_json(tag: bytes, obj) -> bytes:
+    return _chunk(tag, 0, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def encode_header(meta: dict) -> bytes:
+    body = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
+    return MAGIC + _U32.pack(FORMAT_VERSION) + _U32.pack(len(body)) + body + _U32.pack(zlib.crc32(body))
+
+
+class TraceWriter:
+    """Appends chunks to one rank's trace file; each chunk is one write, then flushed."""
+
+    def __init__(self, path: Path, meta: dict) -> None:
+        self.path = Path(path)
+        # os.open with 0o666 lets the user's umask decide; never world-writable by us.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        self._file = os.fdopen(fd, "wb", buffering=0)
+        self.bytes_written = 0
+        self._write(encode_header(meta))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = self._file.write(view)
+            view = view[n:]
+        self.bytes_written += len(data)
+
+    def write_events(self, cols: dict[str, np.ndarray]) -> None:
+        self._write(encode_events(cols))
+
+    def write_steps(self, cols: dict[str, np.ndarray]) -> None:
+        self._write(encode_steps(cols))
+
+    def write_ops(self, names: list[str]) -> None:
+        self._write(encode_json(b"OPS ", names))
+
+    def write_info(self, info: dict) -> None:
+        self._write(encode_json(b"INFO", info))
+
+    def close(self) -> None:
+        if not self._file.closed:
+            try:
+                os.fsync(self._file.fileno())
+            except OSError:
+                pass
+            self._file.close()
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    """One rank's recording: metadata, event and step columns, and how complete it is."""
+
+    path: Path
+    meta: dict
+    ops: tuple[str, ...]
+    events: dict[str, np.ndarray]
+    steps: dict[str, np.ndarray]
+    info: dict
+    complete: bool
+    problems: tuple[str, ...] = ()
+
+    @property
+    def rank(self) -> int:
+        return int(self.meta["rank"])
+
+    @property
+    def n_events(self) -> int:
+        return len(self.events["op"])
+
+
+def _decompress(path: Path, offset: int, payload: bytes, expected: int) -> bytes:
+    d = zlib.decompressobj()
+    try:
+        raw = d.decompress(payload, expected + 1)
+    except zlib.error as e:
+        raise TraceError(f"{path}: chunk at byte {offset} does not decompress ({e})") from None
+    if len(raw) != expected or not d.eof:
+        raise TraceError(f"{path}: chunk at byte {offset} holds {len(raw)} bytes, expected {expected}")
+    return raw
+
+
+def _columns(raw: bytes, spec, rows: int) -> dict[str, np.ndarray]:
+    out, pos = {}, 0
+    for name, dt in spec:
+        dtype = np.dtype(dt)
+        size = dtype.itemsize * rows
+        out[name] = np.frombuffer(raw, dtype=dtype, count=rows, offset=pos).astype(dtype.newbyteorder("="))
+        pos += size
+    return out
+
+
+def _read_header(path: Path, data: bytes) -> tuple[dict, int]:
+    if len(data) < len(MAGIC) + 8:
+        raise TraceError(f"{path}: {len(data)} bytes, too short for an ailens trace header")
+    if data[: len(MAGIC)] != MAGIC:
+        raise TraceError(f"{path}: not an ailens trace (bad magic bytes)")
+    pos = len(MAGIC)
+    (version,) = _U32.unpack_from(data, pos)
+    if version != FORMAT_VERSION:
+        raise TraceError(
+            f"{path}: trace format version {version}, this ailens reads version {FORMAT_VERSION}; "
+            "read it with the ailens version that wrote it"
+        )
+    (meta_len,) = _U32.unpack_from(data, pos + 4)
+    pos += 8
+    if meta_len > MAX_META_BYTES or pos + meta_len + 4 > len(data):
+        raise TraceError(f"{path}: header declares {meta_len} bytes of metadata, file has {len(data) - pos}")
+    body = data[pos : pos + meta_len]
+    (crc,) = _U32.unpack_from(data, pos + meta_len)
+    if zlib.crc32(body) != crc:
+        raise TraceError(f"{path}: header metadata checksum mismatch (file corrupted)")
+    try:
+        meta = json.loads(body.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: header metadata is not valid JSON ({e})") from None
+    if not isinstance(meta, dict) or any(k not in meta for k in REQUIRED_META):
+        raise TraceError(f"{path}: header metadata lacks one of {', '.join(REQUIRED_META)}")
+    for key in ("rank", "world_size"):
+        if not isinstance(meta[key], int) or meta[key] < 0:
+            raise TraceError(f"{path}: header field {key}={meta[key]!r} is not a non-negative integer")
+    if meta["world_size"] < 1 or meta["rank"] >= meta["world_size"]:
+        raise TraceError(f"{path}: rank {meta['rank']} does not fit world size {meta['world_size']}")
+    return meta, pos + meta_len + 4
+
+
+def _concat(parts: list[dict[str, np.ndarray]], spec) -> dict[str, np.ndarray]:
+    if not parts:
+        return {name: np.zeros(0, dtype=np.dtype(dt).newbyteorder("=")) for name, dt in spec}
+    return {name: np.concatenate([p[name] for p in parts]) for name, _ in spec}
+
+
+def read_trace(path: str | os.PathLike) -> RankTrace:
+    """Read one rank's trace file.
+
+    A file that ends mid-chunk (a killed rank) or whose later chunk is damaged reads back up
+    to its last good chunk, with ``complete=False`` and the reason in ``problems``. A file whose
+    header is unreadable raises TraceError naming the file.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    meta, pos = _read_header(path, data)
+    events, steps, problems = [], [], []
+    ops: list[str] = []
+    info: dict = {}
+    while pos < len(data):
+        if pos + _CHUNK_HEAD.size > len(data):
+            problems.append(f"ends inside a chunk header at byte {pos} (writer was killed?)")
+            break
+        tag, rows, plen, crc = _CHUNK_HEAD.unpack_from(data, pos)
+        start = pos + _CHUNK_HEAD.size
+        if tag not in (b"EVTS", b"STEP", b"OPS ", b"INFO"):
+            problems.append(f"unknown chunk tag {tag!r} at byte {pos}; later chunks ignored")
+            break
+        if rows > MAX_CHUNK_ROWS or plen > MAX_PAYLOAD_BYTES:
+            problems.append(f"chunk at byte {pos} declares {rows} rows / {plen} bytes, over the limits")
+            break
+        if start + plen > len(data):
+            problems.append(f"last chunk at byte {pos} is cut short (writer was killed?)")
+            break
+        payload = data[start : start + plen]
+        if zlib.crc32(payload) != crc:
+            problems.append(f"chunk at byte {pos} fails its checksum; it and later chunks ignored")
+            break
+        try:
+            if tag == b"EVTS":
+                raw = _decompress(path, pos, payload, rows * EVENT_ROW_BYTES)
+                cols = _columns(raw, EVENT_COLUMNS, rows)
+                t_begin = np.cumsum(cols["t_begin"])
+                dur = cols["t_end"]
+                cols["t_begin"] = t_begin
+                cols["t_end"] = np.where(dur >= 0, t_begin + dur, -1)
+                if ops and rows and int(cols["op"].max()) >= len(ops):
+                    raise TraceError(f"{path}: chunk at byte {pos} uses an op id with no name")
+                events.append(cols)
+            elif tag == b"STEP":
+                steps.append(_columns(_decompress(path, pos, payload, rows * STEP_ROW_BYTES), STEP_COLUMNS, rows))
+            else:
+                obj = json.loads(_decompress_json(path, pos, payload))
+                if tag == b"OPS ":
+                    if not isinstance(obj, list) or len(obj) > MAX_OPS or not all(isinstance(s, str) for s in obj):
+                        raise TraceError(f"{path}: op-name chunk at byte {pos} is not a list of names")
+                    ops = obj
+                elif isinstance(obj, dict):
+                    info = obj
+        except (TraceError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            problems.append(f"{str(e).removeprefix(f'{path}: ')}; it and later chunks ignored")
+            break
+        pos = start + plen
+    ev = _concat(events, EVENT_COLUMNS)
+    if len(ev["op"]) and int(ev["op"].max()) >= len(ops):
+        problems.append("events reference op ids beyond the op-name list")
+        ops = ops + [f"op{i}" for i in range(len(ops), int(ev["op"].max()) + 1)]
+    complete = not problems and bool(info.get("closed"))
+    if not problems and not info.get("closed"):
+        problems.append("no closing record: the rank did not call close() (killed or still running)")
+    return RankTrace(path, meta, tuple(ops), ev, _concat(steps, STEP_COLUMNS), info, complete, tuple(problems))
+
+
+def _decompress_json(path: Path, offset: int, payload: bytes) -> str:
+    d = zlib.decompressobj()
+    try:
+        raw = d.decompress(payload, MAX_META_BYTES + 1)
+    except zlib.error as e:
+        raise TraceError(f"{path}: chunk at byte {offset} does not decompress ({e})") from None
+    if len(raw) > MAX_META_BYTES:
+        raise TraceError(f"{path}: JSON chunk at byte {offset} is larger than {MAX_META_BYTES} bytes")
+    return raw.decode()
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory: every rank's trace plus what is missing or partial."""
+
+    path: Path
+    ranks: tuple[RankTrace, ...]
+    world_size: int
+    missing_ranks: tuple[int, ...] = ()
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def meta(self) -> dict:
+        """Metadata of the lowest rank present (the run's common keys agree on every rank)."""
+        return self.ranks[0].meta
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing_ranks and all(r.complete for r in self.ranks)
+
+
+_MUST_AGREE = ("run_id", "world_size", "counter", "format_version")
+
+
+def load_run(path: str | os.PathLike) -> Run:
+    """Load every rank trace in a run directory (or a single trace file).
+
+    Raises TraceError with one clear line naming the file when the directory holds no trace,
+    a header is unreadable, or the ranks' key metadata (run id, world size, counter) differ.
+    Partial runs load, with ``missing_ranks`` and ``warnings`` saying what is missing.
+    """
+    path = Path(path)
+    if path.is_file():
+        files = [path]
+    elif path.is_dir():
+        files = sorted(path.glob(TRACE_GLOB))
+        if not files:
+            raise TraceError(f"{path}: no {TRACE_GLOB} trace files here; is this an ailens run directory?")
+    else:
+        raise TraceError(f"{path}: no such run directory")
+    traces = sorted((read_trace(f) for f in files), key=lambda t: t.rank)
+    first = traces[0]
+    for t in traces[1:]:
+        for key in _MUST_AGREE:
+            if t.meta.get(key) != first.meta.get(key):
+                raise TraceError(
+                    f"{t.path}: {key}={t.meta.get(key)!r} but {first.path.name} has {first.meta.get(key)!r}; "
+                    "the files come from different runs — move the stray file out or use a fresh run directory"
+                )
+        if t.rank == traces[traces.index(t) - 1].rank:
+            raise TraceError(f"{t.path}: a second trace for rank {t.rank}")
+    world = int(first.meta["world_size"])
+    present = {t.rank for t in traces}
+    missing = tuple(r for r in range(world) if r not in present) if path.is_dir() else ()
+    warnings = [f"rank {r}: trace file missing" for r in missing]
+    for t in traces:
+        warnings += [f"rank {t.rank} ({t.path.name}): {p}" for p in t.problems]
+        if t.info.get("disabled"):
+            warnings.append(f"rank {t.rank}: ailens disabled itself ({t.info['disabled']})")
+    return Run(path, tuple(traces), world, missing, tuple(warnings))
