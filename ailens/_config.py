@@ -53,6 +53,8 @@ class LensConfig:
         for name in ("chunk_events", "exchange_ticks", "signature_window", "signature_min_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.exchange_ticks > 1 << 16:
+            raise ValueError(f"exchange_ticks must be <= 65536 (payload size), got {self.exchange_ticks}")
         if self.tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
         if not 0 <= self.min_phase_share < 1:

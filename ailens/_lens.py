@@ -196,7 +196,10 @@ class Lens:
                 self._c_end[row] = t - self._t0
                 self._mark = w
                 if tick == self._oldest_open:
-                    self._advance_open()
+                    if tick + 1 == self._ticks:  # the common, blocking case
+                        self._oldest_open = tick + 1
+                    else:
+                        self._advance_open()
         except Exception as e:  # noqa: BLE001
             self._fault(e)
 
@@ -265,6 +268,11 @@ class Lens:
         self._s_t = array("q")
         self._s_work = array("q")
 
+    def _grow(self) -> None:
+        for col in (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work):
+            col.extend(col)  # contents past _n are don't-care
+        self._cap *= 2
+
     def _intern(self, op: str) -> int:
         if not isinstance(op, str) or not op:
             raise TypeError(f"collective op must be a non-empty str, got {op!r}")
@@ -296,8 +304,13 @@ class Lens:
         n = self._n
         stop = n if final else min(n, self._oldest_open - self._base)
         if stop == 0 and n == self._cap:
-            # Every row is still open (ends never reported): write them as unfinished rather
-            # than grow without bound; their late ends are ignored.
+            if self._cap < 64 * self.config.chunk_events:
+                # A long collective is still open behind completed ones: grow rather than
+                # write rows out of tick order.
+                self._grow()
+                return
+            # Ends never reported: write the rows as unfinished rather than grow without
+            # bound; their late ends are ignored.
             stop = n
             self._oldest_open = self._base + n
         if stop:
@@ -374,7 +387,8 @@ class Lens:
         All ranks hold the same tick count here, so they make the same number of calls
         with the same payload size.
         """
-        k = self.config.exchange_ticks
+        # Without a cross-rank exchange no padding is needed: one batch of everything.
+        k = self.config.exchange_ticks if self._exchange_fn is not None else self._ticks - self._exchanged
         while self._exchanged < self._ticks:
             n = min(k, self._ticks - self._exchanged)
             payload = np.zeros(_HEAD + 3 * k, dtype=np.int64)

@@ -1,0 +1,42 @@
+"""Two real MPI ranks drive a plain Lens with different work per rank; each prints its
+online phase table. Launched by tests/test_lens_parallel.py under mpiexec."""
+
+import json
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import ailens
+
+comm = MPI.COMM_WORLD
+
+
+def exchange(a: np.ndarray) -> np.ndarray:
+    out = np.empty_like(a)
+    comm.Allreduce(a, out, op=MPI.SUM)
+    return out
+
+
+run_dir, steps = sys.argv[1], int(sys.argv[2])
+lens = ailens.Lens(run_dir=run_dir, rank=comm.rank, world_size=comm.size, exchange=exchange,
+                   exchange_ticks=16, framework="mpi4py-plain")
+rng = np.random.default_rng(comm.rank)
+grad = np.zeros(1000)
+for step in range(steps):
+    # Forward-ish work differs per rank (rank 1 does ~3x more), then two allreduces.
+    for size, scale in ((1000, 1), (200, 20)):
+        x = rng.random(size * (1 + 2 * comm.rank) * scale)
+        float(np.sort(x).sum())
+        lens.collective_begin("allreduce", grad[:size].nbytes)
+        comm.Allreduce(MPI.IN_PLACE, grad[:size], op=MPI.SUM)
+        lens.collective_end()
+    lens.step_end()
+lens.close()
+table = lens.online.table().to_dict()
+print("TABLE", json.dumps({"rank": comm.rank, "ticks": lens.ticks,
+                           "ids": [p["id"] for p in table["phases"]],
+                           "weights": [p["weight"] for p in table["phases"]],
+                           "simo": [p["simo"] for p in table["phases"]],
+                           "time": [round(p["time_per_occurrence_s"], 12) for p in table["phases"]]}),
+      flush=True)

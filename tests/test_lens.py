@@ -1,0 +1,231 @@
+"""The Lens on one rank: recording, overlap, chunking, fail-open, exit paths."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ailens
+from ailens import Lens, LensConfig, load_run
+
+
+def _busy(n: int) -> int:
+    return sum(range(n))
+
+
+def test_records_every_collective_with_metadata(tmp_path):
+    with Lens(run_dir=tmp_path, chunk_events=16) as lens:
+        for step in range(30):
+            for i, op in enumerate(("broadcast", "allreduce", "allreduce")):
+                _busy(2000 * (i + 1))
+                assert lens.collective_begin(op, 1024 * (i + 1)) == step * 3 + i
+                lens.collective_end()
+            lens.step_end()
+    run = load_run(tmp_path)
+    assert run.complete and run.world_size == 1 and not run.warnings
+    r = run.ranks[0]
+    assert r.n_events == 90 and r.ops == ("broadcast", "allreduce")
+    assert list(r.events["op"][:3]) == [0, 1, 1]
+    assert list(r.events["nbytes"][:3]) == [1024, 2048, 3072]
+    assert list(r.events["step"][::3]) == list(range(30))
+    assert np.all(r.events["t_end"] >= r.events["t_begin"])
+    assert np.all(np.diff(r.events["t_begin"]) > 0)
+    assert np.all(r.events["work"] > 0)
+    assert list(r.steps["step"]) == list(range(30))
+    for key in ("format_version", "rank", "world_size", "host", "pid", "framework", "backend",
+                "counter", "ailens_version", "start_time", "run_id"):
+        assert key in r.meta, key
+    assert r.meta["counter"] in ("instructions", "cpu-ns")
+    assert r.info["closed"] and r.info["ticks"] == 90 and r.info["steps"] == 30
+
+
+def test_overlapping_collectives_end_by_tick_from_another_thread(tmp_path):
+    with Lens(run_dir=tmp_path, chunk_events=4) as lens:
+        ticks = [lens.collective_begin("allreduce", 100 + i) for i in range(3)]
+        # End out of order, from another thread, as DDP future callbacks do.
+        t = threading.Thread(target=lambda: [lens.collective_end(k) for k in (ticks[2], ticks[0], ticks[1])])
+        t.start()
+        t.join()
+        for i in range(10):  # forces several chunk flushes after the overlap
+            lens.collective_begin("allgather", 8)
+            lens.collective_end()
+        lens.step_end()
+    ev = load_run(tmp_path).ranks[0].events
+    assert len(ev["op"]) == 13
+    assert list(ev["nbytes"][:3]) == [100, 101, 102]
+    assert np.all(ev["t_end"] >= ev["t_begin"])
+
+
+def test_open_rows_survive_chunk_flushes(tmp_path):
+    with Lens(run_dir=tmp_path, chunk_events=8) as lens:
+        first = lens.collective_begin("allreduce", 1)
+        for _ in range(20):
+            lens.collective_begin("broadcast", 2)
+            lens.collective_end(lens.ticks - 1)
+        lens.collective_end(first)
+    ev = load_run(tmp_path).ranks[0].events
+    assert len(ev["op"]) == 21
+    assert ev["t_end"][0] > ev["t_end"][1:].max()  # the long one ended last, and was kept
+
+
+def test_config_is_frozen_keyword_only_and_validated(tmp_path):
+    cfg = LensConfig(run_dir=tmp_path)
+    with pytest.raises(Exception):
+        cfg.tolerance = 3
+    with pytest.raises(TypeError):
+        LensConfig(tmp_path)  # positional
+    with pytest.raises(ValueError, match="counter"):
+        LensConfig(counter="cycles")
+    with pytest.raises(TypeError):
+        Lens(run_dir=tmp_path, no_such_setting=1)
+
+
+def test_internal_fault_disables_once_and_training_goes_on(tmp_path, caplog, monkeypatch):
+    lens = Lens(run_dir=tmp_path, chunk_events=4)
+    for _ in range(10):
+        lens.collective_begin("allreduce", 8)
+        lens.collective_end()
+
+    def broken(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lens, "_intern", broken)
+    with caplog.at_level(logging.WARNING, logger="ailens"):
+        for _ in range(5):
+            lens.collective_begin("new-op", 8)  # raises inside ailens
+            lens.collective_end()
+            lens.step_end()
+        lens.close()
+    assert lens.disabled and "boom" in lens.disabled
+    assert len([r for r in caplog.records if "disabled" in r.getMessage()]) == 1
+    assert lens.ticks == 15 and lens.steps == 5  # still counted for the exchange
+    r = load_run(tmp_path).ranks[0]
+    assert r.n_events == 10  # nothing recorded before the fault was lost
+    assert "boom" in r.info["disabled"]
+
+
+def test_unwritable_run_dir_disables_with_one_warning(tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="ailens"):
+        lens = Lens(run_dir=blocker / "run")
+        lens.collective_begin("allreduce", 8)
+        lens.collective_end()
+        lens.step_end()
+        lens.close()
+    assert lens.disabled
+    assert sum("disabled" in r.getMessage() for r in caplog.records) == 1
+
+
+def _child(code: str, tmp_path, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_unclosed_lens_flushes_at_interpreter_exit(tmp_path):
+    code = (
+        "import ailens\n"
+        f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=1000)\n"
+        "for _ in range(7):\n"
+        "    lens.collective_begin('allreduce', 4); lens.collective_end(); lens.step_end()\n"
+    )
+    p = _child(code, tmp_path)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    r = load_run(tmp_path).ranks[0]
+    assert r.complete and r.n_events == 7 and len(r.steps["step"]) == 7
+
+
+def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
+    code = (
+        "import sys, ailens\n"
+        f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=100)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    lens.collective_begin('allreduce', 64); lens.collective_end(); i += 1\n"
+        "    if i == 1000:\n"
+        "        lens.step_end(); lens._flush_events()\n"
+        "        lens._writer._queue.put(('stop', None)); lens._writer._thread.join()\n"
+        "        print('flushed', flush=True)\n"
+        "        lens._writer = type(lens._writer)(lens.run_dir, 1, lens.meta, lambda e: None)\n"
+        "        break\n"
+        "import time\n"
+        "while True: lens.collective_begin('allreduce', 64); lens.collective_end()\n"
+    )
+    # The child flushes 1000 events, then keeps recording; SIGKILL lands mid-stream.
+    p = _child(code, tmp_path)
+    assert p.stdout.readline().strip() == "flushed"
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    from ailens._trace import read_trace
+    r = read_trace(tmp_path / "rank-00000.ailens")
+    assert not r.complete and r.n_events == 1000 and len(r.steps["step"]) == 1
+    assert any("killed" in p or "closing record" in p for p in r.problems)
+
+
+def test_sigkill_mid_write_keeps_complete_chunks(tmp_path):
+    code = (
+        "import ailens\n"
+        f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=50)\n"
+        "n = 0\n"
+        "while True:\n"
+        "    lens.collective_begin('allreduce', 64); lens.collective_end(); n += 1\n"
+        "    if n % 50 == 0: lens.step_end()\n"
+        "    if n == 5000: print('go', flush=True)\n"
+    )
+    p = _child(code, tmp_path)
+    assert p.stdout.readline().strip() == "go"
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    run = load_run(tmp_path)
+    r = run.ranks[0]
+    assert not run.complete and r.n_events >= 4000 and r.n_events % 50 == 0
+    assert np.all(np.diff(r.events["t_begin"]) > 0)
+    assert any("rank 0" in w for w in run.warnings)
+
+
+def test_import_ailens_loads_no_framework():
+    code = (
+        "import sys, ailens, ailens.phases\n"
+        "bad = [m for m in ('torch', 'tensorflow', 'keras', 'mpi4py', 'horovod', 'matplotlib') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""
+
+
+def test_plain_context_manager_shortcut(tmp_path):
+    with ailens.lens(run_dir=tmp_path) as lens:
+        lens.collective_begin("allreduce", 8)
+        lens.collective_end()
+        lens.step_end()
+    assert lens.closed and load_run(tmp_path).ranks[0].n_events == 1
+
+
+def test_files_are_not_world_writable(tmp_path):
+    old = os.umask(0o022)
+    try:
+        with Lens(run_dir=tmp_path) as lens:
+            lens.step_end()
+    finally:
+        os.umask(old)
+    for f in tmp_path.iterdir():
+        assert not f.stat().st_mode & 0o002, f
+
+
+def test_disabled_by_config_costs_nothing_and_writes_nothing(tmp_path):
+    lens = Lens(run_dir=tmp_path / "x", enabled=False)
+    t = time.perf_counter()
+    lens.collective_begin("allreduce", 8)
+    lens.collective_end()
+    lens.step_end()
+    lens.close()
+    assert time.perf_counter() - t < 1
+    assert not (tmp_path / "x").exists()
