@@ -48,9 +48,11 @@ _POW10_I64 = np.array([10**k for k in range(19)], dtype=np.int64)
 _POW10_U64 = np.array([10**k for k in range(20)], dtype=np.uint64)
 # float("1e{k}") is the correctly rounded double; exact for k <= 22.
 _POW10_F64 = np.array([float(f"1e{k}") for k in range(309)], dtype=np.float64)
-# One compare pass per decade spanned by the data beats a binary search over the whole table
-# (numpy searchsorted, ~10 ns/value) while the data spans few decades, the usual case.
-_CHAIN_MAX_DECADES = 6
+# magnitude() makes one compare pass per decade the data spans, block by block (64 K values
+# stay in cache). On random data that beats np.searchsorted (branchy binary search, ~20 ns a
+# value) even across all 19 int64 decades; only floats spanning more use the search.
+_CHAIN_MAX_DECADES = 20
+_BLOCK = 1 << 16
 
 
 # --------------------------------------------------------------------------- SIMO
@@ -85,17 +87,21 @@ def magnitude(work: Any) -> np.ndarray:
         return np.zeros(a.shape, dtype=out_dtype)
     lo = _scalar_magnitude(table, a.min())
     hi = _scalar_magnitude(table, a.max())
-    if hi - lo <= _CHAIN_MAX_DECADES:
-        # Every value is >= 10**lo (or lo == 0), so start at lo and add one per power passed.
-        out = np.full(a.shape, lo, dtype=out_dtype)
-        hit = np.empty(a.shape, dtype=bool)
-        for k in range(lo + 1, hi + 1):
-            # The threshold is <= a.max(), so it fits a's dtype: compare without upcasting.
-            np.greater_equal(a, a.dtype.type(table[k]), out=hit)
-            np.add(out, hit, out=out)
-        return out
-    idx = np.searchsorted(table, a, side="right")  # number of powers of ten <= value
-    return np.maximum(idx - 1, 0).astype(out_dtype)
+    if hi - lo > _CHAIN_MAX_DECADES:  # only floats span that many decades
+        # Counting the powers 10**k (k >= 1) that are <= value gives the magnitude directly.
+        return np.searchsorted(table[1:], a, side="right").astype(out_dtype)
+    # Every value is >= 10**lo (or lo == 0): start at lo and add one per power of ten passed.
+    # Thresholds are <= a.max(), so they fit a's dtype and the compare needs no upcast.
+    thresholds = [a.dtype.type(table[k]) for k in range(lo + 1, hi + 1)]
+    flat = np.ascontiguousarray(a).reshape(-1)
+    out = np.full(flat.shape, lo, dtype=out_dtype)
+    hit = np.empty(min(flat.size, _BLOCK), dtype=bool)
+    for i in range(0, flat.size, _BLOCK):  # blocks stay in cache across the decade passes
+        x, o, h = flat[i : i + _BLOCK], out[i : i + _BLOCK], hit[: min(_BLOCK, flat.size - i)]
+        for thr in thresholds:
+            np.greater_equal(x, thr, out=h)
+            np.add(o, h, out=o)
+    return out.reshape(a.shape)
 
 
 def _scalar_magnitude(table: np.ndarray, x: Any) -> int:
@@ -107,7 +113,9 @@ def simo(work: Any) -> np.ndarray:
     a = np.asarray(work)
     if a.ndim != 2:
         raise ValueError(f"simo: work must have shape (ticks, ranks), got {a.shape}")
-    return magnitude(a).sum(axis=1, dtype=np.int64)
+    # einsum's row reduction is ~3x faster than .sum(axis=1) on narrow (ticks, ranks) rows;
+    # int32 cannot overflow (at most 308 per rank).
+    return np.einsum("ij->i", magnitude(a).astype(np.int32)).astype(np.int64)
 
 
 def phase_key(op_ids: Any, nbytes: Any = None, use_size: bool = False) -> np.ndarray:
@@ -131,7 +139,7 @@ def _as_int_1d(x: Any, name: str) -> np.ndarray:
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
-    if a.dtype.kind not in "biu":
+    if a.dtype.kind not in "biu" and a.size:  # [] arrives as float64
         raise TypeError(f"{name} must be integers, got dtype {a.dtype}")
     return a.astype(np.int64, copy=False)
 
@@ -338,6 +346,11 @@ def _op_label(op: Any, op_names: OpNames) -> str | int | None:
     return op
 
 
+def _check_share(min_share: float) -> None:
+    if not 0 <= min_share <= 1:
+        raise ValueError(f"min_share must be in [0, 1], got {min_share}")
+
+
 def _build_table(
     ids: np.ndarray,
     count: np.ndarray,
@@ -350,8 +363,7 @@ def _build_table(
     n_ticks: int,
 ) -> PhaseTable:
     """Table from per-phase sums (arrays aligned with ``ids``, all counts > 0)."""
-    if not 0 <= min_share <= 1:
-        raise ValueError(f"min_share must be in [0, 1], got {min_share}")
+    _check_share(min_share)
     total = comm + compute
     comm_all, compute_all = float(comm.sum()), float(compute.sum())
     whole = comm_all + compute_all
@@ -455,8 +467,10 @@ def phase_table(
 def _grid(rows: list[list[str]], right: Sequence[bool]) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return "\n".join(
-        "  ".join(cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right))
-        .rstrip()
+        "  ".join(
+            cell.rjust(w) if r else cell.ljust(w)
+            for cell, w, r in zip(row, widths, right, strict=True)
+        ).rstrip()
         for row in rows
     )
 
@@ -477,7 +491,7 @@ def format_table2(table: PhaseTable, detail: bool = False) -> str:
         )
     pad = [""] * len(extra)
     if table.dropped:
-        label = f"dropped ({len(table.dropped)} < {table.min_share:.0%})"
+        label = f"{len(table.dropped)} dropped (<{100 * table.min_share:g}%)"
         rows.append([label, *pad, "", "", f"{table.dropped_s:.6f}"])
     rows.append(["Total", *pad, "", "", f"{table.total_s:.6f}"])
     right = [False] + [False] * len(extra) + [True, True, True]
@@ -521,6 +535,7 @@ class OnlinePhases:
     """
 
     def __init__(self, tolerance: int = 1, min_share: float = 0.01) -> None:
+        _check_share(min_share)
         self._matcher = _Matcher(tolerance)
         self.min_share = float(min_share)
         self.n_ticks = 0
