@@ -229,3 +229,25 @@ def test_disabled_by_config_costs_nothing_and_writes_nothing(tmp_path):
     lens.close()
     assert time.perf_counter() - t < 1
     assert not (tmp_path / "x").exists()
+
+
+def test_core_works_with_no_framework_installed(tmp_path):
+    # A meta-path finder makes every framework uninstallable for this interpreter, as on a
+    # machine with only the base install (numpy, psutil).
+    code = (
+        "import sys\n"
+        "BLOCK = ('torch', 'tensorflow', 'keras', 'tf_keras', 'mpi4py', 'horovod', 'matplotlib')\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in BLOCK: raise ImportError(f'{name} is not installed')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import ailens, ailens.phases\n"
+        f"with ailens.Lens(run_dir={str(tmp_path)!r}) as lens:\n"
+        "    for _ in range(20):\n"
+        "        lens.collective_begin('allreduce', 8); lens.collective_end(); lens.step_end()\n"
+        "run = ailens.load_run(lens.run_dir)\n"
+        "print(run.ranks[0].n_events, [m for m in BLOCK if m in sys.modules])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "20 []"
