@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 from array import array
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from . import __version__
 from ._config import LensConfig
 from ._counters import open_counter
 from ._online import OnlineAnalysis
-from ._trace import TraceWriter
+from ._trace import TraceWriter, encode_events, encode_json, encode_steps
 from .phases import magnitude
 
 log = logging.getLogger("ailens")
@@ -44,6 +45,10 @@ _HEAD = 3
 # Steps buffered before a STEP chunk is written; also flushed on a time basis.
 _STEP_CAP = 1024
 _FLUSH_SECONDS = 10.0
+# Encoded chunks the disk refused (ENOSPC, EDQUOT, EIO) wait in memory, in order, and are
+# retried before each later chunk and at close. Past this many bytes the trace stops growing
+# and stays a readable prefix: dropping a chunk mid-file would shift every later tick.
+_BACKLOG_BYTES = 64 << 20
 
 
 def _env_int(*names: str) -> int | None:
@@ -103,6 +108,7 @@ class Lens:
         self._writer: _WriterThread | None = None
         self.online: OnlineAnalysis | None = None
         self._fault_hook_installed = False
+        self._disk_warned = False
         if not cfg.enabled:
             self.disabled = "disabled by configuration"
             self._install_disabled_methods()
@@ -113,7 +119,9 @@ class Lens:
         run_id = self._agree_run_id()
         try:
             self._start(cfg, run_id)
-        except Exception as e:  # noqa: BLE001 - e.g. an unwritable run directory
+        except OSError as e:  # an unwritable, read-only or full run directory
+            self._fault(e, disk=True)
+        except Exception as e:  # noqa: BLE001
             self._fault(e)
 
     def _start(self, cfg: LensConfig, run_id: str) -> None:
@@ -150,7 +158,8 @@ class Lens:
         self._summ_row = 0                 # buffer rows [0, _summ_row) are in _pending
         self._last_flush = time.monotonic()
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, self._op_names)
-        self._writer = _WriterThread(self.run_dir, self.rank, self.meta, self._fault_from_writer)
+        self._writer = _WriterThread(self.run_dir, self.rank, self.meta, self._fault_from_writer,
+                                     self._disk_trouble)
         self._install_fault_injection()
         atexit.register(self._atexit)
 
@@ -244,6 +253,9 @@ class Lens:
                 self._writer.put_info(self._final_info())
                 if self.online is not None:
                     self.online.finish(self.run_dir, time.perf_counter_ns() - self._t0)
+        except OSError as e:
+            # A full or read-only disk is not an internal error; the trace is unaffected.
+            self._disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
         except Exception as e:  # noqa: BLE001
             self._fault(e)
         self._shutdown_writer()
@@ -451,13 +463,15 @@ class Lens:
 
     # ------------------------------------------------------------ fail open
 
-    def _fault(self, exc: BaseException) -> None:
+    def _fault(self, exc: BaseException, disk: bool = False) -> None:
         if self.disabled is not None:
             return
         self.disabled = f"{type(exc).__name__}: {exc}"
+        # An unusable run directory is not a bug in ailens: say so, without a traceback.
         log.warning(
-            "ailens: internal error on rank %d, instrumentation disabled on this rank; training "
-            "continues (%s)", self.rank, self.disabled, exc_info=exc,
+            "ailens: %s on rank %d, instrumentation disabled on this rank; training "
+            "continues (%s)", "cannot write to the run directory" if disk else "internal error",
+            self.rank, self.disabled, exc_info=None if disk else exc,
         )
         self._install_disabled_methods()
         if self._writer is None:
@@ -476,6 +490,15 @@ class Lens:
             log.warning("ailens: cannot write the trace on rank %d, instrumentation disabled on "
                         "this rank; training continues (%s)", self.rank, self.disabled)
             self._install_disabled_methods()
+
+    def _disk_trouble(self, message: str) -> None:
+        # The first disk problem on this rank is a warning, later ones (the same full disk
+        # seen by another file) only info: one clear warning, not one per chunk.
+        level = logging.INFO if self._disk_warned else logging.WARNING
+        self._disk_warned = True
+        log.log(level, "ailens: rank %d: %s", self.rank, message)
+        if self.online is not None:
+            self.online._io_failed = True  # the live forecast.json would hit the same disk
 
     def _install_disabled_methods(self) -> None:
         # Instance attributes shadow the class methods: the disabled path costs one call.
@@ -557,15 +580,32 @@ class _PendingTicks:
         return tuple(head)
 
 
-class _WriterThread:
-    """Compresses and appends chunks on a daemon thread, in order."""
+_ENCODERS: dict[str, Callable] = {
+    "events": encode_events,
+    "steps": encode_steps,
+    "ops": lambda names: encode_json(b"OPS ", names),
+    "info": lambda info: encode_json(b"INFO", info),
+}
 
-    def __init__(self, run_dir: Path, rank: int, meta: dict, on_error) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+
+class _WriterThread:
+    """Compresses and appends chunks on a daemon thread, in order.
+
+    Chunks the disk refuses wait in a bounded in-memory backlog and are retried (see
+    _BACKLOG_BYTES); ``on_disk`` reports the trouble, ``on_error`` a give-up.
+    """
+
+    def __init__(self, run_dir: Path, rank: int, meta: dict, on_error, on_disk=None) -> None:
+        # 0o755 & ~umask: the run directory is never world-writable, even at umask 000.
+        run_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.path = run_dir / f"rank-{rank:05d}.ailens"
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._on_error = on_error
+        self._on_disk = on_disk or (lambda message: log.warning("ailens: %s", message))
         self.error: BaseException | None = None
+        self._backlog: deque[tuple[str, bytes, object]] = deque()
+        self.backlog_bytes = 0
+        self._refused = False
         self._writer = TraceWriter(self.path, meta)
         self._thread = threading.Thread(target=self._run, name="ailens-writer", daemon=True)
         self._thread.start()
@@ -590,11 +630,56 @@ class _WriterThread:
             if self.error is not None:
                 continue
             try:
-                getattr(self._writer, f"write_{kind}")(item)
+                data = _ENCODERS[kind](item)
+                self._backlog.append((kind, data, item))
+                self.backlog_bytes += len(data)
+                self._drain()
             except Exception as e:  # noqa: BLE001
                 self.error = e
+                self._backlog.clear()
                 self._on_error(e)
+        if self.error is None and self._backlog:
+            self._final_drain()
         self._writer.close()
+
+    def _drain(self) -> None:
+        """Write the backlog in order; keep what the disk refuses, up to the cap."""
+        while self._backlog:
+            try:
+                self._writer.write_raw(self._backlog[0][1])
+            except OSError as e:
+                if self._writer.broken or self.backlog_bytes > _BACKLOG_BYTES:
+                    raise
+                if not self._refused:
+                    self._refused = True
+                    self._on_disk(f"cannot write the trace {self.path} ({e}); keeping up to "
+                                  f"{_BACKLOG_BYTES >> 20} MiB of it in memory and retrying; "
+                                  "training continues")
+                return
+            self.backlog_bytes -= len(self._backlog.popleft()[1])
+        if self._refused:
+            self._refused = False
+            log.info("ailens: trace %s written again, nothing lost", self.path)
+
+    def _final_drain(self) -> None:
+        try:
+            self._drain()
+            if not self._backlog:
+                return
+        except OSError:
+            pass
+        lost = self.backlog_bytes
+        # What was refused is lost now; still try the small closing record (a partly used
+        # last block often has room), marked so the reader knows events are missing.
+        info = next((item for kind, _, item in self._backlog if kind == "info"), None)
+        self._backlog.clear()
+        note = f"{lost} bytes of trace not written (disk refused them)"
+        if info is not None:
+            try:
+                self._writer.write_raw(encode_json(b"INFO", {**info, "trace_incomplete": note}))
+            except OSError:
+                pass
+        self._on_disk(f"{self.path}: {note}; the file holds what was written before")
 
     def stop(self) -> None:
         self._queue.put(("stop", None))

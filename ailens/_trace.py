@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -53,12 +54,30 @@ MAX_META_BYTES = 1 << 20
 MAX_CHUNK_ROWS = 1 << 22
 MAX_PAYLOAD_BYTES = 1 << 28
 MAX_OPS = 4096
+# A real world is far smaller; a hostile world_size would make load_run list every missing rank.
+MAX_WORLD = 1 << 20
+# Real chunks expand 3-10x (ns timings never compress away); a chunk declaring more than this
+# is a zip bomb, so decoded memory stays under MAX_EXPANSION x the file size.
+MAX_EXPANSION = 64
 
 REQUIRED_META = ("format_version", "rank", "world_size", "counter", "run_id")
 
 
 class TraceError(ValueError):
     """A trace file or run directory that cannot be read; the message names the file."""
+
+
+class _ShortHeader(TraceError):
+    """The file ends inside its header: a rank killed right after creating it."""
+
+
+def _json(text: str | bytes):
+    """Strict-enough JSON: NaN/Infinity become None; nesting or number-size bombs raise
+    ValueError (json.loads raises RecursionError or ValueError for those)."""
+    try:
+        return json.loads(text, parse_constant=lambda _: None)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 # ---------------------------------------------------------------- writing
@@ -102,18 +121,34 @@ class TraceWriter:
 
     def __init__(self, path: Path, meta: dict) -> None:
         self.path = Path(path)
-        # os.open with 0o666 lets the user's umask decide; never world-writable by us.
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        # 0o644 & ~umask: the user's umask decides, and never world-writable, even at umask 000.
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._file = os.fdopen(fd, "wb", buffering=0)
         self.bytes_written = 0
+        self.broken = False
         self._write(encode_header(meta))
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
-        while view:
-            n = self._file.write(view)
-            view = view[n:]
+        try:
+            while view:
+                n = self._file.write(view)
+                view = view[n:]
+        except OSError:
+            # Disk full mid-chunk: cut the partial chunk off so the file stays a readable
+            # prefix and a retry appends cleanly. If even that fails, later appends would sit
+            # behind garbage: mark the file broken so the caller stops appending.
+            try:
+                os.ftruncate(self._file.fileno(), self.bytes_written)
+                self._file.seek(self.bytes_written)
+            except OSError:
+                self.broken = True
+            raise
         self.bytes_written += len(data)
+
+    def write_raw(self, data: bytes) -> None:
+        """Append an already encoded chunk (see encode_events, encode_steps, encode_json)."""
+        self._write(data)
 
     def write_events(self, cols: dict[str, np.ndarray]) -> None:
         self._write(encode_events(cols))
@@ -183,10 +218,10 @@ def _columns(raw: bytes, spec, rows: int) -> dict[str, np.ndarray]:
 
 
 def _read_header(path: Path, data: bytes) -> tuple[dict, int]:
-    if len(data) < len(MAGIC) + 8:
-        raise TraceError(f"{path}: {len(data)} bytes, too short for an ailens trace header")
-    if data[: len(MAGIC)] != MAGIC:
+    if data[: len(MAGIC)] != MAGIC[: len(data)]:
         raise TraceError(f"{path}: not an ailens trace (bad magic bytes)")
+    if len(data) < len(MAGIC) + 8:
+        raise _ShortHeader(f"{path}: {len(data)} bytes, too short for an ailens trace header")
     pos = len(MAGIC)
     (version,) = _U32.unpack_from(data, pos)
     if version != FORMAT_VERSION:
@@ -196,23 +231,37 @@ def _read_header(path: Path, data: bytes) -> tuple[dict, int]:
         )
     (meta_len,) = _U32.unpack_from(data, pos + 4)
     pos += 8
-    if meta_len > MAX_META_BYTES or pos + meta_len + 4 > len(data):
-        raise TraceError(f"{path}: header declares {meta_len} bytes of metadata, file has {len(data) - pos}")
+    if meta_len > MAX_META_BYTES:
+        raise TraceError(f"{path}: header declares {meta_len} bytes of metadata, over the limit")
+    if pos + meta_len + 4 > len(data):
+        have = len(data) - pos
+        raise _ShortHeader(f"{path}: header declares {meta_len} bytes of metadata, file has {have}")
     body = data[pos : pos + meta_len]
     (crc,) = _U32.unpack_from(data, pos + meta_len)
     if zlib.crc32(body) != crc:
         raise TraceError(f"{path}: header metadata checksum mismatch (file corrupted)")
     try:
-        meta = json.loads(body.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        meta = _json(body.decode())
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise TraceError(f"{path}: header metadata is not valid JSON ({e})") from None
     if not isinstance(meta, dict) or any(k not in meta for k in REQUIRED_META):
         raise TraceError(f"{path}: header metadata lacks one of {', '.join(REQUIRED_META)}")
     for key in ("rank", "world_size"):
-        if not isinstance(meta[key], int) or meta[key] < 0:
-            raise TraceError(f"{path}: header field {key}={meta[key]!r} is not a non-negative integer")
-    if meta["world_size"] < 1 or meta["rank"] >= meta["world_size"]:
-        raise TraceError(f"{path}: rank {meta['rank']} does not fit world size {meta['world_size']}")
+        value = meta[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TraceError(f"{path}: header field {key}={value!r} is not a non-negative integer")
+    rank, world = meta["rank"], meta["world_size"]
+    if not 1 <= world <= MAX_WORLD or rank >= world:
+        raise TraceError(f"{path}: rank {rank} does not fit world size {world}")
+    # Consumers use these as strings, a mapping and an int; a hostile type must not crash
+    # them later.
+    if (
+        not all(isinstance(meta[k], str) for k in ("counter", "run_id"))
+        or not isinstance(meta.get("config", {}), dict)
+        or type(meta.get("start_wall_ns", 0)) is not int
+    ):
+        raise TraceError(f"{path}: header fields counter/run_id/config/start_wall_ns have the "
+                         "wrong types")
     return meta, pos + meta_len + 4
 
 
@@ -230,10 +279,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
     header is unreadable raises TraceError naming the file.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    data = _read_regular_file(path)
     meta, pos = _read_header(path, data)
     events, steps, problems = [], [], []
     ops: list[str] = []
@@ -247,7 +293,9 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
         if tag not in (b"EVTS", b"STEP", b"OPS ", b"INFO"):
             problems.append(f"unknown chunk tag {tag!r} at byte {pos}; later chunks ignored")
             break
-        if rows > MAX_CHUNK_ROWS or plen > MAX_PAYLOAD_BYTES:
+        row_bytes = {b"EVTS": EVENT_ROW_BYTES, b"STEP": STEP_ROW_BYTES}.get(tag, 0)
+        bomb = rows * row_bytes > MAX_EXPANSION * plen + 4096
+        if rows > MAX_CHUNK_ROWS or plen > MAX_PAYLOAD_BYTES or bomb:
             problems.append(f"chunk at byte {pos} declares {rows} rows / {plen} bytes, over the limits")
             break
         if start + plen > len(data):
@@ -271,14 +319,14 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
             elif tag == b"STEP":
                 steps.append(_columns(_decompress(path, pos, payload, rows * STEP_ROW_BYTES), STEP_COLUMNS, rows))
             else:
-                obj = json.loads(_decompress_json(path, pos, payload))
+                obj = _json(_decompress_json(path, pos, payload))
                 if tag == b"OPS ":
                     if not isinstance(obj, list) or len(obj) > MAX_OPS or not all(isinstance(s, str) for s in obj):
                         raise TraceError(f"{path}: op-name chunk at byte {pos} is not a list of names")
                     ops = obj
                 elif isinstance(obj, dict):
                     info = obj
-        except (TraceError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        except ValueError as e:  # TraceError, JSONDecodeError, UnicodeDecodeError, ...
             problems.append(f"{str(e).removeprefix(f'{path}: ')}; it and later chunks ignored")
             break
         pos = start + plen
@@ -286,10 +334,37 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
     if len(ev["op"]) and int(ev["op"].max()) >= len(ops):
         problems.append("events reference op ids beyond the op-name list")
         ops = ops + [f"op{i}" for i in range(len(ops), int(ev["op"].max()) + 1)]
+    if info.get("trace_incomplete"):  # the writer lost chunks to a full disk (see _lens.py)
+        problems.append(f"closed, but {info['trace_incomplete']}")
     complete = not problems and bool(info.get("closed"))
     if not problems and not info.get("closed"):
         problems.append("no closing record: the rank did not call close() (killed or still running)")
     return RankTrace(path, meta, tuple(ops), ev, _concat(steps, STEP_COLUMNS), info, complete, tuple(problems))
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of a regular file. O_NONBLOCK so a FIFO planted as a trace cannot block the
+    open, and st_size bytes at most so /dev/zero or a growing file cannot exhaust memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{path}: not a regular file")
+        parts, left = [], st.st_size
+        while left > 0:
+            part = os.read(fd, min(left, 1 << 26))
+            if not part:
+                break
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def _decompress_json(path: Path, offset: int, payload: bytes) -> str:
@@ -326,6 +401,19 @@ class Run:
 _MUST_AGREE = ("run_id", "world_size", "counter", "format_version")
 
 
+def _missing_warning(missing: tuple[int, ...]) -> str:
+    """One line for any number of missing ranks: 'rank 2: ...' or 'ranks 2-5, 9: ...'."""
+    if len(missing) == 1:
+        return f"rank {missing[0]}: trace file missing"
+    spans, start = [], missing[0]
+    for a, b in zip(missing, missing[1:] + (None,), strict=True):
+        if b != a + 1:
+            spans.append(f"{start}" if start == a else f"{start}-{a}")
+            start = b
+    more = f", ... ({len(spans) - 20} more spans)" if len(spans) > 20 else ""
+    return f"ranks {', '.join(spans[:20])}{more}: trace files missing ({len(missing)} of the world)"
+
+
 def load_run(path: str | os.PathLike) -> Run:
     """Load every rank trace in a run directory (or a single trace file).
 
@@ -342,21 +430,32 @@ def load_run(path: str | os.PathLike) -> Run:
             raise TraceError(f"{path}: no {TRACE_GLOB} trace files here; is this an ailens run directory?")
     else:
         raise TraceError(f"{path}: no such run directory")
-    traces = sorted((read_trace(f) for f in files), key=lambda t: t.rank)
+    traces, unreadable = [], []
+    for f in files:
+        try:
+            traces.append(read_trace(f))
+        except _ShortHeader as e:
+            # A rank killed between creating its file and writing the header: it recorded
+            # nothing, so it counts as missing rather than sinking the whole run.
+            unreadable.append(f"{str(e).removeprefix(f'{f}: ')} ({f.name})")
+    if not traces:
+        raise TraceError(f"{path}: no readable trace; {unreadable[0]}")
+    traces.sort(key=lambda t: t.rank)
     first = traces[0]
-    for t in traces[1:]:
+    for prev, t in zip(traces, traces[1:], strict=False):
         for key in _MUST_AGREE:
             if t.meta.get(key) != first.meta.get(key):
                 raise TraceError(
                     f"{t.path}: {key}={t.meta.get(key)!r} but {first.path.name} has {first.meta.get(key)!r}; "
                     "the files come from different runs — move the stray file out or use a fresh run directory"
                 )
-        if t.rank == traces[traces.index(t) - 1].rank:
+        if t.rank == prev.rank:
             raise TraceError(f"{t.path}: a second trace for rank {t.rank}")
     world = int(first.meta["world_size"])
     present = {t.rank for t in traces}
     missing = tuple(r for r in range(world) if r not in present) if path.is_dir() else ()
-    warnings = [f"rank {r}: trace file missing" for r in missing]
+    warnings = [_missing_warning(missing)] if missing else []
+    warnings += [f"unreadable trace, counted as missing: {u}" for u in unreadable]
     for t in traces:
         warnings += [f"rank {t.rank} ({t.path.name}): {p}" for p in t.problems]
         if t.info.get("disabled"):

@@ -1,0 +1,536 @@
+"""Offline analysis of a saved run: logical trace across ranks, phases, forecast, what-if.
+
+``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
+the same per-tick SIMO, phase keys and comm/compute partition, replayed through the online
+class (``_online.replay``) so the signature step and forecast are the ones the run decided.
+``whatif`` scales the measured step to other rank counts with the cost models of
+``_forecast``. Assumptions are in docs/forecast.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._config import LensConfig
+from ._forecast import (
+    DEFAULT_INTER,
+    DEFAULT_INTRA,
+    CostParams,
+    Fit,
+    Forecast,
+    WhatIfRow,
+    canonical_op,
+    collective_time,
+    fit_cost_params,
+)
+from ._online import replay
+from ._trace import Run
+from .phases import PhaseTable, assign, magnitude, pas2p_assign, phase_table, simo
+from .phases import phase_key as _phase_key
+
+__all__ = ["PhaseSkew", "RunAnalysis", "ScalingModel", "analyze", "scaling_model", "whatif"]
+
+
+@dataclass(frozen=True)
+class PhaseSkew:
+    """Load imbalance inside one phase: compute seconds per rank (the time before the
+    collective; time inside it absorbs the waiting, so it is not used here)."""
+
+    phase: int
+    slowest_rank: int
+    spread_pct: float  # (max - min) / mean of the per-rank compute time, in percent
+    per_rank_s: tuple[float, ...]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["per_rank_s"] = list(self.per_rank_s)
+        return d
+
+
+@dataclass(frozen=True, eq=False)
+class RunAnalysis:
+    """Everything the report, ``predict`` and ``whatif`` read about one run."""
+
+    run: Run
+    counter: str
+    ranks: int  # world size
+    op_names: tuple[str, ...]
+    n_ticks: int  # ticks present on every rank present
+    simo: np.ndarray  # (n_ticks,)
+    phase_ids: np.ndarray  # (n_ticks,) 1-based
+    table: PhaseTable
+    n_phases_previous: int  # PAS2P baseline
+    comm_s: np.ndarray  # (n_ticks,) exclusive comm per tick, mean over ranks
+    compute_s: np.ndarray  # (n_ticks,) compute gap per tick, mean over ranks
+    tick_s_by_rank: np.ndarray  # (n_ticks, ranks present) comm + compute per tick and rank
+    step_end_s: np.ndarray  # rank 0's step ends, seconds since its Lens started
+    total_s: float  # first rank's start to the last rank's end (wall clock)
+    comm_pct: float
+    compute_pct: float
+    skew: tuple[PhaseSkew, ...]
+    forecast: Forecast | None
+    warnings: tuple[str, ...]
+    # Per-tick columns for the what-if and exports.
+    tick_op: np.ndarray  # (n_ticks,) op id into op_names
+    tick_nbytes: np.ndarray  # (n_ticks,)
+    tick_step: np.ndarray  # (n_ticks,) step the tick began in (0-based)
+    comm_min_s: np.ndarray  # (n_ticks,) exclusive comm, minimum over ranks (cost-model fit)
+    config: LensConfig
+    hosts: tuple[str, ...]  # one per rank present
+    online: dict | None = None  # forecast.json as rank 0 wrote it, if present
+
+    @property
+    def total_steps(self) -> int | None:
+        return None if self.forecast is None else self.forecast.total_steps
+
+
+def _run_config(meta: dict) -> LensConfig:
+    """The LensConfig the run was recorded with (unknown or invalid keys ignored)."""
+    raw = meta.get("config") or {}
+    names = {f.name for f in dataclasses.fields(LensConfig)}
+    kwargs = {k: v for k, v in raw.items() if k in names}
+    try:
+        return LensConfig(**kwargs)
+    except (TypeError, ValueError):
+        return LensConfig(run_dir=raw.get("run_dir", "."))
+
+
+def _partition(t_begin: np.ndarray, t_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exclusive comm and compute gap per tick in ns: the partition ``Lens._summarise_upto``
+    computes online (an unfinished tick counts as ending at its begin)."""
+    t_end = np.where(t_end >= 0, t_end, t_begin)
+    prev_max = np.maximum.accumulate(np.concatenate(([0], t_end)))[:-1]
+    compute = np.maximum(t_begin - prev_max, 0)
+    comm = np.maximum(t_end - np.maximum(t_begin, prev_max), 0)
+    return comm, compute
+
+
+def _read_online(path: Path) -> dict | None:
+    f = path / "forecast.json" if path.is_dir() else None
+    if f is None or not f.is_file():
+        return None
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def analyze(
+    run: Run,
+    *,
+    tolerance: int | None = None,
+    min_share: float | None = None,
+    phase_key: str | None = None,
+    total_steps: int | None = None,
+) -> RunAnalysis:
+    """Analyse a loaded run (``ailens.load_run``).
+
+    ``tolerance``, ``min_share``, ``phase_key`` default to the run's own settings (its
+    LensConfig), so the replayed signature and forecast are the online ones. ``total_steps``
+    defaults to what rank 0 recorded in forecast.json, else the config, else, for a run that
+    finished without early stop, the steps recorded. Partial runs (a rank missing or cut
+    short) are analysed over the ticks every present rank holds, with warnings.
+    """
+    cfg = own_cfg = _run_config(run.meta)
+    tolerance = cfg.tolerance if tolerance is None else int(tolerance)
+    min_share = cfg.min_phase_share if min_share is None else float(min_share)
+    phase_key_mode = cfg.phase_key if phase_key is None else phase_key
+    cfg = cfg.replace(tolerance=tolerance, min_phase_share=min_share, phase_key=phase_key_mode)
+    warnings = list(run.warnings)
+    traces = run.ranks
+
+    # One op-name list for the run: the lowest rank's order (= its local ids, which the
+    # online key used), names only other ranks saw appended.
+    names: list[str] = list(traces[0].ops)
+    remaps = []
+    for t in traces:
+        for name in t.ops:
+            if name not in names:
+                names.append(name)
+        remaps.append(np.array([names.index(x) for x in t.ops] or [0], dtype=np.int64))
+
+    counts = [t.n_events for t in traces]
+    n = min(counts) if counts else 0
+    if counts and max(counts) != n:
+        short = [t.rank for t, c in zip(traces, counts, strict=True) if c == n]
+        warnings.append(
+            f"ranks hold {min(counts)}-{max(counts)} ticks; analysed the first {n} that every rank "
+            f"present holds (shortest: rank {', '.join(map(str, short))})"
+        )
+    ev0 = traces[0].events
+    op = remaps[0][ev0["op"][:n].astype(np.int64)] if n else np.zeros(0, dtype=np.int64)
+    nbytes = ev0["nbytes"][:n].astype(np.int64)
+    tick_step = ev0["step"][:n].astype(np.int64)
+    for t, remap in zip(traces[1:], remaps[1:], strict=True):
+        other = remap[t.events["op"][:n].astype(np.int64)] if n else op
+        bad = np.flatnonzero(other != op)
+        if len(bad):
+            warnings.append(
+                f"rank {t.rank} issued a different collective than rank {traces[0].rank} at tick "
+                f"{int(bad[0])} ({len(bad)} ticks differ): the logical trace is out of step there"
+            )
+
+    work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
+    comm_r = np.zeros((n, len(traces)), dtype=np.int64)
+    compute_r = np.zeros((n, len(traces)), dtype=np.int64)
+    for j, t in enumerate(traces):
+        comm_r[:, j], compute_r[:, j] = _partition(t.events["t_begin"][:n], t.events["t_end"][:n])
+    live = len(traces)
+    # Same arithmetic as the exchange: integer sums over ranks, divided by the live ranks.
+    comm_ns = comm_r.sum(axis=1) / max(live, 1)
+    compute_ns = compute_r.sum(axis=1) / max(live, 1)
+    comm_s, compute_s = comm_ns / 1e9, compute_ns / 1e9
+    s = simo(work) if n else np.zeros(0, dtype=np.int64)
+    key = _phase_key(op, nbytes, use_size=phase_key_mode == "op+size")
+    ids = assign(s, tolerance=tolerance, key=key)
+    table = phase_table(ids, comm_s, compute_s, op=op, simo=s, op_names=names, min_share=min_share)
+    previous = int(pas2p_assign(op, nbytes, magnitude(work)).max()) if n else 0
+    if run.missing_ranks:
+        warnings.append(
+            "SIMO sums the ranks present only; rank(s) "
+            f"{', '.join(map(str, run.missing_ranks))} missing, so values differ from the "
+            "online ones"
+        )
+
+    step_t_ns = traces[0].steps["t_ns"].astype(np.int64)
+    step_end_s = step_t_ns / 1e9
+    total_s = _wall_total(run)
+    skew = _skew(ids, table, compute_r, [t.rank for t in traces])
+
+    online = _read_online(Path(run.path))
+    forecast = None
+    if len(step_t_ns) == 0:
+        warnings.append("no step boundaries recorded (step_end never called): no forecast")
+    else:
+        n_total = _total_steps(total_steps, online, cfg, run, len(step_t_ns))
+        oa = replay(
+            cfg,
+            run.world_size,
+            names,
+            step_t_ns,
+            tick_step,
+            s,
+            key,
+            comm_ns,
+            compute_ns,
+            total_steps=n_total,
+        )
+        forecast = oa.forecast(oa.actual_total_s)
+        if forecast is None:
+            warnings.append(
+                f"only {len(step_t_ns)} steps ({cfg.warmup_steps} of warm-up): too few for a "
+                "forecast"
+            )
+        elif forecast.predicted_total_s is None:
+            warnings.append(
+                f"total steps unknown: mean step time {forecast.step_time_s:.6g} s after warm-up, "
+                "no total forecast (pass total_steps, or set it in the Lens)"
+            )
+            forecast = None
+        if (
+            online is not None
+            and oa.signature_step != online.get("signature_step")
+            and cfg == own_cfg
+        ):
+            warnings.append(
+                f"offline replay reached the signature at step {oa.signature_step}, the online "
+                f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
+                "disabled ranks) or the run was recorded by another ailens version"
+            )
+    return RunAnalysis(
+        run=run,
+        counter=str(run.meta.get("counter", "")),
+        ranks=run.world_size,
+        op_names=tuple(names),
+        n_ticks=n,
+        simo=s,
+        phase_ids=ids,
+        table=table,
+        n_phases_previous=previous,
+        comm_s=comm_s,
+        compute_s=compute_s,
+        tick_s_by_rank=(comm_r + compute_r) / 1e9,
+        step_end_s=step_end_s,
+        total_s=total_s,
+        comm_pct=table.comm_pct,
+        compute_pct=table.compute_pct,
+        skew=skew,
+        forecast=forecast,
+        warnings=tuple(warnings),
+        tick_op=op,
+        tick_nbytes=nbytes,
+        tick_step=tick_step,
+        comm_min_s=comm_r.min(axis=1) / 1e9 if n else np.zeros(0),
+        config=cfg,
+        hosts=tuple(str(t.meta.get("host", "")) for t in traces),
+        online=online,
+    )
+
+
+def _total_steps(explicit, online, cfg: LensConfig, run: Run, recorded: int) -> int | None:
+    if explicit:
+        return int(explicit)
+    if online and online.get("total_steps"):
+        return int(online["total_steps"])
+    if cfg.total_steps:
+        return int(cfg.total_steps)
+    early = bool(online.get("early_stop")) if online else cfg.early_stop
+    if run.complete and not early:
+        return recorded  # a run that finished on its own ran all its steps
+    return None
+
+
+def _wall_total(run: Run) -> float:
+    """First rank start to last rank end on the wall clock (each rank's monotonic offsets
+    placed at its ``start_wall_ns``)."""
+    starts, ends = [], []
+    for t in run.ranks:
+        start = int(t.meta.get("start_wall_ns", 0))
+        end = t.info.get("end_ns")
+        if end is None:
+            cands = [0]
+            if t.n_events:
+                cands.append(int(max(t.events["t_end"].max(), t.events["t_begin"].max())))
+            if len(t.steps["t_ns"]):
+                cands.append(int(t.steps["t_ns"].max()))
+            end = max(cands)
+        starts.append(start)
+        ends.append(start + int(end))
+    return (max(ends) - min(starts)) / 1e9 if starts else 0.0
+
+
+def _skew(
+    ids: np.ndarray, table: PhaseTable, compute_r: np.ndarray, ranks: list[int]
+) -> tuple[PhaseSkew, ...]:
+    if not len(ids) or not table.phases:
+        return ()
+    size = int(ids.max()) + 1
+    per = (
+        np.stack(
+            [np.bincount(ids, weights=compute_r[:, j], minlength=size) for j in range(len(ranks))],
+            axis=1,
+        )
+        / 1e9
+    )
+    out = []
+    for p in table.phases:
+        row = per[p.id]
+        mean = float(row.mean())
+        spread = 100.0 * float(row.max() - row.min()) / mean if mean > 0 else 0.0
+        out.append(
+            PhaseSkew(p.id, ranks[int(np.argmax(row))], spread, tuple(float(x) for x in row))
+        )
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- what-if
+
+
+@dataclass(frozen=True)
+class ScalingModel:
+    """The link parameters the what-if uses and where each came from."""
+
+    ranks: int
+    run_fit: Fit  # fit on this run's own collectives (None params at 1 rank)
+    intra: CostParams
+    inter: CostParams
+    run_links: str  # "intra" or "inter": what this run's collectives crossed
+    ranks_per_node: int | None  # None: every rank count fits on one node
+
+    def params(self, links: str) -> CostParams:
+        return self.inter if links == "inter" else self.intra
+
+    def to_dict(self) -> dict:
+        return {
+            "ranks": self.ranks,
+            "run_fit": self.run_fit.to_dict(),
+            "intra": self.intra.to_dict(),
+            "inter": self.inter.to_dict(),
+            "run_links": self.run_links,
+            "ranks_per_node": self.ranks_per_node,
+        }
+
+
+def _load_calibration(a: RunAnalysis) -> dict | None:
+    path = Path(a.run.path)
+    f = path / "calibration.json" if path.is_dir() else None
+    if f is None or not f.is_file():
+        return None
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _params(d: dict | None, source: str) -> CostParams | None:
+    if not d:
+        return None
+    try:
+        return CostParams(
+            float(d["alpha"]), float(d["beta"]), float(d.get("gamma", 0.0)), source=source
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def scaling_model(
+    a: RunAnalysis, *, calibration: dict | None = None, ranks_per_node: int | None = None
+) -> ScalingModel:
+    """Link parameters for the what-if: ``calibration`` (or the run directory's
+    calibration.json) first, then the fit on this run's collectives, then labelled defaults.
+
+    The run fit uses, per tick, the exclusive comm time (not covered by an earlier collective,
+    so queueing behind overlapping DDP buckets is removed) at its minimum over ranks (the
+    last rank to arrive waits least, so load-imbalance waiting is removed).
+    """
+    hosts = {h for h in a.hosts if h}
+    multi = len(hosts) > 1
+    run_links = "inter" if multi else "intra"
+    if ranks_per_node is None and multi:
+        ranks_per_node = max(a.hosts.count(h) for h in hosts)
+    cal = calibration if calibration is not None else _load_calibration(a)
+    names = np.asarray(a.op_names, dtype=object)
+    ops = names[a.tick_op] if a.n_ticks else np.zeros(0, dtype=object)
+    fit = fit_cost_params(
+        ops, a.ranks, a.tick_nbytes, a.comm_min_s, source="fit on this run's collectives"
+    )
+    cal_intra = _params((cal or {}).get("intra"), "ailens calibrate (intra-node)")
+    cal_inter = _params((cal or {}).get("inter"), "ailens calibrate (inter-node)")
+    fitted = (
+        fit.params
+        if fit.params is not None and (fit.params.alpha > 0 or fit.params.beta > 0)
+        else None
+    )
+    intra = cal_intra or (fitted if not multi else None) or DEFAULT_INTRA
+    inter = cal_inter or (fitted if multi else None)
+    if inter is None:
+        inter = CostParams(
+            max(intra.alpha, DEFAULT_INTER.alpha),
+            max(intra.beta, DEFAULT_INTER.beta),
+            intra.gamma,
+            source=f"{DEFAULT_INTER.source} (inter-node not measured)",
+        )
+    if multi and cal_intra is None:
+        intra = dataclasses.replace(inter, source=f"{inter.source}; intra-node assumed equal")
+    return ScalingModel(a.ranks, fit, intra, inter, run_links, ranks_per_node)
+
+
+def whatif(
+    a: RunAnalysis,
+    ranks: list[int],
+    *,
+    mode: str = "weak",
+    ranks_per_node: int | None = None,
+    calibration: dict | None = None,
+    fixed_dataset: bool = True,
+) -> list[WhatIfRow]:
+    """Predicted step time, total time, speedup, efficiency and comm % at each rank count.
+
+    ``mode="weak"``: per-rank batch fixed, per-rank compute unchanged; with
+    ``fixed_dataset`` (default: the same epochs over the same data) the steps scale by
+    p/p'. ``mode="strong"``: global batch fixed, per-rank compute x p/p', steps unchanged.
+    Message sizes stay as measured (gradients do not depend on the rank count). Each
+    collective is scaled by its cost model (see ``_forecast.collective_time``) between the
+    run's rank count and p': time x T(p')/T(p); from a 1-rank run the modelled T(p') is added.
+    Time outside collectives scales like compute; startup and other one-off time stays.
+    """
+    if mode not in ("weak", "strong"):
+        raise ValueError(f"mode={mode!r}: choose weak or strong")
+    if not ranks or any(int(r) < 1 for r in ranks):
+        raise ValueError("ranks must be positive integers")
+    model = scaling_model(a, calibration=calibration, ranks_per_node=ranks_per_node)
+    p = a.ranks
+    warm = a.config.warmup_steps
+    n_steps = len(a.step_end_s)
+    t_steps = np.asarray(a.step_end_s) * 1e9
+    if n_steps - warm >= 1:
+        steady = (a.tick_step >= warm) & (a.tick_step < n_steps)
+        per = n_steps - warm
+        t0 = t_steps[warm - 1] if warm >= 1 else 0.0
+        m = (t_steps[-1] - t0) / 1e9 / per
+    else:  # no steps: the whole recording counts as one step
+        steady = np.ones(a.n_ticks, dtype=bool)
+        per = 1
+        m = float(a.comm_s.sum() + a.compute_s.sum())
+    comm, compute = a.comm_s[steady], a.compute_s[steady]
+    outside = m - float(comm.sum() + compute.sum()) / per
+    f = a.forecast
+    total_steps = f.total_steps if f is not None and f.total_steps else max(n_steps, 1)
+    if f is not None:
+        measured_total = f.actual_total_s if f.actual_total_s is not None else f.predicted_total_s
+    else:
+        measured_total = float(t_steps[-1] / 1e9) if n_steps else a.total_s
+    fixed = max(measured_total - total_steps * m, 0.0)
+
+    names = np.asarray(a.op_names, dtype=object)
+    ops = names[a.tick_op[steady]] if a.n_ticks else np.zeros(0, dtype=object)
+    sizes = a.tick_nbytes[steady]
+    ids = a.phase_ids[steady]
+    groups: dict[tuple[str, int], np.ndarray] = {}
+    for key in set(zip(ops.tolist(), sizes.tolist(), strict=True)):
+        groups[key] = (ops == key[0]) & (sizes == key[1])
+
+    def links(q: int) -> str:
+        if q == 1:
+            return "none"
+        rpn = model.ranks_per_node
+        return "inter" if rpn is not None and q > rpn else "intra"
+
+    def predict(q: int) -> tuple[float, float, float, float, np.ndarray, np.ndarray]:
+        scale = 1.0 if mode == "weak" else p / q
+        comm_q = comm.copy() if q == p else np.zeros(len(comm))
+        if q > 1 and q != p:
+            par_q, par_p = model.params(links(q)), model.params(model.run_links)
+            for (op, nb), mask in groups.items():
+                t_q = collective_time(op, q, nb, par_q)
+                if p == 1:
+                    comm_q[mask] = comm[mask] + t_q
+                else:
+                    t_p = collective_time(op, p, nb, par_p)
+                    comm_q[mask] = comm[mask] * (t_q / t_p) if t_p > 0 else comm[mask]
+        compute_q = compute * scale
+        comm_step = float(comm_q.sum()) / per
+        step = float(compute_q.sum()) / per + comm_step + outside * scale
+        steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)
+        return step, comm_step, steps, fixed + steps * step, compute_q, comm_q
+
+    base_total = predict(1)[3]
+    rows = []
+    for q in sorted({int(r) for r in ranks}):
+        step, comm_step, steps, total, compute_q, comm_q = predict(q)
+        speedup = base_total / total if total > 0 else float("nan")
+        size = int(ids.max()) + 1 if len(ids) else 1
+        pc = np.bincount(ids, weights=compute_q, minlength=size) / per
+        pm = np.bincount(ids, weights=comm_q, minlength=size) / per
+        rows.append(
+            WhatIfRow(
+                ranks=q,
+                step_time_s=step,
+                total_time_s=total,
+                speedup=speedup,
+                efficiency=speedup / q,
+                comm_pct=100.0 * comm_step / step if step > 0 else 0.0,
+                steps=steps,
+                compute_step_s=step - comm_step,
+                comm_step_s=comm_step,
+                links=links(q),
+                measured=q == p,
+                phases=tuple(
+                    (ph.id, float(pc[ph.id]), float(pm[ph.id]))
+                    for ph in a.table.phases
+                    if ph.id < size
+                ),
+            )
+        )
+    return rows
+
+
+def canonical_ops(a: RunAnalysis) -> dict[str, str | None]:
+    """How each recorded op name maps onto a cost model (None: costed as allreduce)."""
+    return {name: canonical_op(name) for name in a.op_names}

@@ -1,0 +1,52 @@
+"""What both mnist training scripts share: arguments and the step timer."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+
+def parse_args(framework: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=f"mnist with {framework} + Horovod (one rank)")
+    p.add_argument("--run-dir", default="runs/mnist")
+    p.add_argument("--no-lens", action="store_true", help="train without ailens")
+    p.add_argument("--early-stop", action="store_true", help="stop once the signature is ready")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the rank count")
+    p.add_argument("--idx-dir", default=None, help="directory with the MNIST IDX files")
+    p.add_argument("--progress-every", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5, help="steps left out of the mean step time")
+    return p.parse_args()
+
+
+def threads_per_rank(size: int) -> int:
+    """Ranks share this machine's cores; oversubscribing them would only add noise."""
+    return max(1, (os.cpu_count() or 1) // size)
+
+
+class StepTimer:
+    """Wall time between consecutive step ends within an epoch (an epoch's first step and
+    the first ``warmup`` steps of the run are left out: they include set-up and tracing)."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup = warmup
+        self.seen = 0
+        self.times: list[float] = []
+        self._last: float | None = None
+
+    def epoch_begin(self) -> None:
+        self._last = None
+
+    def step_end(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            self.seen += 1
+            if self.seen > self.warmup:
+                self.times.append(now - self._last)
+        self._last = now
+
+    def line(self) -> str:
+        mean = sum(self.times) / len(self.times) * 1e3 if self.times else float("nan")
+        return f"STEP_TIME mean_ms={mean:.3f} steps={len(self.times)} warmup={self.warmup}"

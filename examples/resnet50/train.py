@@ -1,0 +1,130 @@
+"""ResNet-50 on synthetic ImageNet-shaped data, one rank; launched by ``examples/resnet50/run``.
+
+Like Horovod's ``pytorch_synthetic_benchmark.py``: one fixed random batch per rank (seeded),
+1000 classes, SGD with momentum, the learning rate scaled by the rank count. Data-parallel with
+Horovod (``--framework horovod``) or PyTorch DDP (``--framework ddp``); ailens is one line in
+either case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resnet import ResNet50  # noqa: E402
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="ResNet-50, one rank")
+    p.add_argument("--framework", choices=("horovod", "ddp"), default="horovod")
+    p.add_argument("--run-dir", default="runs/resnet50")
+    p.add_argument("--no-lens", action="store_true")
+    p.add_argument("--early-stop", action="store_true")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--batch-size", type=int, default=8, help="per rank")
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.0125, help="per rank; scaled by the rank count")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--progress-every", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the mean step time")
+    return p.parse_args()
+
+
+def setup(args: argparse.Namespace):
+    """Initialise the framework; returns (rank, size, model, optimizer, lens handle or None,
+    finish) where finish() tears the framework down."""
+    lens_config = dict(run_dir=args.run_dir, total_steps=args.steps,
+                       progress_every=args.progress_every, early_stop=args.early_stop)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = ResNet50()
+    if args.framework == "ddp":
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dist.init_process_group("gloo")
+        rank, size = dist.get_rank(), dist.get_world_size()
+        model = DDP(model)
+        opt = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
+        lens = None
+        if not args.no_lens:
+            from ailens.integrations.torch import attach
+
+            lens = attach(model, opt, **lens_config)  # the one line
+
+        def finish():
+            nonlocal model
+            del model  # before destroy_process_group: DDP aborts at exit otherwise
+            dist.destroy_process_group()
+
+        return rank, size, model, opt, lens, finish
+
+    import horovod.torch as hvd
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    lens = None
+    if not args.no_lens:
+        from ailens.integrations.horovod import attach
+
+        lens = attach(hvd, optimizer=opt, **lens_config)  # the one line
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    return rank, size, model, opt, lens, hvd.shutdown
+
+
+def main() -> int:
+    args = parse_args()
+    size_hint = int(os.environ.get("WORLD_SIZE") or os.environ.get("HOROVOD_SIZE") or 1)
+    # Ranks share the machine's cores: oversubscribing them only adds noise.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // size_hint))
+    rank, size, model, opt, lens, finish = setup(args)
+
+    gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+    data = torch.randn(args.batch_size, 3, args.image_size, args.image_size, generator=gen)
+    target = torch.randint(0, 1000, (args.batch_size,), generator=gen)
+    model.train()
+    times: list[float] = []
+    done = 0
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(data), target)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        done = step + 1
+        if rank == 0 and args.progress_every and done % args.progress_every == 0:
+            print(f"step {done}/{args.steps}: loss {loss.item():.4f}, {times[-1] * 1e3:.0f} ms, "
+                  f"{args.batch_size * size / times[-1]:.1f} img/s", flush=True)
+        if lens is not None and lens.should_stop:
+            if rank == 0:
+                print(f"ailens: signature ready, stopping after {done} steps", flush=True)
+            break
+    if lens is not None:
+        lens.close()
+
+    digest = hashlib.sha256()
+    for p in model.parameters():
+        digest.update(p.detach().numpy().tobytes())
+    print(f"rank {rank}: steps={done} loss={loss.item():.6f} "
+          f"params_sha256={digest.hexdigest()[:16]}", flush=True)
+    kept = times[args.warmup:]
+    mean = sum(kept) / len(kept) * 1e3 if kept else float("nan")
+    if rank == 0:
+        print(f"STEP_TIME mean_ms={mean:.3f} steps={len(kept)} warmup={args.warmup}", flush=True)
+    del model, opt
+    finish()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

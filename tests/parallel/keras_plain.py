@@ -1,0 +1,65 @@
+"""One process fits the same tiny Keras model twice from the same seed, without and with
+LensCallback, and prints what ailens recorded. Run by tests/test_integration_keras.py.
+
+argv: RUN_DIR FLAVOUR STOP_AT   (FLAVOUR: legacy = tf-keras, keras3; STOP_AT: 0 or the step
+at which the test forces the Lens's stop vote, to check the callback stops training)
+Prints one ``RESULT {json}`` line.
+"""
+
+import json
+import os
+import sys
+import zlib
+
+run_dir, flavour, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if flavour == "legacy":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import numpy as np  # noqa: E402
+
+if flavour == "legacy":
+    import tf_keras as keras
+else:
+    import keras
+
+from ailens.integrations.keras import LensCallback  # noqa: E402
+
+rng = np.random.default_rng(0)
+x = rng.standard_normal((64, 16)).astype(np.float32)
+y = rng.standard_normal((64, 4)).astype(np.float32)
+
+
+def fit(callbacks):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(4)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+    hist = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, callbacks=callbacks, verbose=0)
+    params = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float32)
+    return zlib.crc32(params.tobytes()), len(hist.history["loss"])
+
+
+class ForceStop(keras.callbacks.Callback):
+    """Stands in for an agreed early-stop vote (the signature needs a long run)."""
+
+    def __init__(self, lens_cb):
+        super().__init__()
+        self.lens_cb = lens_cb
+
+    def on_train_batch_begin(self, batch, logs=None):
+        lens = self.lens_cb.lens
+        if stop_at and lens.steps >= stop_at:
+            lens._stop_agreed = True
+
+
+plain, _ = fit([])
+cb = LensCallback(run_dir=run_dir)
+callbacks = [ForceStop(cb), cb] if stop_at else [cb]
+lensed, epochs_run = fit(callbacks)
+lens = cb.lens
+print("RESULT", json.dumps({
+    "base": type(cb).__mro__[1].__module__, "plain": plain, "lensed": lensed,
+    "steps": lens.steps, "ticks": lens.ticks, "total_steps": lens.online.total_steps,
+    "closed": lens.closed, "disabled": lens.disabled, "framework": lens.config.framework,
+    "world_size": lens.world_size, "epochs_run": epochs_run,
+}), flush=True)

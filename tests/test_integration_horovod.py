@@ -1,0 +1,141 @@
+"""ailens.integrations.horovod with two real Horovod ranks (horovodrun --gloo) for
+horovod.torch and horovod.tensorflow: every collective once with its bytes, identical phase
+tables on both ranks, unchanged weights, and a fault inside ailens that training survives."""
+
+import json
+import re
+import sys
+
+import pytest
+from conftest import REPO, run_ranks, venv_tool
+
+from ailens import load_run
+
+pytestmark = pytest.mark.parallel
+
+QUIET = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0"}
+STEPS = 20
+# The tiny model of both scripts: Linear/Dense 16->32 (+bias), 32->4 (+bias in torch).
+TORCH_GRADS = sorted([16 * 32 * 4, 32 * 4, 32 * 4 * 4, 4 * 4])
+TF_GRADS = sorted([16 * 32 * 4, 32 * 4, 32 * 4 * 4])
+
+
+def _launcher(module: str):
+    tool = venv_tool("horovodrun")
+    if tool is None:
+        pytest.skip("horovodrun is not installed")
+    pytest.importorskip(module)
+    cache: dict = {}
+
+    def get(script: str, tmp_path_factory, mode: str, fault: bool = False):
+        if (mode, fault) not in cache:
+            run_dir = tmp_path_factory.mktemp(f"{mode}{'-fault' if fault else ''}")
+            env = {**QUIET, "AILENS_INJECT_FAULT": "1:5" if fault else ""}
+            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
+                   str(REPO / "tests/parallel" / script), str(run_dir), str(STEPS), mode]
+            out = run_ranks(cmd, timeout=150, env=env)
+            assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+            docs = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", out.stdout)]
+            res = {d["rank"]: d for d in docs}
+            assert sorted(res) == [0, 1], out.stdout[-3000:]  # every rank reported
+            cache[mode, fault] = res, run_dir
+        return cache[mode, fault]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def torch_runs(tmp_path_factory):
+    get = _launcher("horovod.torch")
+    return lambda mode, fault=False: get("hvd_torch.py", tmp_path_factory, mode, fault)
+
+
+@pytest.fixture(scope="module")
+def tf_runs(tmp_path_factory):
+    get = _launcher("horovod.tensorflow")
+    return lambda mode, fault=False: get("hvd_tf.py", tmp_path_factory, mode, fault)
+
+
+def _names(rank) -> list[str]:
+    return [rank.ops[i] for i in rank.events["op"]]
+
+
+def _check_agreement(res):
+    for r in res.values():
+        assert r["disabled"] is None and r["restored"]
+        assert r["steps"] == STEPS
+    assert res[0]["ticks"] == res[1]["ticks"]
+    assert res[0]["table"] == res[1]["table"]  # identical online phase tables
+    assert res[0]["table"]["n_ticks"] == res[0]["ticks"]
+
+
+def test_horovod_torch_records_each_collective_once_with_its_bytes(torch_runs):
+    res, run_dir = torch_runs("lens")
+    _check_agreement(res)
+    assert res[0]["ticks"] == 4 * STEPS + 6
+    run = load_run(run_dir)
+    assert run.complete and run.world_size == 2 and run.meta["framework"] == "horovod.torch"
+    for rank in run.ranks:
+        ev, names = rank.events, _names(rank)
+        assert len(names) == 4 * STEPS + 6
+        # hvd.DistributedOptimizer: one allreduce per gradient per step, the gradient's bytes.
+        for step in range(STEPS):
+            in_step = ev["step"] == step
+            assert sorted(ev["nbytes"][in_step].tolist()) == TORCH_GRADS, step
+            assert {names[i] for i in in_step.nonzero()[0]} == {"allreduce"}
+        # The script's own calls: allreduce, allreduce_async+synchronize, allreduce_,
+        # allgather (local input 3x2 float64), broadcast (5 int64), grouped_allreduce (6+2 f32).
+        assert names[-6:] == ["allreduce"] * 3 + ["allgather", "broadcast", "allreduce"]
+        assert ev["nbytes"][-6:].tolist() == [24, 24, 24, 48, 40, 32]
+        assert (ev["t_end"] >= ev["t_begin"]).all()  # every async handle was ended
+
+
+def test_horovod_torch_weights_identical_with_and_without_lens(torch_runs):
+    lensed, _ = torch_runs("lens")
+    plain, _ = torch_runs("nolens")
+    assert len({r["checksum"] for r in [*lensed.values(), *plain.values()]}) == 1
+
+
+def test_horovod_torch_fault_in_ailens_leaves_training_intact(torch_runs):
+    res, run_dir = torch_runs("lens", fault=True)
+    plain, _ = torch_runs("nolens")
+    assert "injected" in res[1]["disabled"] and res[0]["disabled"] is None
+    assert res[0]["ticks"] == res[1]["ticks"] and res[0]["steps"] == res[1]["steps"] == STEPS
+    assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
+    assert any("rank 1" in w and "disabled" in w for w in load_run(run_dir).warnings)
+
+
+def test_horovod_tensorflow_records_graph_and_eager_collectives(tf_runs):
+    res, run_dir = tf_runs("lens")
+    _check_agreement(res)
+    assert res[0]["ticks"] == 3 + 3 * STEPS + 4
+    run = load_run(run_dir)
+    assert run.complete and run.meta["framework"] == "horovod.tensorflow"
+    for rank in run.ranks:
+        ev, names = rank.events, _names(rank)
+        # broadcast_variables (inside a tf.function): one broadcast per variable.
+        assert names[:3] == ["broadcast"] * 3 and sorted(ev["nbytes"][:3].tolist()) == TF_GRADS
+        # DistributedGradientTape inside tf.function: recorded at run time, every step.
+        for step in range(STEPS):
+            in_step = (ev["step"] == step).nonzero()[0]
+            in_step = in_step[in_step >= 3]
+            assert sorted(ev["nbytes"][in_step].tolist()) == TF_GRADS, step
+            assert {names[i] for i in in_step} == {"allreduce"}
+        # Eager calls: allreduce (6 f32), allgather (3x2 f64), broadcast (5 i64), grouped (6+2).
+        assert names[-4:] == ["allreduce", "allgather", "broadcast", "allreduce"]
+        assert ev["nbytes"][-4:].tolist() == [24, 48, 40, 32]
+        assert (ev["t_end"] >= ev["t_begin"]).all()
+
+
+def test_horovod_tensorflow_weights_identical_with_and_without_lens(tf_runs):
+    lensed, _ = tf_runs("lens")
+    plain, _ = tf_runs("nolens")
+    assert len({r["checksum"] for r in [*lensed.values(), *plain.values()]}) == 1
+
+
+def test_horovod_tensorflow_fault_in_ailens_leaves_training_intact(tf_runs):
+    res, _ = tf_runs("lens", fault=True)
+    plain, _ = tf_runs("nolens")
+    assert "injected" in res[1]["disabled"] and res[0]["disabled"] is None
+    assert res[0]["ticks"] == res[1]["ticks"]
+    assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}

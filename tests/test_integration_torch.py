@@ -1,0 +1,122 @@
+"""Parallel tier: ailens.integrations.torch on 2 real torchrun ranks (gloo, CPU).
+
+Each run prints one ``RESULT {json}`` line per rank (tests/parallel/torch_ddp_script.py);
+the tests compare them across ranks and across runs with and without ailens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch.distributed")
+
+SCRIPT = Path(__file__).parent / "parallel" / "torch_ddp_script.py"
+TORCHRUN = Path(sys.executable).parent / "torchrun"
+TIMEOUT = 90
+
+
+def parse_results(stdout: str) -> list[dict]:
+    """Every ``RESULT {json}`` record; ranks share stdout, so a line may hold two."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(part)[0] for part in stdout.split("RESULT ")[1:]]
+
+
+def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
+    """Launch the script on 2 ranks; return each rank's RESULT, sorted by rank."""
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    # --standalone: a free rendezvous port, so concurrent runs never collide.
+    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(SCRIPT),
+           "--run-dir", str(tmp_path / "run"), *args]
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
+    full_env.update(OMP_NUM_THREADS="1", **(env or {}))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=full_env,
+                          cwd=tmp_path)
+    results = parse_results(proc.stdout)
+    assert proc.returncode == 0 and len(results) == 2, (
+        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
+    return sorted(results, key=lambda r: r["rank"])
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory) -> list[dict]:
+    return run_ddp(tmp_path_factory.mktemp("nolens"))
+
+
+def check_recorded(results: list[dict]) -> None:
+    for r in results:
+        assert r["disabled"] is None, r["disabled"]
+        assert r["recorded_bytes"] == r["expected_bytes"], r["rank"]
+        assert r["open_events"] == 0
+        assert r["lens_steps"] == r["steps"]
+        assert r["restored"], "detach() must restore torch.distributed"
+        counts = r["recorded_counts"]
+        direct = r["direct_counts"]
+        # One buffer broadcast per forward (BatchNorm stats) plus the script's own.
+        assert counts["broadcast"] == direct["broadcast"] + r["steps"]
+        assert counts["allgather"] == direct["allgather"]
+        assert counts["barrier"] == direct["barrier"]
+        assert r["events"] == r["ticks"] == sum(counts.values())
+    a, b = results
+    assert a["ticks"] == b["ticks"]
+    assert a["recorded_counts"] == b["recorded_counts"]
+    assert a["table"] == b["table"] and a["table"]["phases"], "ranks must hold one phase table"
+
+
+@pytest.mark.parallel
+def test_ddp_default_hook_records_each_collective_once(tmp_path, baseline):
+    results = run_ddp(tmp_path, "--lens")
+    check_recorded(results)
+    # Same trained weights as without ailens, on every rank.
+    assert {r["checksum"] for r in results} == {baseline[0]["checksum"]}
+    assert baseline[0]["checksum"] == baseline[1]["checksum"]
+    online = json.loads((tmp_path / "run" / "phases-online.json").read_text())
+    assert online["table"] == results[0]["table"]
+
+
+@pytest.mark.parallel
+def test_ddp_user_comm_hook_is_composed(tmp_path, baseline):
+    results = run_ddp(tmp_path, "--lens", "--user-hook")
+    check_recorded(results)
+    for r in results:
+        # Every bucket went through the user's hook and was recorded once as an allreduce.
+        assert r["hook_calls"] > r["steps"]
+        direct = r["direct_counts"]["allreduce"]
+        assert r["recorded_counts"]["allreduce"] == direct + r["hook_calls"]
+    assert {r["checksum"] for r in results} == {baseline[0]["checksum"]}
+
+
+@pytest.mark.parallel
+def test_fault_in_ailens_leaves_training_intact(tmp_path, baseline):
+    results = run_ddp(tmp_path, "--lens", env={"AILENS_INJECT_FAULT": "1:5"})
+    assert results[0]["disabled"] is None
+    assert "injected fault" in results[1]["disabled"]
+    # The disabled rank still counts ticks and steps, so both ranks agree.
+    assert results[0]["ticks"] == results[1]["ticks"]
+    assert results[0]["lens_steps"] == results[1]["lens_steps"] == results[0]["steps"]
+    assert {r["checksum"] for r in results} == {baseline[0]["checksum"]}
+
+
+def test_without_process_group_steps_come_from_the_optimizer(tmp_path):
+    from ailens.integrations.torch import attach
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError):
+        attach(model, opt, comm_hook=lambda state, bucket: None, run_dir=tmp_path / "bad")
+    handle = attach(model, opt, run_dir=tmp_path / "run", steps_per_epoch=2, epochs=3)
+    assert handle.lens.config.total_steps == 6
+    for _ in range(3):
+        model(torch.ones(1, 4)).sum().backward()
+        opt.step()
+    assert handle.lens.steps == 3 and not handle.should_stop
+    handle.close()
+    opt.step()  # detached: no more steps recorded
+    assert handle.lens.closed and handle.lens.steps == 3
