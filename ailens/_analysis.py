@@ -511,14 +511,14 @@ def whatif(
         rows.append(
             WhatIfRow(
                 ranks=q,
-                step_time_s=step,
-                total_time_s=total,
-                speedup=speedup,
-                efficiency=speedup / q,
-                comm_pct=100.0 * comm_step / step if step > 0 else 0.0,
-                steps=steps,
-                compute_step_s=step - comm_step,
-                comm_step_s=comm_step,
+                step_time_s=float(step),
+                total_time_s=float(total),
+                speedup=float(speedup),
+                efficiency=float(speedup / q),
+                comm_pct=float(100.0 * comm_step / step) if step > 0 else 0.0,
+                steps=float(steps),
+                compute_step_s=float(step - comm_step),
+                comm_step_s=float(comm_step),
                 links=links(q),
                 measured=q == p,
                 phases=tuple(

@@ -87,8 +87,23 @@ def load() -> str:
         return "?"
 
 
+MAX_LOAD: float | None = None  # --max-load: wait for a quieter machine before each run
+WAIT_LIMIT_S = 1800.0
+
+
+def wait_for_quiet() -> None:
+    """Wait (up to WAIT_LIMIT_S) until the 1-minute load average is under MAX_LOAD: step
+    times on a shared machine follow the other jobs, and so would the errors below."""
+    if MAX_LOAD is None:
+        return
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while os.getloadavg()[0] > MAX_LOAD and time.monotonic() < deadline:
+        time.sleep(15)
+
+
 def launch(script: str, ranks: int, run_dir: Path, flags: list[str], timeout: float) -> float:
     """Run an example to completion in its own process group; returns wall seconds."""
+    wait_for_quiet()
     if run_dir.exists():
         shutil.rmtree(run_dir)
     cmd = [
@@ -308,7 +323,16 @@ def main() -> int:
     ap.add_argument(
         "--calibrate", action="store_true", help="run `ailens calibrate` for the 1->2 what-if"
     )
+    ap.add_argument(
+        "--max-load",
+        type=float,
+        default=None,
+        help="before each run, wait (up to 30 min) for the 1-minute load average to drop "
+        "below this",
+    )
     args = ap.parse_args()
+    global MAX_LOAD
+    MAX_LOAD = args.max_load
     args.out.mkdir(parents=True, exist_ok=True)
     print(
         f"bench_forecast: {os.cpu_count()} cores, load {load()}, runs under {args.out}", flush=True

@@ -102,6 +102,8 @@ _TF_OPS = {
 # The recorder currently attached, by key ("torch", "tensorflow", "tf.distribute"). TF graph
 # hooks look it up when they run, so a graph traced under one attachment records into the next.
 _active: dict[str, _Recorder] = {}
+import os as _os  # noqa: E402  TEMP experiment
+_ON_PATH = _os.environ.get("AILENS_HOOK_ON_PATH", "1") == "1"
 
 
 def attach(hvd: Any, *, optimizer: Any = None, **config: Any) -> HorovodLens:
@@ -178,7 +180,10 @@ class _Recorder:
         except Exception as e:  # noqa: BLE001
             self._graph_warn(e)
             return real(*args, **kwargs)
-        with tf.control_dependencies([tick]):
+        if _ON_PATH:
+            with tf.control_dependencies([tick]):
+                out = real(*args, **kwargs)
+        else:
             out = real(*args, **kwargs)
         try:
             outs = [t for t in tf.nest.flatten(out) if isinstance(t, tf.Tensor)]
