@@ -22,8 +22,11 @@ class LensConfig:
     counter: str = "auto"
     # Events per flushed chunk: a killed rank loses at most this many events.
     chunk_events: int = 4096
-    # Ticks per cross-rank SIMO exchange (the online detector's batch).
+    # Cross-rank SIMO exchange: at a step end, once exchange_ticks ticks are pending or the
+    # agreed step interval has passed. Rank 0 sets that interval so that exchanges are at
+    # least exchange_seconds apart (the exchange and the online analysis cost ~1 ms).
     exchange_ticks: int = 256
+    exchange_seconds: float = 1.0
     tolerance: int = 1
     phase_key: str = "op"
     min_phase_share: float = 0.01
@@ -55,6 +58,8 @@ class LensConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.exchange_ticks > 1 << 16:
             raise ValueError(f"exchange_ticks must be <= 65536 (payload size), got {self.exchange_ticks}")
+        if self.exchange_seconds < 0:
+            raise ValueError(f"exchange_seconds must be >= 0, got {self.exchange_seconds}")
         if self.tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
         if not 0 <= self.min_phase_share < 1:

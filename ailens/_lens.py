@@ -40,8 +40,10 @@ log = logging.getLogger("ailens")
 Exchange = Callable[[np.ndarray], np.ndarray]
 """Sums an int64 array elementwise across all ranks and returns the sum (every rank)."""
 
-# Exchange payload header: [valid ticks, disabled ranks, stop votes]
-_HEAD = 3
+# Exchange payload header: [valid ticks, disabled ranks, stop votes, next interval in steps]
+_HEAD = 4
+# Exchanges never wait longer than this many steps.
+_MAX_EXCHANGE_STEPS = 1000
 # Steps buffered before a STEP chunk is written; also flushed on a time basis.
 _STEP_CAP = 1024
 _FLUSH_SECONDS = 10.0
@@ -105,6 +107,10 @@ class Lens:
         self._steps = 0          # step_end calls (counted even when disabled)
         self._exchanged = 0      # ticks already sent through the exchange
         self._steps_at_exchange = 0
+        self._t_at_exchange = time.perf_counter_ns()
+        # Steps between exchanges until rank 0 has timed a few steps and proposes its own.
+        self._exchange_every = max(1, cfg.signature_window // 2)
+        self._lock = threading.Lock()  # collective_end may run on a framework thread
         self._writer: _WriterThread | None = None
         self.online: OnlineAnalysis | None = None
         self._fault_hook_installed = False
@@ -197,6 +203,8 @@ class Lens:
         """Mark the end of a collective: the oldest open one, or ``tick`` when given."""
         t = time.perf_counter_ns()
         w = self.counter.read()
+        lock = self._lock
+        lock.acquire()  # a flush on the training thread may be moving rows right now
         try:
             if tick is None:
                 tick = self._oldest_open
@@ -210,7 +218,10 @@ class Lens:
                     else:
                         self._advance_open()
         except Exception as e:  # noqa: BLE001
+            lock.release()
             self._fault(e)
+            return
+        lock.release()
 
     def step_end(self) -> None:
         """Mark the end of a training step (the same step on every rank)."""
@@ -313,6 +324,10 @@ class Lens:
 
     def _flush_events(self, final: bool = False) -> None:
         """Hand completed rows to the writer and keep still-open rows at the buffer front."""
+        with self._lock:
+            self._flush_events_locked(final)
+
+    def _flush_events_locked(self, final: bool) -> None:
         n = self._n
         stop = n if final else min(n, self._oldest_open - self._base)
         if stop == 0 and n == self._cap:
@@ -386,12 +401,22 @@ class Lens:
     # ------------------------------------------------------------ cross-rank exchange
 
     def _maybe_exchange(self) -> None:
+        # Decided from tick and step counts only, which every rank shares, so all ranks
+        # enter the exchange at the same step.
         pending = self._ticks - self._exchanged
-        cfg = self.config
-        if pending >= cfg.exchange_ticks or (
-            pending and self._steps - self._steps_at_exchange >= cfg.signature_window // 2 + 1
+        if pending >= self.config.exchange_ticks or (
+            pending and self._steps - self._steps_at_exchange >= self._exchange_every
         ):
             self._exchange_all()
+
+    def _propose_interval(self) -> int:
+        """Rank 0's proposal for the steps between exchanges: exchange_seconds worth."""
+        steps = self._steps - self._steps_at_exchange
+        if self.rank != 0 or steps <= 0 or self.disabled is not None:
+            return 0
+        step_s = (time.perf_counter_ns() - self._t_at_exchange) / 1e9 / steps
+        want = self.config.exchange_seconds / step_s if step_s > 0 else _MAX_EXCHANGE_STEPS
+        return int(min(max(np.ceil(want), 1), _MAX_EXCHANGE_STEPS))
 
     def _exchange_all(self) -> None:
         """Send every pending tick through the exchange in fixed-size batches.
@@ -413,6 +438,7 @@ class Lens:
                     payload[_HEAD + k : _HEAD + k + n] = batch[2]
                     payload[_HEAD + 2 * k : _HEAD + 2 * k + n] = batch[3]
                     payload[2] = int(self.config.early_stop and self.rank == 0 and self.online.signature_ready)
+                    payload[3] = self._propose_interval()
                 except Exception as e:  # noqa: BLE001
                     self._fault(e)
                     payload[:] = 0
@@ -422,6 +448,9 @@ class Lens:
             total = self._call_exchange(payload)
             self._exchanged += n
             self._steps_at_exchange = self._steps
+            self._t_at_exchange = time.perf_counter_ns()
+            if total is not None and total[3] > 0:
+                self._exchange_every = int(total[3])
             if total is None or self.disabled is not None or batch is None:
                 continue
             try:

@@ -29,7 +29,7 @@ from ailens import TraceError
 from ailens._trace import read_trace
 
 CHUNK, WINDOW, LOCAL = 32, 30, 40
-KILL_STEP = WINDOW + 12  # > signature_window // 2 + 1 steps after the last collective
+KILL_STEP = WINDOW + 12  # exchange_seconds=0: pending ticks are exchanged at the next step end
 
 run_dir = sys.argv[1]
 torch.set_num_threads(1)
@@ -40,7 +40,7 @@ net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Lin
                           torch.nn.ReLU(), torch.nn.Linear(64, 4))
 model = DDP(net, bucket_cap_mb=0.01)  # a few buckets per step
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-handle = attach(model, opt, run_dir=run_dir, chunk_events=CHUNK, exchange_ticks=16,
+handle = attach(model, opt, run_dir=run_dir, chunk_events=CHUNK, exchange_ticks=16, exchange_seconds=0,
                 framework="fault-kill-torch")
 lens = handle.lens
 path = os.path.join(run_dir, f"rank-{rank:05d}.ailens")
