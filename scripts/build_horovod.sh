@@ -6,7 +6,8 @@
 #
 #   scripts/build_horovod.sh            # build + install into ${AILENS_VENV:-$REPO/.venv}
 #   scripts/build_horovod.sh --force    # rebuild/reinstall even if Horovod already imports
-#   scripts/build_horovod.sh --no-smoke # skip the 2-rank horovodrun smoke test after install
+#   scripts/build_horovod.sh --smoke    # also run the 2-rank smoke test after a cached install
+#   scripts/build_horovod.sh --no-smoke # skip the 2-rank smoke test even after a compile
 #
 # Needs: the venv with torch==2.13.0 and tensorflow-cpu already installed (scripts/setup does
 # that), a C++ compiler (g++), and network access to PyPI for the sdist.
@@ -24,15 +25,16 @@ HOROVOD_VERSION=0.28.1
 PATCH_LEVEL=p1
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${AILENS_VENV:-$REPO/.venv}"
+VENV="$(realpath -m "${AILENS_VENV:-$REPO/.venv}")"
 PY="$VENV/bin/python"
 FORCE=0
-SMOKE=1
+SMOKE=auto   # auto: run the 2-rank horovodrun smoke test only after a fresh compile
 for arg in "$@"; do
   case "$arg" in
     --force) FORCE=1 ;;
+    --smoke) SMOKE=1 ;;
     --no-smoke) SMOKE=0 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "build_horovod.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done
@@ -66,9 +68,22 @@ if [ "$FORCE" = 0 ] && installed_ok; then
 fi
 
 # --- prerequisites ---------------------------------------------------------------------------
-TORCH_V="$("$PY" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null)" \
+# Versions from package metadata (no slow framework import); they are part of the cache key.
+dist_version() { # dist_version NAME... -> version of the first one installed
+  "$PY" - "$@" <<'EOF' 2>/dev/null
+import importlib.metadata as m, sys
+for name in sys.argv[1:]:
+    try:
+        print(m.version(name).split("+")[0]); break
+    except m.PackageNotFoundError:
+        pass
+else:
+    sys.exit(1)
+EOF
+}
+TORCH_V="$(dist_version torch)" \
   || die "torch is not installed in $VENV (run scripts/setup first; it installs torch==2.13.0)"
-TF_V="$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null | tail -n1)" \
+TF_V="$(dist_version tensorflow-cpu tensorflow)" \
   || die "tensorflow is not installed in $VENV (run scripts/setup without --minimal first)"
 PY_TAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
 command -v g++ >/dev/null || command -v c++ >/dev/null \
@@ -193,8 +208,10 @@ fi
 cp "$LOG" "$CACHE_ROOT/horovod-install.log" 2>/dev/null || true
 if grep -q "Building wheel for horovod" "$LOG"; then
   log "built and installed in $(( $(date +%s) - start ))s (the wheel is now in pip's cache)"
+  if [ "$SMOKE" = auto ]; then SMOKE=1; fi
 else
   log "installed from pip's wheel cache in $(( $(date +%s) - start ))s (no compile)"
+  if [ "$SMOKE" = auto ]; then SMOKE=0; fi
 fi
 
 # --- verify -----------------------------------------------------------------------------------
