@@ -36,6 +36,7 @@ from ._trace import TraceWriter, encode_events, encode_json, encode_steps
 from .phases import magnitude
 
 log = logging.getLogger("ailens")
+_clock = time.perf_counter_ns
 
 Exchange = Callable[[np.ndarray], np.ndarray]
 """Sums an int64 array elementwise across all ranks and returns the sum (every rank)."""
@@ -134,7 +135,8 @@ class Lens:
         self.run_dir = Path(cfg.run_dir)
         self.start_wall_ns = time.time_ns()
         self._t0 = time.perf_counter_ns()
-        self._work0 = self.counter.read()
+        self._read_work = self.counter.read  # bound once: the hot path skips two lookups
+        self._work0 = self._read_work()
         self.meta = {
             "format_version": 1,
             "ailens_version": __version__,
@@ -174,8 +176,8 @@ class Lens:
     def collective_begin(self, op: str, nbytes: int) -> int:
         """Mark the start of a collective; returns its tick number (pass it to collective_end
         when collectives overlap)."""
-        t = time.perf_counter_ns()
-        w = self.counter.read()
+        t = _clock()
+        w = self._read_work()
         try:
             i = self._n
             if i == self._cap:
@@ -201,8 +203,8 @@ class Lens:
 
     def collective_end(self, tick: int | None = None) -> None:
         """Mark the end of a collective: the oldest open one, or ``tick`` when given."""
-        t = time.perf_counter_ns()
-        w = self.counter.read()
+        t = _clock()
+        w = self._read_work()
         lock = self._lock
         lock.acquire()  # a flush on the training thread may be moving rows right now
         try:
