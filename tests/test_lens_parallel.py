@@ -31,5 +31,5 @@ def test_ranks_with_different_work_hold_identical_phase_tables(tmp_path):
     # offline SIMO of the recorded work, tick by tick.
     work = np.stack([r.events["work"] for r in run.ranks], axis=1)
     ids = assign(simo(work), tolerance=1, key=run.ranks[0].events["op"].astype(np.int64))
-    assert np.bincount(ids)[1:].tolist() == a["weights"]
+    assert [int(np.sum(ids == i)) for i in a["ids"]] == a["weights"]  # kept phases (>= 1 % of time)
     assert [int(simo(work)[np.argmax(ids == i)]) for i in a["ids"]] == a["simo"]
