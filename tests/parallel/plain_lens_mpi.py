@@ -1,4 +1,4 @@
-"""Two real MPI ranks drive a plain Lens with different work per rank; each prints its
+"""Two real MPI ranks drive a plain Lens with different work per rank; each writes its
 online phase table. Launched by tests/test_lens_parallel.py under mpiexec."""
 
 import json
@@ -34,9 +34,10 @@ for step in range(steps):
     lens.step_end()
 lens.close()
 table = lens.online.table().to_dict()
-print("TABLE", json.dumps({"rank": comm.rank, "ticks": lens.ticks,
+# One file per rank: mpiexec may interleave the ranks' stdout lines.
+with open(f"{run_dir}/table-{comm.rank}.json", "w") as f:
+    json.dump({"rank": comm.rank, "ticks": lens.ticks,
                            "ids": [p["id"] for p in table["phases"]],
                            "weights": [p["weight"] for p in table["phases"]],
                            "simo": [p["simo"] for p in table["phases"]],
-                           "time": [round(p["time_per_occurrence_s"], 12) for p in table["phases"]]}),
-      flush=True)
+                           "time": [round(p["time_per_occurrence_s"], 12) for p in table["phases"]]}, f)
