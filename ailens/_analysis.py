@@ -220,6 +220,7 @@ def analyze(
             comm_ns,
             compute_ns,
             total_steps=n_total,
+            schedule=(online or {}).get("exchange_schedule"),
         )
         forecast = oa.forecast(oa.actual_total_s)
         if forecast is None:

@@ -13,8 +13,9 @@ Signature rule (evaluated after each cross-rank phase exchange, at ``s`` steps d
                    <= signature_rel_tol * that mean                   (precise enough)
 
 The step-time statistics ("the regime") start after ``warmup_steps`` and restart from the
-last W steps whenever those differ from the W before them by more than signature_rel_tol
-and significantly (Welch's t, 95 %): a longer warm-up or a lasting change of speed.
+last W steps whenever those differ from the regime's older steps by more than
+signature_rel_tol and significantly (Welch's t, 95 %): a longer warm-up or a lasting change
+of speed.
                and no phase first seen in the last W steps holds >= min_phase_share of the
                    time of those W steps                          (no new significant phase)
 
@@ -136,29 +137,29 @@ def step_time_stable(durations: Any, window: int, rel_tol: float) -> bool:
     return abs(new - old) <= rel_tol * old
 
 
-def step_time_changed(durations: Any, window: int, rel_tol: float, level: float = 0.95) -> bool:
-    """A change of regime: the last ``window`` step times differ from the ``window`` before
-    them by more than ``rel_tol`` AND significantly (Welch's t at ``level``, two-sided).
+def step_time_changed(older: StepStats, last: Any, rel_tol: float, level: float = 0.95) -> bool:
+    """A change of regime: the mean of the ``last`` step times differs from the mean of the
+    regime's ``older`` ones by more than ``rel_tol`` AND significantly (Welch's t at
+    ``level``, two-sided, with the smaller side's degrees of freedom).
 
-    Noise alone rarely passes the test; a longer warm-up than configured, a new input
-    pipeline phase or another job taking the cores does. The online statistics then restart.
+    Testing against the whole older part (not just the window before) also catches a change
+    that happened between two evaluations far apart. Noise alone rarely passes; a longer
+    warm-up than configured, a new input-pipeline phase or another job taking the cores does.
     """
-    d = list(durations)[-2 * window :]
-    if len(d) < 2 * window or window < 2:
+    last = [int(x) for x in last]
+    w, n = len(last), older.n
+    if w < 2 or n < 2 or older.sum_ns <= 0:
         return False
-    a, b = d[:window], d[window:]
-    sa, sb = sum(a), sum(b)
-    if abs(sb - sa) <= rel_tol * sa:
+    sb = sum(last)
+    mean_a, mean_b = older.sum_ns / n, sb / w
+    if abs(mean_b - mean_a) <= rel_tol * mean_a:
         return False
-    w = window
-    # Variances from exact integer sums (ns^2), then the t statistic in floats.
-    va = (w * sum(x * x for x in a) - sa * sa) / (w * (w - 1))
-    vb = (w * sum(x * x for x in b) - sb * sb) / (w * (w - 1))
-    se = math.sqrt(max(va + vb, 0) / w)
-    diff = abs(sb - sa) / w
+    va = max((n * older.sum2_ns - older.sum_ns**2) / (n * (n - 1)), 0)
+    vb = max((w * sum(x * x for x in last) - sb * sb) / (w * (w - 1)), 0)
+    se = math.sqrt(va / n + vb / w)
     if se == 0:
-        return diff > 0
-    return diff / se > t_quantile(0.5 + level / 2, w - 1)
+        return True
+    return abs(mean_b - mean_a) / se > t_quantile(0.5 + level / 2, min(n, w) - 1)
 
 
 def new_significant_phases(

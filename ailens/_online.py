@@ -43,6 +43,9 @@ _WRITE_EVERY_STEPS = 100
 _WRITE_EVERY_SECONDS = 2.0
 # Forecast history kept for plots: thinned by half whenever it reaches this length.
 _HISTORY_CAP = 512
+# Exchange schedule runs kept for the offline replay: before / after the signature.
+_SCHEDULE_CAP = 4096
+_SCHEDULE_CAP_AFTER = 512
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class OnlineAnalysis:
         self.signature_t_ns: int | None = None
         self._at_signature: dict | None = None
         self.history: list[tuple[int, float]] = []
+        self.exchange_schedule: list[list[int]] = []
         self._history_stride = 1
         self._evaluations = 0
         self._last_write_step = 0
@@ -147,8 +151,28 @@ class OnlineAnalysis:
             self._count[:n] += np.bincount(ids, minlength=n + 1)[1:]
             self._time[:n] += np.bincount(ids, weights=comm_s + compute_s, minlength=n + 1)[1:]
         self._ticks += len(ids)
+        self._record_exchange(self.steps, self._ticks)
         self._snapshot()
         self._evaluate()
+
+    def _record_exchange(self, step: int, ticks: int) -> None:
+        """Append (steps done, ticks covered) to the run-length-encoded exchange schedule
+        (runs of [step, ticks, d_step, d_ticks, count]); the offline replay cuts its batches
+        exactly here. Usually a handful of runs: the interval rarely changes."""
+        runs = self.exchange_schedule
+        # Exact up to the signature (the decision); a little beyond for the history; bounded
+        # so the live forecast.json stays small.
+        if len(runs) >= (_SCHEDULE_CAP if not self.signature_ready else _SCHEDULE_CAP_AFTER):
+            return
+        if runs:
+            s0, t0, ds, dt, count = runs[-1]
+            if count == 1:
+                runs[-1] = [s0, t0, step - s0, ticks - t0, 2]
+                return
+            if s0 + count * ds == step and t0 + count * dt == ticks:
+                runs[-1][4] += 1
+                return
+        runs.append([step, ticks, 0, 0, 1])
 
     def _snapshot(self) -> None:
         n = self.phases.n_phases
@@ -192,10 +216,14 @@ class OnlineAnalysis:
     def _restart_if_changed(self) -> None:
         """Restart the step-time statistics from the last W steps after a change of regime."""
         w, cfg = self.cfg.signature_window, self.cfg
-        if self._n < 2 * w or not step_time_changed(self._recent, w, cfg.signature_rel_tol):
+        if self._n < 2 * w:
             return
         last = list(self._recent)[-w:]
-        self._n, self._sum, self._sum2 = w, sum(last), sum(x * x for x in last)
+        s1, s2 = sum(last), sum(x * x for x in last)
+        older = StepStats(self._n - w, self._sum - s1, self._sum2 - s2)
+        if not step_time_changed(older, last, cfg.signature_rel_tol):
+            return
+        self._n, self._sum, self._sum2 = w, s1, s2
         self._blocks = self._bsum = self._bsum2 = self._block = self._block_len = 0
         self.regime_start = self.steps - w + 1
         self.restarts += 1
@@ -348,6 +376,7 @@ class OnlineAnalysis:
                 "min_phase_share": self.cfg.min_phase_share,
             },
             **f.to_dict(),
+            "exchange_schedule": self.exchange_schedule,
             "latest": {
                 "step": self.steps,
                 "predicted_total_s": latest.get("predicted_total_s"),
@@ -437,6 +466,17 @@ def write_json(path: Path, doc: dict) -> None:
 # --------------------------------------------------------------------------- offline replay
 
 
+_MAX_EXCHANGE_STEPS = 1000  # as Lens: the longest agreed interval between exchanges
+
+
+def decode_schedule(runs) -> list[tuple[int, int]]:
+    """(steps done, ticks covered) after each exchange batch, from its run-length form."""
+    out = []
+    for s0, t0, ds, dt, count in runs or ():
+        out += [(int(s0 + j * ds), int(t0 + j * dt)) for j in range(int(count))]
+    return out
+
+
 def replay(
     cfg: LensConfig,
     world_size: int,
@@ -449,38 +489,71 @@ def replay(
     compute_ns: np.ndarray,
     *,
     total_steps: int | None = None,
+    schedule=None,
 ) -> OnlineAnalysis:
-    """Feed a recorded run through :class:`OnlineAnalysis` exactly as the Lens did.
+    """Feed a recorded run through :class:`OnlineAnalysis` as the Lens did.
 
     ``step_t_ns``: rank 0's step-end times; per tick: the step it began in, SIMO, phase key
-    and comm/compute ns (mean over ranks). The exchange cadence is the Lens's
-    (``Lens._maybe_exchange``): at a step end, when ``exchange_ticks`` ticks are pending or
-    ``signature_window // 2 + 1`` steps passed since the last exchange, all pending ticks go in
-    batches of ``exchange_ticks``; the rest at close.
+    and comm/compute ns (mean over ranks). ``schedule``: the exchange schedule rank 0
+    recorded (``exchange_schedule`` in forecast.json, run-length encoded): batches are cut
+    exactly there, so the replay evaluates the rule at the same points with the same data.
+    Past its end (a run killed before its last write) or without it, the Lens's cadence is
+    simulated from the step times (``Lens._maybe_exchange``: at a step end, when
+    ``exchange_ticks`` ticks are pending or the agreed interval passed; the interval is
+    ``exchange_seconds`` worth of steps, first ``signature_window // 2``), which matches up
+    to clock jitter around the interval's rounding.
     """
     oa = OnlineAnalysis(cfg, world_size, 0, list(op_names), live=False)
     if total_steps is not None:
         oa.total_steps = int(total_steps)
     k = cfg.exchange_ticks
-    gap = cfg.signature_window // 2 + 1
+    seconds = float(getattr(cfg, "exchange_seconds", 0.0))
+    every = max(1, cfg.signature_window // 2)
     n_ticks = len(simo)
-    through = np.searchsorted(np.asarray(tick_step), np.arange(1, len(step_t_ns) + 1), side="left")
+    t_steps = np.asarray(step_t_ns).tolist()
+    through = np.searchsorted(np.asarray(tick_step), np.arange(1, len(t_steps) + 1), side="left")
+    plan = [(s, min(t, n_ticks)) for s, t in decode_schedule(schedule)]
+    plan_end = plan[-1][0] if plan else 0
     exchanged = at_exchange = 0
 
-    def exchange(upto: int) -> None:
+    def batch(upto: int) -> None:
         nonlocal exchanged
-        while exchanged < upto:
-            b = slice(exchanged, min(exchanged + k, upto))
+        if upto > exchanged:
+            b = slice(exchanged, upto)
             oa.on_batch(simo[b], key[b], comm_ns[b], compute_ns[b], 0)
-            exchanged = b.stop
+            exchanged = upto
 
-    for i, t in enumerate(np.asarray(step_t_ns).tolist()):
+    def simulate(upto: int, s: int) -> None:
+        """All pending ticks, in Lens-sized batches; then the next interval (rank 0's)."""
+        nonlocal at_exchange, every
+        size = k if world_size > 1 else max(upto - exchanged, 1)
+        steps = s - at_exchange
+        if steps > 0:
+            dt = (t_steps[s - 1] - (t_steps[at_exchange - 1] if at_exchange else 0)) / 1e9
+            want = seconds / (dt / steps) if dt > 0 else _MAX_EXCHANGE_STEPS
+            every = int(min(max(math.ceil(want), 1), _MAX_EXCHANGE_STEPS))
+        while exchanged < upto:
+            batch(min(exchanged + size, upto))
+        at_exchange = s
+
+    i_plan = 0
+    for i, t in enumerate(t_steps):
         oa.on_step(i, int(t))
         s = i + 1
         ticks = min(int(through[i]), n_ticks)
+        if s <= plan_end:
+            while i_plan < len(plan) and plan[i_plan][0] == s:
+                batch(plan[i_plan][1])
+                i_plan += 1
+                at_exchange = s
+            continue
         pending = ticks - exchanged
-        if pending >= k or (pending and s - at_exchange >= gap):
-            exchange(ticks)
-            at_exchange = s
-    exchange(n_ticks)
+        if pending >= k or (pending and s - at_exchange >= every):
+            simulate(ticks, s)
+    # Close: the Lens exchanges what is left.
+    while i_plan < len(plan):
+        batch(plan[i_plan][1])
+        i_plan += 1
+    if exchanged < n_ticks:
+        simulate(n_ticks, len(t_steps))
     return oa

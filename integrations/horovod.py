@@ -33,26 +33,33 @@ What is recorded, once per call, on every rank:
   collective, as Horovod fuses it); for allgather/alltoall/reducescatter the local input. A
   sparse torch allreduce is two allgathers (values, indices), as Horovod issues it.
 
-How: every public Horovod op of a framework funnels into a few functions of its ``mpi_ops``
-module (torch: ``_allreduce_async`` and siblings, each returning a handle that ``synchronize``
+How: every public Horovod op of a framework funnels into a few functions (torch, in
+``mpi_ops``: ``_allreduce_async`` and siblings, each returning a handle that ``synchronize``
 or ``poll`` completes; TensorFlow: ``_allreduce``, ``_grouped_allreduce``, ``allgather``,
-``broadcast``, ...). ``attach`` replaces those functions, and ``synchronize``/``poll``, in every
-loaded ``horovod.*`` module that holds them (``horovod/torch/optimizer.py`` imports
-``synchronize`` by name, so it is patched there too). Wrapping the funnel rather than each
-public name records a collective exactly once whichever public form called it.
-``detach()`` (also done by ``close()``) restores the originals. Names a user script imported
-from Horovod *before* ``attach`` (``from horovod.torch import synchronize``) keep the original:
-the collective is still recorded, only its end is then taken at the next step boundary.
+``broadcast``, ... in ``mpi_ops`` and ``_allreduce_cond``/``_grouped_allreduce_cond``, through
+which the distributed optimizers and tapes call them). ``attach`` replaces those functions, and
+``synchronize``/``poll``, in every loaded ``horovod.*`` module that holds them
+(``horovod/torch/optimizer.py`` imports ``synchronize`` by name, so it is patched there too).
+Wrapping the funnel rather than each public name records a collective exactly once whichever
+public form called it; a wrapped call inside another records nothing more. ``detach()`` (also
+done by ``close()``) restores the originals. A name a script imported from Horovod *before*
+``attach`` (``from horovod.torch import synchronize``) keeps the original: the collective is
+still recorded, but its end is not seen (it is written as unfinished).
 
-TensorFlow graphs: inside ``tf.function`` (Keras ``fit``, ``DistributedGradientTape``, which
+TensorFlow graphs: inside ``tf.function`` (Keras ``fit``; ``DistributedGradientTape``, which
 Horovod always wraps in a ``tf.function``) Python runs only while tracing. There the adapter adds
-two ``tf.numpy_function`` ops around each Horovod op: one runs when the input is ready and
-begins the tick, one runs when the output is ready and ends it. They cost one Python call each
-(~10-30 us, taken while the executor waits on the collective anyway; measured in
-``examples/mnist``). Functions traced before ``attach`` carry no hooks; functions traced while
-attached keep recording into whichever attachment is active. Concurrent collectives in one graph
-begin in the order their inputs become ready, which may differ between ranks within a step; the
-tick count and the phase tables (``phase_key="op"``) are the same on every rank regardless.
+two ``tf.numpy_function`` ops per collective: one runs once its inputs are ready and begins the
+tick, one runs once its outputs are ready and ends it; one Python call each (~40 us of
+Python measured). Two details keep them from slowing training: they are marked independent of
+tf.function's program-order chaining of stateful ops (otherwise each collective would wait
+for the previous one to finish), and for the optimizers' gradients they sit around Horovod's
+``tf.cond`` rather than inside its branch (a branch with a stateful op turns the cond itself
+into a chained stateful op). With a custom compression or ``HOROVOD_ELASTIC`` the branch is
+hooked instead, which is slower. Functions traced before ``attach`` carry no hooks; functions
+traced while attached record into whichever attachment is active when they run. Collectives
+of one graph that become ready together begin in the order the executor runs them, which may
+differ between ranks within a step; the tick count and the phase tables (``phase_key="op"``)
+are the same on every rank regardless.
 
 Fail open: a fault in this adapter disables ailens on that rank (``lens._fault``), the Horovod
 call still happens exactly once, and every collective still counts as a tick so the ranks keep
@@ -62,6 +69,7 @@ issuing the same exchanges.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 import types
@@ -88,6 +96,10 @@ _TORCH_OPS = {
     "_grouped_reducescatter_async": "reducescatter",
 }
 _TF_OPS = {
+    # What DistributedOptimizer / DistributedGradientTape call: hooks placed around the tf.cond
+    # these build cost far less than hooks inside its branch (a stateful branch is not inlined).
+    "_allreduce_cond": "allreduce",
+    "_grouped_allreduce_cond": "allreduce",
     "_allreduce": "allreduce",
     "_grouped_allreduce": "allreduce",
     "allgather": "allgather",
@@ -102,8 +114,6 @@ _TF_OPS = {
 # The recorder currently attached, by key ("torch", "tensorflow", "tf.distribute"). TF graph
 # hooks look it up when they run, so a graph traced under one attachment records into the next.
 _active: dict[str, _Recorder] = {}
-import os as _os  # noqa: E402  TEMP experiment
-_ON_PATH = _os.environ.get("AILENS_HOOK_ON_PATH", "1") == "1"
 
 
 def attach(hvd: Any, *, optimizer: Any = None, **config: Any) -> HorovodLens:
@@ -141,6 +151,7 @@ class _Recorder:
         self._lock = threading.Lock()  # TF graph hooks run on executor threads
         self._bypass = False  # set while the Lens exchanges (that collective is not recorded)
         self._graph_failed = False
+        self._local = threading.local()  # depth > 0: inside a recorded call (record it once)
 
     def _begin(self, op: str, nbytes_of: Callable[[], int]) -> int:
         """Begin a tick. Never raises; a tick is always counted so ranks stay in step."""
@@ -164,11 +175,12 @@ class _Recorder:
             except Exception as e:  # noqa: BLE001
                 self.lens._fault(e)
 
-    def _tf_call(self, tf, real, op: str, payload, args, kwargs):
+    def _tf_call(self, tf, real, op: str, payload, args, kwargs, float_size: int | None = None):
         """Call a TF collective once, recorded: directly when eager, by graph hooks when
-        traced inside tf.function."""
+        traced inside tf.function. ``float_size``: bytes per element moved for floating
+        tensors when the collective compresses them (fp16)."""
         if tf.executing_eagerly():
-            tick = self._begin(op, lambda: _tf_static_nbytes(payload))
+            tick = self._begin(op, lambda: _tf_static_nbytes(payload, float_size))
             try:
                 return real(*args, **kwargs)
             finally:
@@ -176,20 +188,18 @@ class _Recorder:
         # Building the hooks is deterministic, so a failure here fails the same way on every
         # rank: then the op runs unhooked everywhere and tick counts still agree.
         try:
-            tick = _tf_begin_op(tf, self.key, op, payload)
+            tick = _tf_begin_op(tf, self.key, op, payload, float_size)
         except Exception as e:  # noqa: BLE001
             self._graph_warn(e)
             return real(*args, **kwargs)
-        if _ON_PATH:
-            with tf.control_dependencies([tick]):
-                out = real(*args, **kwargs)
-        else:
+        with tf.control_dependencies([tick]):
             out = real(*args, **kwargs)
         try:
             outs = [t for t in tf.nest.flatten(out) if isinstance(t, tf.Tensor)]
             with tf.control_dependencies(outs):
-                tf.numpy_function(lambda t, _key=self.key: _tf_end_hook(_key, t), [tick],
-                                  tf.int64, stateful=True, name="ailens_end")
+                end = tf.numpy_function(lambda t, _key=self.key: _tf_end_hook(_key, t), [tick],
+                                        tf.int64, stateful=True, name="ailens_end")
+            _run_independently(tf, end)
         except Exception as e:  # noqa: BLE001
             self._graph_warn(e)
         return out
@@ -328,9 +338,9 @@ class HorovodLens(_Recorder):
         table = _TORCH_OPS if self.kind == "torch" else _TF_OPS
         wrappers: dict[int, tuple[Any, Any]] = {}
         for name, op in table.items():
-            real = getattr(ops, name, None)
+            real = getattr(ops, name, None) or getattr(self.hvd, name, None)
             if real is None:  # another Horovod version: record what exists
-                log.info("ailens: horovod.%s.mpi_ops.%s not found; not recorded", self.kind, name)
+                log.info("ailens: horovod.%s has no %s; not recorded", self.kind, name)
                 continue
             wrap = self._wrap_async(real, op) if self.kind == "torch" else self._wrap_tf(real, op)
             wrappers[id(real)] = (real, wrap)
@@ -416,15 +426,27 @@ class HorovodLens(_Recorder):
         import tensorflow as tf
 
         def wrapper(*args, **kwargs):
-            if self._bypass or _active.get(self.key) is not self:
+            nested = getattr(self._local, "depth", 0)
+            if self._bypass or nested or _active.get(self.key) is not self:
                 return real(*args, **kwargs)
             try:
                 payload = _payload(args, kwargs)
-            except TypeError:  # an unexpected signature: the same on every rank
+                float_size = None
+                if real.__name__.endswith("_cond"):
+                    ok, float_size = _record_at_cond(kwargs)
+                    if not ok:
+                        return real(*args, **kwargs)  # the ops inside record themselves, if run
+            except Exception:  # noqa: BLE001 - an unexpected signature: the same on every rank
                 return real(*args, **kwargs)
-            return self._tf_call(tf, real, op, payload, args, kwargs)
+            self._local.depth = 1
+            try:
+                return self._tf_call(tf, real, op, payload, args, kwargs, float_size)
+            finally:
+                self._local.depth = 0
 
-        return _named_like(wrapper, real)
+        # AutoGraph would otherwise convert the wrapper (and what it calls) while tracing:
+        # seconds of extra tracing for code that has no tensor-dependent Python control flow.
+        return tf.autograph.experimental.do_not_convert(_named_like(wrapper, real))
 
 
 # ---------------------------------------------------------------- helpers
@@ -447,23 +469,53 @@ def _payload(args: tuple, kwargs: dict):
     raise TypeError("no tensor argument")
 
 
+def _record_at_cond(kwargs: dict) -> tuple[bool, int | None]:
+    """Whether to record Horovod's ``_allreduce_cond`` as a whole, and the bytes per element
+    of floating tensors it moves (None: their own). Only when its allreduce branch surely runs
+    (known while tracing outside elastic mode) and the compression is a built-in one; otherwise
+    the ops in the branch record themselves when they run (hooks inside a tf.cond branch make
+    TF run those conds in program order, so this is the slower path)."""
+    from horovod.tensorflow import global_process_set
+    from horovod.tensorflow.compression import Compression
+
+    compression = kwargs.get("compression", Compression.none)
+    if compression is not Compression.none and compression is not Compression.fp16:
+        return False, None
+    if os.environ.get("HOROVOD_ELASTIC", "0") not in ("", "0"):
+        return False, None
+    ps = kwargs.get("process_set", global_process_set)
+    return bool(ps.included() and ps.size() > 1), 2 if compression is Compression.fp16 else None
+
+
 def _torch_nbytes(x) -> int:
     if isinstance(x, (list, tuple)):
         return sum(_torch_nbytes(t) for t in x)
     return int(x.numel()) * int(x.element_size())
 
 
-def _tf_static_nbytes(x) -> int:
+def _tf_itemsize(t, float_size: int | None) -> int:
+    dtype = getattr(t, "dtype", None)
+    if dtype is None:
+        return 0
+    return float_size if float_size and dtype.is_floating else int(dtype.size)
+
+
+def _tf_static_nbytes(x, float_size: int | None = None) -> int:
     if isinstance(x, (list, tuple)):
-        return sum(_tf_static_nbytes(t) for t in x)
-    return int(x.shape.num_elements()) * int(x.dtype.size)
+        return sum(_tf_static_nbytes(t, float_size) for t in x)
+    if hasattr(x, "indices") and hasattr(x, "values"):  # tf.IndexedSlices
+        return _tf_static_nbytes([x.values, x.indices], float_size)
+    return int(x.shape.num_elements()) * _tf_itemsize(x, float_size)
 
 
-def _tf_begin_op(tf, key: str, op: str, payload):
+def _tf_begin_op(tf, key: str, op: str, payload, float_size: int | None = None):
     """A numpy_function op that begins the tick once every input tensor is ready."""
-    items = list(payload) if isinstance(payload, (list, tuple)) else [payload]
+    items = []
+    for t in payload if isinstance(payload, (list, tuple)) else [payload]:
+        # A sparse gradient moves as two allgathers: its values and its indices.
+        items += [t.values, t.indices] if isinstance(t, tf.IndexedSlices) else [t]
     graph = tf.compat.v1.get_default_graph()
-    deps, nbytes = [], tf.constant(0, tf.int64)
+    deps, static, dynamic = [], 0, []
     for t in items:
         if isinstance(t, tf.Tensor):
             # An outer tensor (e.g. inside a tf.cond branch) must be captured into this
@@ -471,12 +523,31 @@ def _tf_begin_op(tf, key: str, op: str, payload):
             if t.graph is not graph and hasattr(graph, "capture"):
                 t = graph.capture(t)
             deps.append(t)
-        n = t.shape.num_elements()
-        size = int(t.dtype.size) if hasattr(t, "dtype") else 0
-        nbytes += n * size if n is not None else tf.size(t, out_type=tf.int64) * size
+        n, size = t.shape.num_elements(), _tf_itemsize(t, float_size)
+        if n is not None:
+            static += n * size
+        else:
+            dynamic.append(tf.size(t, out_type=tf.int64) * size)
+    nbytes = tf.add_n([tf.constant(static, tf.int64), *dynamic])
     with tf.control_dependencies(deps):
-        return tf.numpy_function(lambda n, _key=key, _op=op: _tf_begin_hook(_key, _op, n),
+        tick = tf.numpy_function(lambda n, _key=key, _op=op: _tf_begin_hook(_key, _op, n),
                                  [nbytes], tf.int64, stateful=True, name="ailens_begin")
+    _run_independently(tf, tick)
+    return tick
+
+
+def _run_independently(tf, tensor) -> None:
+    """Exempt a hook from tf.function's program-order chaining of stateful ops.
+
+    tf.function makes every stateful op without resource inputs wait for the previous one. A
+    hook is stateful (it must not be pruned or folded), so without this the end hook of one
+    collective would hold back the begin hook, hence the start, of the next: Horovod's
+    collectives, stateless and free to overlap and fuse, would run one after another. An
+    independent op still runs before the function returns.
+    """
+    manager = getattr(tf.compat.v1.get_default_graph(), "experimental_acd_manager", None)
+    if manager is not None:
+        manager.run_independently(tensor.op)
 
 
 def _tf_begin_hook(key: str, op: str, nbytes) -> np.int64:

@@ -46,7 +46,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 from typing import Any
 
 from ailens import Lens
@@ -190,7 +189,6 @@ class _StrategyRecorder(_Recorder):
         super().__init__("tf.distribute")
         self.strategy = strategy
         self._ext = strategy.extended
-        self._local = threading.local()  # depth: the outermost funnel call records
         self._patched: list[str] = []
 
     def attach(self) -> None:
@@ -230,7 +228,7 @@ class _StrategyRecorder(_Recorder):
             finally:
                 self._local.depth = 0
 
-        return wrapper
+        return tf.autograph.experimental.do_not_convert(wrapper)
 
     def _local_tensors(self, tf, name: str, args, kwargs) -> list:
         """This worker's part of the value being reduced, as a list of tensors."""

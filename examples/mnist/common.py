@@ -12,7 +12,7 @@ def parse_args(framework: str) -> argparse.Namespace:
     p.add_argument("--run-dir", default="runs/mnist")
     p.add_argument("--no-lens", action="store_true", help="train without ailens")
     p.add_argument("--early-stop", action="store_true", help="stop once the signature is ready")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=32, help="per rank")
     p.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the rank count")
     p.add_argument("--idx-dir", default=None, help="directory with the MNIST IDX files")
