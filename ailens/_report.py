@@ -241,6 +241,8 @@ def format_forecast(a) -> str:
     f = a.forecast
     if f is None or f.predicted_total_s is None:
         return NO_FORECAST + (" See the warnings." if a.warnings else "")
+    if f.signature_step is None and f.actual_total_s:
+        return _forecast_without_signature(f)
     line = f"Predicted total time  {fmt_s(f.predicted_total_s)}"
     if f.interval_s is not None:
         lo, hi = f.interval_s
@@ -265,6 +267,26 @@ def format_forecast(a) -> str:
         lines.append(f"Actual total time     {fmt_s(f.actual_total_s)}  (error {err:+.1f}%{where})")
     else:
         lines.append("Actual total time     unknown (the run has not finished)")
+    return "\n".join(lines)
+
+
+def _forecast_without_signature(f) -> str:
+    """A finished run whose signature never converged: no early forecast to claim; show how
+    the live forecast fared at about a tenth of the run instead."""
+    lines = [
+        "Predicted total time  no early forecast: the signature was not reached",
+        "Signature ready at    not reached (per-step time or phases still moving)",
+        f"Actual total time     {fmt_s(f.actual_total_s)}",
+    ]
+    total = f.total_steps or 0
+    early = [(st, p) for st, p in (f.history or []) if total and 0.1 * total <= st < total and p]
+    if early:
+        st, pred = early[0]
+        err = 100 * (pred - f.actual_total_s) / f.actual_total_s
+        lines.append(
+            f"Live forecast         {fmt_s(pred)} at step {st} ({100 * st / total:.0f}% of the run), "
+            f"error {err:+.1f}%"
+        )
     return "\n".join(lines)
 
 

@@ -471,8 +471,11 @@ def test_early_stop_in_one_process_forecasts_the_full_run(tmp_path):
     assert (
         doc["total_steps"] == 2000 and doc["steps_done"] == done and doc["actual_total_s"] is None
     )
-    # A forecast for all 2000 steps, far beyond the time actually run.
-    assert doc["predicted_total_s"] > 5 * doc["elapsed_s"]
+    # A forecast for all 2000 steps: the steps not run are in it (step time from the same
+    # document, so the check holds however loaded the machine is).
+    remaining = (2000 - done) * doc["step_time_s"]
+    assert doc["predicted_total_s"] > doc["elapsed_s"] + 0.5 * remaining
+    assert done < 1000
     assert doc["signature_fraction"] == doc["signature_step"] / 2000
 
 
