@@ -11,17 +11,27 @@ __version__ = "0.1.0"
 
 from ._config import LensConfig  # noqa: E402
 from ._lens import Lens, detect_rank_world  # noqa: E402
-from ._trace import Run, RankTrace, TraceError, load_run  # noqa: E402
+from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
 
-__all__ = ["Lens", "LensConfig", "Run", "RankTrace", "TraceError", "load_run", "lens", "detect_rank_world", "__version__"]
+__all__ = [
+    "Lens",
+    "LensConfig",
+    "Run",
+    "RankTrace",
+    "TraceError",
+    "load_run",
+    "lens",
+    "detect_rank_world",
+    "__version__",
+]
 
 
 def lens(**settings) -> Lens:
     """A Lens for a plain training loop; use it as a context manager::
 
-        with ailens.lens(run_dir="runs/demo") as lens:
-            for step in range(steps):
-                lens.collective_begin("allreduce", grad.nbytes); allreduce(grad); lens.collective_end()
-                lens.step_end()
+    with ailens.lens(run_dir="runs/demo") as lens:
+        for step in range(steps):
+            lens.collective_begin("allreduce", grad.nbytes); allreduce(grad); lens.collective_end()
+            lens.step_end()
     """
     return Lens(**settings)

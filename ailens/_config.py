@@ -18,7 +18,9 @@ class LensConfig:
     ``run_dir`` defaults to ``$AILENS_RUN_DIR`` or ``./ailens-run``.
     """
 
-    run_dir: Path = field(default_factory=lambda: Path(os.environ.get("AILENS_RUN_DIR", "ailens-run")))
+    run_dir: Path = field(
+        default_factory=lambda: Path(os.environ.get("AILENS_RUN_DIR", "ailens-run"))
+    )
     counter: str = "auto"
     # Events per flushed chunk: a killed rank loses at most this many events.
     chunk_events: int = 4096
@@ -50,14 +52,18 @@ class LensConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "run_dir", Path(self.run_dir))
         if self.counter not in COUNTER_CHOICES:
-            raise ValueError(f"counter={self.counter!r}: choose one of {', '.join(COUNTER_CHOICES)}")
+            raise ValueError(
+                f"counter={self.counter!r}: choose one of {', '.join(COUNTER_CHOICES)}"
+            )
         if self.phase_key not in PHASE_KEYS:
             raise ValueError(f"phase_key={self.phase_key!r}: choose one of {', '.join(PHASE_KEYS)}")
         for name in ("chunk_events", "exchange_ticks", "signature_window", "signature_min_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.exchange_ticks > 1 << 16:
-            raise ValueError(f"exchange_ticks must be <= 65536 (payload size), got {self.exchange_ticks}")
+            raise ValueError(
+                f"exchange_ticks must be <= 65536 (payload size), got {self.exchange_ticks}"
+            )
         if self.exchange_seconds < 0:
             raise ValueError(f"exchange_seconds must be >= 0, got {self.exchange_seconds}")
         if self.tolerance < 0:

@@ -94,7 +94,9 @@ class Lens:
         exchange: Exchange | None = None,
         **settings,
     ) -> None:
-        self.config = cfg = (config or LensConfig()).replace(**settings) if settings else (config or LensConfig())
+        self.config = cfg = (
+            (config or LensConfig()).replace(**settings) if settings else (config or LensConfig())
+        )
         env_rank, env_world = detect_rank_world()
         self.rank = env_rank if rank is None else int(rank)
         self.world_size = env_world if world_size is None else int(world_size)
@@ -104,9 +106,9 @@ class Lens:
         self.disabled: str | None = None
         self.closed = False
         self._stop_agreed = False
-        self._ticks = 0          # collectives begun (counted even when disabled)
-        self._steps = 0          # step_end calls (counted even when disabled)
-        self._exchanged = 0      # ticks already sent through the exchange
+        self._ticks = 0  # collectives begun (counted even when disabled)
+        self._steps = 0  # step_end calls (counted even when disabled)
+        self._exchanged = 0  # ticks already sent through the exchange
         self._steps_at_exchange = 0
         self._t_at_exchange = time.perf_counter_ns()
         # Steps between exchanges until rank 0 has timed a few steps and proposes its own.
@@ -157,17 +159,18 @@ class Lens:
         self._alloc_buffers(cfg.chunk_events)
         self._op_ids: dict[str, int] = {}
         self._op_names: list[str] = []
-        self._mark = self._work0           # counter value at the last collective event
-        self._oldest_open = 0              # lowest tick whose end has not been seen
-        self._base = 0                     # tick number of buffer row 0
-        self._n = 0                        # rows used in the buffer
-        self._pending = _PendingTicks()    # per-tick summaries not yet exchanged
-        self._max_end = 0                  # latest t_end seen, for the comm/compute partition
-        self._summ_row = 0                 # buffer rows [0, _summ_row) are in _pending
+        self._mark = self._work0  # counter value at the last collective event
+        self._oldest_open = 0  # lowest tick whose end has not been seen
+        self._base = 0  # tick number of buffer row 0
+        self._n = 0  # rows used in the buffer
+        self._pending = _PendingTicks()  # per-tick summaries not yet exchanged
+        self._max_end = 0  # latest t_end seen, for the comm/compute partition
+        self._summ_row = 0  # buffer rows [0, _summ_row) are in _pending
         self._last_flush = time.monotonic()
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, self._op_names)
-        self._writer = _WriterThread(self.run_dir, self.rank, self.meta, self._fault_from_writer,
-                                     self._disk_trouble)
+        self._writer = _WriterThread(
+            self.run_dir, self.rank, self.meta, self._fault_from_writer, self._disk_trouble
+        )
         self._install_fault_injection()
         atexit.register(self._atexit)
 
@@ -294,7 +297,14 @@ class Lens:
         self._s_work = array("q")
 
     def _grow(self) -> None:
-        for col in (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work):
+        for col in (
+            self._c_op,
+            self._c_step,
+            self._c_nbytes,
+            self._c_begin,
+            self._c_end,
+            self._c_work,
+        ):
             col.extend(col)  # contents past _n are don't-care
         self._cap *= 2
 
@@ -346,7 +356,14 @@ class Lens:
             self._summarise_upto(stop)
             self._writer.put_events(self._columns(stop))
             keep = n - stop
-            for col in (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work):
+            for col in (
+                self._c_op,
+                self._c_step,
+                self._c_nbytes,
+                self._c_begin,
+                self._c_end,
+                self._c_work,
+            ):
                 if keep:
                     col[:keep] = col[stop:n]
             self._base += stop
@@ -427,7 +444,11 @@ class Lens:
         with the same payload size.
         """
         # Without a cross-rank exchange no padding is needed: one batch of everything.
-        k = self.config.exchange_ticks if self._exchange_fn is not None else self._ticks - self._exchanged
+        k = (
+            self.config.exchange_ticks
+            if self._exchange_fn is not None
+            else self._ticks - self._exchanged
+        )
         while self._exchanged < self._ticks:
             n = min(k, self._ticks - self._exchanged)
             payload = np.zeros(_HEAD + 3 * k, dtype=np.int64)
@@ -439,7 +460,9 @@ class Lens:
                     payload[_HEAD : _HEAD + n] = batch[0]
                     payload[_HEAD + k : _HEAD + k + n] = batch[2]
                     payload[_HEAD + 2 * k : _HEAD + 2 * k + n] = batch[3]
-                    payload[2] = int(self.config.early_stop and self.rank == 0 and self.online.signature_ready)
+                    payload[2] = int(
+                        self.config.early_stop and self.rank == 0 and self.online.signature_ready
+                    )
                     payload[3] = self._propose_interval()
                 except Exception as e:  # noqa: BLE001
                     self._fault(e)
@@ -500,9 +523,11 @@ class Lens:
         self.disabled = f"{type(exc).__name__}: {exc}"
         # An unusable run directory is not a bug in ailens: say so, without a traceback.
         log.warning(
-            "ailens: %s on rank %d, instrumentation disabled on this rank; training "
-            "continues (%s)", "cannot write to the run directory" if disk else "internal error",
-            self.rank, self.disabled, exc_info=None if disk else exc,
+            "ailens: %s on rank %d, instrumentation disabled on this rank; training continues (%s)",
+            "cannot write to the run directory" if disk else "internal error",
+            self.rank,
+            self.disabled,
+            exc_info=None if disk else exc,
         )
         self._install_disabled_methods()
         if self._writer is None:
@@ -518,8 +543,12 @@ class Lens:
         # Runs on the writer thread: only mark disabled; the training thread owns the buffers.
         if self.disabled is None:
             self.disabled = f"trace file {self._writer.path}: {type(exc).__name__}: {exc}"
-            log.warning("ailens: cannot write the trace on rank %d, instrumentation disabled on "
-                        "this rank; training continues (%s)", self.rank, self.disabled)
+            log.warning(
+                "ailens: cannot write the trace on rank %d, instrumentation disabled on "
+                "this rank; training continues (%s)",
+                self.rank,
+                self.disabled,
+            )
             self._install_disabled_methods()
 
     def _disk_trouble(self, message: str) -> None:
@@ -558,7 +587,9 @@ class Lens:
         def faulty_end(tick: int | None = None) -> None:
             if self._ticks > at:
                 try:
-                    raise RuntimeError(f"injected fault at tick {self._ticks} (AILENS_INJECT_FAULT)")
+                    raise RuntimeError(
+                        f"injected fault at tick {self._ticks} (AILENS_INJECT_FAULT)"
+                    )
                 except RuntimeError as e:
                     self._fault(e)
                 return
@@ -683,9 +714,11 @@ class _WriterThread:
                     raise
                 if not self._refused:
                     self._refused = True
-                    self._on_disk(f"cannot write the trace {self.path} ({e}); keeping up to "
-                                  f"{_BACKLOG_BYTES >> 20} MiB of it in memory and retrying; "
-                                  "training continues")
+                    self._on_disk(
+                        f"cannot write the trace {self.path} ({e}); keeping up to "
+                        f"{_BACKLOG_BYTES >> 20} MiB of it in memory and retrying; "
+                        "training continues"
+                    )
                 return
             self.backlog_bytes -= len(self._backlog.popleft()[1])
         if self._refused:

@@ -284,8 +284,8 @@ def _forecast_without_signature(f) -> str:
         st, pred = early[0]
         err = 100 * (pred - f.actual_total_s) / f.actual_total_s
         lines.append(
-            f"Live forecast         {fmt_s(pred)} at step {st} ({100 * st / total:.0f}% of the run), "
-            f"error {err:+.1f}%"
+            f"Live forecast         {fmt_s(pred)} at step {st} "
+            f"({100 * st / total:.0f}% of the run), error {err:+.1f}%"
         )
     return "\n".join(lines)
 

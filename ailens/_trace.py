@@ -113,7 +113,13 @@ def encode_json(tag: bytes, obj) -> bytes:
 
 def encode_header(meta: dict) -> bytes:
     body = json.dumps(meta, separators=(",", ":"), sort_keys=True).encode()
-    return MAGIC + _U32.pack(FORMAT_VERSION) + _U32.pack(len(body)) + body + _U32.pack(zlib.crc32(body))
+    return (
+        MAGIC
+        + _U32.pack(FORMAT_VERSION)
+        + _U32.pack(len(body))
+        + body
+        + _U32.pack(zlib.crc32(body))
+    )
 
 
 class TraceWriter:
@@ -203,7 +209,9 @@ def _decompress(path: Path, offset: int, payload: bytes, expected: int) -> bytes
     except zlib.error as e:
         raise TraceError(f"{path}: chunk at byte {offset} does not decompress ({e})") from None
     if len(raw) != expected or not d.eof:
-        raise TraceError(f"{path}: chunk at byte {offset} holds {len(raw)} bytes, expected {expected}")
+        raise TraceError(
+            f"{path}: chunk at byte {offset} holds {len(raw)} bytes, expected {expected}"
+        )
     return raw
 
 
@@ -212,7 +220,9 @@ def _columns(raw: bytes, spec, rows: int) -> dict[str, np.ndarray]:
     for name, dt in spec:
         dtype = np.dtype(dt)
         size = dtype.itemsize * rows
-        out[name] = np.frombuffer(raw, dtype=dtype, count=rows, offset=pos).astype(dtype.newbyteorder("="))
+        out[name] = np.frombuffer(raw, dtype=dtype, count=rows, offset=pos).astype(
+            dtype.newbyteorder("=")
+        )
         pos += size
     return out
 
@@ -260,8 +270,9 @@ def _read_header(path: Path, data: bytes) -> tuple[dict, int]:
         or not isinstance(meta.get("config", {}), dict)
         or type(meta.get("start_wall_ns", 0)) is not int
     ):
-        raise TraceError(f"{path}: header fields counter/run_id/config/start_wall_ns have the "
-                         "wrong types")
+        raise TraceError(
+            f"{path}: header fields counter/run_id/config/start_wall_ns have the wrong types"
+        )
     return meta, pos + meta_len + 4
 
 
@@ -296,7 +307,9 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
         row_bytes = {b"EVTS": EVENT_ROW_BYTES, b"STEP": STEP_ROW_BYTES}.get(tag, 0)
         bomb = rows * row_bytes > MAX_EXPANSION * plen + 4096
         if rows > MAX_CHUNK_ROWS or plen > MAX_PAYLOAD_BYTES or bomb:
-            problems.append(f"chunk at byte {pos} declares {rows} rows / {plen} bytes, over the limits")
+            problems.append(
+                f"chunk at byte {pos} declares {rows} rows / {plen} bytes, over the limits"
+            )
             break
         if start + plen > len(data):
             problems.append(f"last chunk at byte {pos} is cut short (writer was killed?)")
@@ -317,12 +330,22 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
                     raise TraceError(f"{path}: chunk at byte {pos} uses an op id with no name")
                 events.append(cols)
             elif tag == b"STEP":
-                steps.append(_columns(_decompress(path, pos, payload, rows * STEP_ROW_BYTES), STEP_COLUMNS, rows))
+                steps.append(
+                    _columns(
+                        _decompress(path, pos, payload, rows * STEP_ROW_BYTES), STEP_COLUMNS, rows
+                    )
+                )
             else:
                 obj = _json(_decompress_json(path, pos, payload))
                 if tag == b"OPS ":
-                    if not isinstance(obj, list) or len(obj) > MAX_OPS or not all(isinstance(s, str) for s in obj):
-                        raise TraceError(f"{path}: op-name chunk at byte {pos} is not a list of names")
+                    if (
+                        not isinstance(obj, list)
+                        or len(obj) > MAX_OPS
+                        or not all(isinstance(s, str) for s in obj)
+                    ):
+                        raise TraceError(
+                            f"{path}: op-name chunk at byte {pos} is not a list of names"
+                        )
                     ops = obj
                 elif isinstance(obj, dict):
                     info = obj
@@ -338,8 +361,12 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
         problems.append(f"closed, but {info['trace_incomplete']}")
     complete = not problems and bool(info.get("closed"))
     if not problems and not info.get("closed"):
-        problems.append("no closing record: the rank did not call close() (killed or still running)")
-    return RankTrace(path, meta, tuple(ops), ev, _concat(steps, STEP_COLUMNS), info, complete, tuple(problems))
+        problems.append(
+            "no closing record: the rank did not call close() (killed or still running)"
+        )
+    return RankTrace(
+        path, meta, tuple(ops), ev, _concat(steps, STEP_COLUMNS), info, complete, tuple(problems)
+    )
 
 
 def _read_regular_file(path: Path) -> bytes:
@@ -374,7 +401,9 @@ def _decompress_json(path: Path, offset: int, payload: bytes) -> str:
     except zlib.error as e:
         raise TraceError(f"{path}: chunk at byte {offset} does not decompress ({e})") from None
     if len(raw) > MAX_META_BYTES:
-        raise TraceError(f"{path}: JSON chunk at byte {offset} is larger than {MAX_META_BYTES} bytes")
+        raise TraceError(
+            f"{path}: JSON chunk at byte {offset} is larger than {MAX_META_BYTES} bytes"
+        )
     return raw.decode()
 
 
@@ -427,7 +456,9 @@ def load_run(path: str | os.PathLike) -> Run:
     elif path.is_dir():
         files = sorted(path.glob(TRACE_GLOB))
         if not files:
-            raise TraceError(f"{path}: no {TRACE_GLOB} trace files here; is this an ailens run directory?")
+            raise TraceError(
+                f"{path}: no {TRACE_GLOB} trace files here; is this an ailens run directory?"
+            )
     else:
         raise TraceError(f"{path}: no such run directory")
     traces, unreadable = [], []
@@ -446,8 +477,9 @@ def load_run(path: str | os.PathLike) -> Run:
         for key in _MUST_AGREE:
             if t.meta.get(key) != first.meta.get(key):
                 raise TraceError(
-                    f"{t.path}: {key}={t.meta.get(key)!r} but {first.path.name} has {first.meta.get(key)!r}; "
-                    "the files come from different runs — move the stray file out or use a fresh run directory"
+                    f"{t.path}: {key}={t.meta.get(key)!r} but {first.path.name} has "
+                    f"{first.meta.get(key)!r}; the files come from different runs — move the "
+                    "stray file out or use a fresh run directory"
                 )
         if t.rank == prev.rank:
             raise TraceError(f"{t.path}: a second trace for rank {t.rank}")

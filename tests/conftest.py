@@ -16,17 +16,28 @@ def venv_tool(name: str) -> str | None:
     return str(path) if path.exists() else shutil.which(name) if name != "mpiexec" else None
 
 
-def run_ranks(cmd: list[str], *, timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_ranks(
+    cmd: list[str], *, timeout: float = 120, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run a launcher command with a hard timeout; the whole process group dies on timeout."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env, start_new_session=True, cwd=REPO)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=full_env,
+        start_new_session=True,
+        cwd=REPO,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, 9)
         out, err = proc.communicate()
-        pytest.fail(f"{cmd[0]} timed out after {timeout}s (a rank hung)\nstdout:\n{out}\nstderr:\n{err}")
+        pytest.fail(
+            f"{cmd[0]} timed out after {timeout}s (a rank hung)\nstdout:\n{out}\nstderr:\n{err}"
+        )
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 

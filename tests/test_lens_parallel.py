@@ -5,17 +5,27 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import REPO, mpiexec, run_ranks
 
 from ailens import load_run
 from ailens.phases import assign, simo
-from conftest import REPO, mpiexec, run_ranks
 
 pytestmark = pytest.mark.parallel
 
 
 def test_ranks_with_different_work_hold_identical_phase_tables(tmp_path):
-    out = run_ranks([mpiexec(), "-n", "2", sys.executable, str(REPO / "tests/parallel/plain_lens_mpi.py"),
-                     str(tmp_path), "40"], timeout=120)
+    out = run_ranks(
+        [
+            mpiexec(),
+            "-n",
+            "2",
+            sys.executable,
+            str(REPO / "tests/parallel/plain_lens_mpi.py"),
+            str(tmp_path),
+            "40",
+        ],
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     tables = [json.loads((tmp_path / f"table-{r}.json").read_text()) for r in (0, 1)]
     assert sorted(t["rank"] for t in tables) == [0, 1]

@@ -36,12 +36,24 @@ torch.set_num_threads(1)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                          torch.nn.ReLU(), torch.nn.Linear(64, 4))
+net = torch.nn.Sequential(
+    torch.nn.Linear(16, 64),
+    torch.nn.ReLU(),
+    torch.nn.Linear(64, 64),
+    torch.nn.ReLU(),
+    torch.nn.Linear(64, 4),
+)
 model = DDP(net, bucket_cap_mb=0.01)  # a few buckets per step
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
-handle = attach(model, opt, run_dir=run_dir, chunk_events=CHUNK, exchange_ticks=16, exchange_seconds=0,
-                framework="fault-kill-torch")
+handle = attach(
+    model,
+    opt,
+    run_dir=run_dir,
+    chunk_events=CHUNK,
+    exchange_ticks=16,
+    exchange_seconds=0,
+    framework="fault-kill-torch",
+)
 lens = handle.lens
 path = os.path.join(run_dir, f"rank-{rank:05d}.ailens")
 gen = torch.Generator().manual_seed(100 + rank)
@@ -73,14 +85,35 @@ for step in range(WINDOW, WINDOW + LOCAL):
         # Rows handed to the writer so far (the Lens' own counter; a test peeks at it).
         flushed, on_disk = lens._base, disk_events()
         if on_disk >= flushed:
-            print("KILL " + json.dumps({"rank": 1, "ticks": lens.ticks, "on_disk": on_disk,
-                                        "flushed": flushed, "step": step,
-                                        "exchanged": lens._exchanged}), flush=True)
+            print(
+                "KILL "
+                + json.dumps(
+                    {
+                        "rank": 1,
+                        "ticks": lens.ticks,
+                        "on_disk": on_disk,
+                        "flushed": flushed,
+                        "step": step,
+                        "exchanged": lens._exchanged,
+                    }
+                ),
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGKILL)
 
 handle.close()  # nothing left to exchange, so no collective with the dead rank
-print("DONE " + json.dumps({"rank": rank, "ticks": lens.ticks, "steps": lens.steps,
-                            "disabled": lens.disabled, "exchanged": lens._exchanged}),
-      flush=True)
+print(
+    "DONE "
+    + json.dumps(
+        {
+            "rank": rank,
+            "ticks": lens.ticks,
+            "steps": lens.steps,
+            "disabled": lens.disabled,
+            "exchanged": lens._exchanged,
+        }
+    ),
+    flush=True,
+)
 del model  # before destroy_process_group, or gloo may abort at exit
 dist.destroy_process_group()

@@ -19,11 +19,17 @@ def exchange(a: np.ndarray) -> np.ndarray:
 
 
 run_dir, steps = sys.argv[1], int(sys.argv[2])
-lens = ailens.Lens(run_dir=run_dir, rank=comm.rank, world_size=comm.size, exchange=exchange,
-                   exchange_ticks=16, framework="mpi4py-plain")
+lens = ailens.Lens(
+    run_dir=run_dir,
+    rank=comm.rank,
+    world_size=comm.size,
+    exchange=exchange,
+    exchange_ticks=16,
+    framework="mpi4py-plain",
+)
 rng = np.random.default_rng(comm.rank)
 grad = np.zeros(1000)
-for step in range(steps):
+for _ in range(steps):
     # Forward-ish work differs per rank (rank 1 does ~3x more), then two allreduces.
     for size, scale in ((1000, 1), (200, 20)):
         x = rng.random(size * (1 + 2 * comm.rank) * scale)
@@ -36,8 +42,14 @@ lens.close()
 table = lens.online.table().to_dict()
 # One file per rank: mpiexec may interleave the ranks' stdout lines.
 with open(f"{run_dir}/table-{comm.rank}.json", "w") as f:
-    json.dump({"rank": comm.rank, "ticks": lens.ticks,
-                           "ids": [p["id"] for p in table["phases"]],
-                           "weights": [p["weight"] for p in table["phases"]],
-                           "simo": [p["simo"] for p in table["phases"]],
-                           "time": [round(p["time_per_occurrence_s"], 12) for p in table["phases"]]}, f)
+    json.dump(
+        {
+            "rank": comm.rank,
+            "ticks": lens.ticks,
+            "ids": [p["id"] for p in table["phases"]],
+            "weights": [p["weight"] for p in table["phases"]],
+            "simo": [p["simo"] for p in table["phases"]],
+            "time": [round(p["time_per_occurrence_s"], 12) for p in table["phases"]],
+        },
+        f,
+    )
