@@ -78,7 +78,7 @@ from typing import Any
 
 import numpy as np
 
-from ailens import Lens
+from ailens import Lens, LensConfig
 
 log = logging.getLogger("ailens")
 
@@ -96,8 +96,9 @@ _TORCH_OPS = {
     "_grouped_reducescatter_async": "reducescatter",
 }
 _TF_OPS = {
-    # What DistributedOptimizer / DistributedGradientTape call: hooks placed around the tf.cond
-    # these build cost far less than hooks inside its branch (a stateful branch is not inlined).
+    # What DistributedOptimizer / DistributedGradientTape call. Hooks around the tf.cond these
+    # build, not inside its branch: a branch holding a stateful op makes the cond itself
+    # stateful, and tf.function runs stateful ops in program order (collectives serialised).
     "_allreduce_cond": "allreduce",
     "_grouped_allreduce_cond": "allreduce",
     "_allreduce": "allreduce",
@@ -249,7 +250,7 @@ class HorovodLens(_Recorder):
         return self.lens.should_stop
 
     def step_end(self) -> None:
-        """Mark the end of a training step (called by the optimizer hook when one was given)."""
+        """Mark the end of a training step (done by ``optimizer.step()`` when one was given)."""
         try:
             self.lens.step_end()
         except Exception as e:  # noqa: BLE001
@@ -264,7 +265,7 @@ class HorovodLens(_Recorder):
         self.detach()
 
     def detach(self) -> None:
-        """Restore Horovod's own functions and remove the optimizer hook. Idempotent."""
+        """Restore Horovod's own functions and the optimizer's ``step``. Idempotent."""
         self._uninstall()
         opt, self._optimizer = self._optimizer, None
         if opt is not None and opt.__dict__.get("step") is self._bound_step:
@@ -314,7 +315,13 @@ class HorovodLens(_Recorder):
             return Lens(rank=0, world_size=1, **{**config, "enabled": False})
         backend = "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else ""
         settings = {"framework": f"horovod.{self.kind}", "backend": backend, **config}
-        return Lens(rank=rank, world_size=size, exchange=self._exchange, **settings)
+        LensConfig(**settings)  # a misspelt or invalid setting fails here, at the user's line
+        try:
+            return Lens(rank=rank, world_size=size, exchange=self._exchange, **settings)
+        except Exception as e:  # noqa: BLE001 - never break training
+            log.warning("ailens: could not start on rank %d (%s: %s); ailens is off", rank,
+                        type(e).__name__, e)
+            return Lens(rank=rank, world_size=size, **{**settings, "enabled": False})
 
     def _exchange(self, a: np.ndarray) -> np.ndarray:
         """Elementwise SUM across ranks with Horovod itself; not recorded as a collective."""

@@ -48,7 +48,7 @@ import os
 import sys
 from typing import Any
 
-from ailens import Lens
+from ailens import Lens, LensConfig
 
 from .horovod import _active, _Recorder
 
@@ -79,6 +79,7 @@ class LensCallback(_callback_base()):
 
     def __init__(self, **config: Any) -> None:
         super().__init__()
+        LensConfig(**config)  # a misspelt or invalid setting fails here, at the user's line
         self._config = config
         self.lens: Lens | None = None
         self._horovod = None
@@ -92,8 +93,7 @@ class LensCallback(_callback_base()):
             self._start()
         except Exception as e:  # noqa: BLE001 - never break training
             log.warning("ailens: LensCallback could not start (%s: %s); training goes on "
-                        "without it",
-                        type(e).__name__, e)
+                        "without it", type(e).__name__, e)
             if self.lens is None:
                 self.lens = Lens(rank=0, world_size=1, **{**self._config, "enabled": False})
             else:

@@ -66,19 +66,20 @@ def hvd_runs(tmp_path_factory):
     pytest.importorskip("horovod.tensorflow.keras")
     cache: dict = {}
 
-    def get(mode: str, fault: bool = False):
-        if (mode, fault) not in cache:
+    def get(mode: str, fault: bool = False, epochs: int = EPOCHS, config: str = "{}"):
+        key = mode, fault, epochs, config
+        if key not in cache:
             run_dir = tmp_path_factory.mktemp(f"keras-hvd-{mode}{'-fault' if fault else ''}")
             env = {**QUIET, "TF_USE_LEGACY_KERAS": "1",
                    "AILENS_INJECT_FAULT": "1:5" if fault else ""}
             cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2",
-                   sys.executable, str(HVD), str(run_dir), str(EPOCHS), mode]
+                   sys.executable, str(HVD), str(run_dir), str(epochs), mode, config]
             out = run_ranks(cmd, timeout=150, env=env)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             res = _results(out)
             assert sorted(res) == [0, 1], out.stdout[-3000:]
-            cache[mode, fault] = res, run_dir
-        return cache[mode, fault]
+            cache[key] = res, run_dir
+        return cache[key]
 
     return get
 
@@ -129,6 +130,17 @@ def test_keras_horovod_fault_in_ailens_leaves_training_intact(hvd_runs):
     assert res[0]["ticks"] == res[1]["ticks"] and res[0]["steps"] == res[1]["steps"] == STEPS
     assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
     assert any("rank 1" in w and "disabled" in w for w in load_run(run_dir).warnings)
+
+
+@pytest.mark.parallel
+def test_keras_horovod_early_stop_stops_every_rank_at_the_same_step(hvd_runs):
+    # A loose tolerance, so the signature is reached early even on a noisy shared machine.
+    config = json.dumps({"early_stop": True, "signature_rel_tol": 0.5})
+    res, _ = hvd_runs("lens", epochs=30, config=config)
+    a, b = res[0], res[1]
+    assert a["should_stop"] and b["should_stop"]
+    assert a["steps"] == b["steps"] < 30 * 8 and a["epochs_run"] == b["epochs_run"] < 30
+    assert a["ticks"] == b["ticks"] and a["checksum"] == b["checksum"] and a["closed"]
 
 
 # ---------------------------------------------------------------- tf.distribute

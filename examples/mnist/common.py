@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import time
+
+import numpy as np
 
 
 def parse_args(framework: str) -> argparse.Namespace:
@@ -50,3 +53,10 @@ class StepTimer:
     def line(self) -> str:
         mean = sum(self.times) / len(self.times) * 1e3 if self.times else float("nan")
         return f"STEP_TIME mean_ms={mean:.3f} steps={len(self.times)} warmup={self.warmup}"
+
+
+def params_digest(arrays) -> str:
+    """SHA-256 of the trained parameters (float32): identical on every rank, and with or
+    without ailens."""
+    flat = np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays])
+    return hashlib.sha256(flat.tobytes()).hexdigest()[:16]

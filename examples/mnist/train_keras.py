@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import horovod.tensorflow.keras as hvd  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from common import StepTimer, parse_args, threads_per_rank  # noqa: E402
+from common import StepTimer, params_digest, parse_args, threads_per_rank  # noqa: E402
 from mnist_data import load, shard  # noqa: E402
 
 args = parse_args("keras")
@@ -63,6 +63,7 @@ model.fit(x_train, y_train, batch_size=args.batch_size, epochs=args.epochs, call
           verbose=2 if hvd.rank() == 0 else 0)
 
 _, accuracy = model.evaluate(x_test, y_test, batch_size=256, verbose=0)
+print(f"PARAMS rank {hvd.rank()} sha256 {params_digest(model.get_weights())}", flush=True)
 if hvd.rank() == 0:
     print(timer.line(), flush=True)
     print(f"ACCURACY test={accuracy:.4f}", flush=True)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import StepTimer, parse_args, threads_per_rank  # noqa: E402
+from common import StepTimer, params_digest, parse_args, threads_per_rank  # noqa: E402
 from mnist_data import load, shard  # noqa: E402
 
 args = parse_args("torch")
@@ -72,6 +72,8 @@ if lens is not None:
     lens.close()  # collective: every rank
 with torch.no_grad():
     accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
+    digest = params_digest(p.numpy() for p in model.parameters())
+print(f"PARAMS rank {hvd.rank()} sha256 {digest}", flush=True)
 if hvd.rank() == 0:
     print(timer.line(), flush=True)
     print(f"ACCURACY test={accuracy:.4f}", flush=True)

@@ -2,7 +2,8 @@
 LensCallback, and print per rank what ailens recorded. Launched by
 tests/test_integration_keras.py under horovodrun (TF_USE_LEGACY_KERAS=1).
 
-argv: RUN_DIR EPOCHS MODE   (MODE: lens | nolens). Prints one ``RESULT {json}`` line per rank.
+argv: RUN_DIR EPOCHS MODE [CONFIG_JSON]   (MODE: lens | nolens; CONFIG_JSON: extra LensConfig
+fields). Prints one ``RESULT {json}`` line per rank.
 """
 
 import json
@@ -17,6 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 run_dir, epochs, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
 hvd.init()
 tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -34,12 +36,13 @@ lens_cb = None
 if mode == "lens":
     from ailens.integrations.keras import LensCallback
 
-    lens_cb = LensCallback(run_dir=run_dir, exchange_ticks=16)
+    lens_cb = LensCallback(run_dir=run_dir, exchange_ticks=16, **extra)
     callbacks.append(lens_cb)
-model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
+hist = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
 
 params = np.concatenate([w.ravel() for w in model.get_weights()])
-result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).tobytes())}
+result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).tobytes()),
+          "epochs_run": len(hist.history["loss"])}
 if lens_cb is not None:
     lens = lens_cb.lens
     table = lens.online.table().to_dict() if lens.online else None
@@ -48,5 +51,6 @@ if lens_cb is not None:
     result.update(ticks=lens.ticks, steps=lens.steps, disabled=lens.disabled, table=table,
                   total_steps=lens.online.total_steps if lens.online else None,
                   framework=lens.config.framework, closed=lens.closed,
+                  should_stop=lens.should_stop,
                   restored=not hasattr(mpi_ops._allreduce, "__wrapped__"))
 print("RESULT", json.dumps(result), flush=True)
