@@ -296,15 +296,11 @@ class Lens:
         self._s_t = array("q")
         self._s_work = array("q")
 
+    def _event_cols(self) -> tuple[array, ...]:
+        return (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work)
+
     def _grow(self) -> None:
-        for col in (
-            self._c_op,
-            self._c_step,
-            self._c_nbytes,
-            self._c_begin,
-            self._c_end,
-            self._c_work,
-        ):
+        for col in self._event_cols():
             col.extend(col)  # contents past _n are don't-care
         self._cap *= 2
 
@@ -356,14 +352,7 @@ class Lens:
             self._summarise_upto(stop)
             self._writer.put_events(self._columns(stop))
             keep = n - stop
-            for col in (
-                self._c_op,
-                self._c_step,
-                self._c_nbytes,
-                self._c_begin,
-                self._c_end,
-                self._c_work,
-            ):
+            for col in self._event_cols():
                 if keep:
                     col[:keep] = col[stop:n]
             self._base += stop
