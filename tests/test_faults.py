@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import REPO, mpiexec, run_ranks
+from conftest import REPO, mpiexec, run_ranks, tagged_records
 
 from ailens import Lens, load_run
 from ailens import _lens as lens_module
@@ -29,18 +29,8 @@ KILL = str(REPO / "tests/parallel/fault_kill_mpi.py")
 PATTERN = (512, 256, 8)  # bytes of the three collectives of each step in fault_kill_mpi.py
 
 
-def _lines(stdout: str, tag: str) -> list[dict]:
-    """Every ``TAG {json}`` record printed by the ranks (mpiexec may join two ranks' lines)."""
-    decoder, head, out, i = json.JSONDecoder(), tag + " {", [], 0
-    while (i := stdout.find(head, i)) >= 0:
-        obj, end = decoder.raw_decode(stdout, i + len(head) - 1)
-        out.append(obj)
-        i = end
-    return out
-
-
 def _by_rank(stdout: str, tag: str = "RESULT") -> dict[int, dict]:
-    return {r["rank"]: r for r in _lines(stdout, tag)}
+    return {r["rank"]: r for r in tagged_records(stdout, tag)}
 
 
 def _warnings(result: dict) -> list[str]:
@@ -48,8 +38,13 @@ def _warnings(result: dict) -> list[str]:
 
 
 def _report(run_dir) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ailens", "report", str(run_dir)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "ailens", "report", str(run_dir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _assert_prefix(trace, ticks: int | None = None) -> None:
@@ -64,8 +59,9 @@ def _assert_prefix(trace, ticks: int | None = None) -> None:
 
 
 def _train(run_dir: str, steps: int, env: dict | None = None) -> dict[int, dict]:
-    out = run_ranks([mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps)],
-                    timeout=60, env=env)
+    out = run_ranks(
+        [mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps)], timeout=60, env=env
+    )
     assert out.returncode == 0, out.stderr
     results = _by_rank(out.stdout)
     assert sorted(results) == [0, 1], out.stdout
@@ -109,14 +105,17 @@ def test_injected_fault_on_one_rank_leaves_training_unchanged(tmp_path):
 
 @pytest.mark.parallel
 def test_sigkilled_rank_when_the_launcher_aborts_the_job(tmp_path):
-    out = run_ranks([mpiexec(), "-n", "2", sys.executable, KILL, str(tmp_path), "abort"],
-                    timeout=60)
+    out = run_ranks(
+        [mpiexec(), "-n", "2", sys.executable, KILL, str(tmp_path), "abort"], timeout=60
+    )
     assert out.returncode != 0  # the launcher reports the killed rank and kills the rest
-    kill = _lines(out.stdout, "KILL")
+    kill = tagged_records(out.stdout, "KILL")
     assert len(kill) == 1, out.stdout + out.stderr
     kill = kill[0]
-    disk = {r: max([d["events"] for d in _lines(out.stdout, "DISK") if d["rank"] == r] or [0])
-            for r in (0, 1)}
+    disk = {
+        r: max([d["events"] for d in tagged_records(out.stdout, "DISK") if d["rank"] == r] or [0])
+        for r in (0, 1)
+    }
     run = load_run(tmp_path)
     assert len(run.ranks) == 2 and not run.complete
     r0, r1 = run.ranks
@@ -146,11 +145,25 @@ def _launch_env_ranks(script: str, args: list[str], n: int = 2, timeout: float =
     port = str(_free_port())
     procs = []
     for rank in range(n):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(n),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        procs.append(subprocess.Popen([sys.executable, script, *args], cwd=REPO, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      start_new_session=True))
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(n),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, script, *args],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        )
     deadline = time.monotonic() + timeout
     results = []
     try:
@@ -170,9 +183,10 @@ def _launch_env_ranks(script: str, args: list[str], n: int = 2, timeout: float =
 def test_sigkilled_rank_while_the_survivor_finishes_and_closes(tmp_path):
     pytest.importorskip("torch.distributed")
     (rc0, out0, err0), (rc1, out1, err1) = _launch_env_ranks(
-        str(REPO / "tests/parallel/fault_kill_torch.py"), [str(tmp_path)])
+        str(REPO / "tests/parallel/fault_kill_torch.py"), [str(tmp_path)]
+    )
     assert rc1 == -9 and rc0 == 0, err0 + err1
-    kill, done = _lines(out1, "KILL"), _lines(out0, "DONE")
+    kill, done = tagged_records(out1, "KILL"), tagged_records(out0, "DONE")
     assert len(kill) == 1 and len(done) == 1, out0 + out1
     kill, done = kill[0], done[0]
     assert done["disabled"] is None and done["steps"] == 70

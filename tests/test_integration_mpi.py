@@ -5,13 +5,12 @@ parallel tier on 2 real mpiexec ranks (tests/parallel/mpi_script.py prints one
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import rank_results
 
 MPI = pytest.importorskip("mpi4py.MPI")
 from ailens.integrations.mpi import _StepInference, buffer_nbytes, object_nbytes  # noqa: E402
@@ -50,25 +49,12 @@ def test_period_found_after_prologue():
     assert infer([("allreduce", i) for i in range(40)]) == (0, 0)
 
 
-def parse_results(stdout: str) -> list[dict]:
-    """Every ``RESULT {json}`` record; ranks share stdout, so a line may hold two."""
-    decoder = json.JSONDecoder()
-    return [decoder.raw_decode(part)[0] for part in stdout.split("RESULT ")[1:]]
-
-
 def run_mpi(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not found next to the interpreter")
     cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(SCRIPT), "--run-dir",
            str(tmp_path / "run"), *args]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
-    full_env.update(env or {})
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=full_env,
-                          cwd=tmp_path)
-    results = parse_results(proc.stdout)
-    assert proc.returncode == 0 and len(results) == 2, (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
-    return sorted(results, key=lambda r: r["rank"])
+    return rank_results(cmd, cwd=tmp_path, env=env, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")

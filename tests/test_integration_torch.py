@@ -7,12 +7,11 @@ the tests compare them across ranks and across runs with and without ailens.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import rank_results
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
@@ -22,12 +21,6 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 TIMEOUT = 90
 
 
-def parse_results(stdout: str) -> list[dict]:
-    """Every ``RESULT {json}`` record; ranks share stdout, so a line may hold two."""
-    decoder = json.JSONDecoder()
-    return [decoder.raw_decode(part)[0] for part in stdout.split("RESULT ")[1:]]
-
-
 def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     """Launch the script on 2 ranks; return each rank's RESULT, sorted by rank."""
     if not TORCHRUN.exists():
@@ -35,14 +28,8 @@ def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     # --standalone: a free rendezvous port, so concurrent runs never collide.
     cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(SCRIPT),
            "--run-dir", str(tmp_path / "run"), *args]
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
-    full_env.update(OMP_NUM_THREADS="1", **(env or {}))
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=full_env,
-                          cwd=tmp_path)
-    results = parse_results(proc.stdout)
-    assert proc.returncode == 0 and len(results) == 2, (
-        f"exit {proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}")
-    return sorted(results, key=lambda r: r["rank"])
+    return rank_results(cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})},
+                        timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")
