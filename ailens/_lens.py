@@ -14,6 +14,7 @@ comes.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import queue
@@ -32,6 +33,7 @@ from . import __version__
 from ._config import LensConfig
 from ._counters import open_counter
 from ._online import OnlineAnalysis
+from ._platform import describe_node
 from ._trace import TraceWriter, encode_events, encode_json, encode_steps
 from .phases import magnitude
 
@@ -82,7 +84,9 @@ class Lens:
 
     Keyword arguments are LensConfig fields, or pass ``config=LensConfig(...)``.
     ``rank``/``world_size`` default to the launcher's environment; ``exchange`` (supplied by
-    the integration) sums a small int64 array across ranks.
+    the integration) sums a small int64 array across ranks. ``meta``: what the integration
+    knows of the run (threads per rank, batch size, parameter count), kept in the trace
+    header under ``"run"``.
     """
 
     def __init__(
@@ -92,6 +96,7 @@ class Lens:
         rank: int | None = None,
         world_size: int | None = None,
         exchange: Exchange | None = None,
+        meta: dict | None = None,
         **settings,
     ) -> None:
         self.config = cfg = (
@@ -118,22 +123,24 @@ class Lens:
         self.online: OnlineAnalysis | None = None
         self._fault_hook_installed = False
         self._disk_warned = False
+        self._close_hooks: list[Callable[[], None]] = []
+        self._section: tuple[str, int, int] | None = None
         if not cfg.enabled:
             self.disabled = "disabled by configuration"
             self._install_disabled_methods()
             return
         self.counter = open_counter(cfg.counter)
-        if self.counter.fallback_reason:
+        if self.counter.fallback_reason and self.rank == 0:  # a notice per job, not per rank
             log.info("ailens: counter=%s (%s)", self.counter.kind, self.counter.fallback_reason)
         run_id = self._agree_run_id()
         try:
-            self._start(cfg, run_id)
+            self._start(cfg, run_id, dict(meta or {}))
         except OSError as e:  # an unwritable, read-only or full run directory
             self._fault(e, disk=True)
         except Exception as e:  # noqa: BLE001
             self._fault(e)
 
-    def _start(self, cfg: LensConfig, run_id: str) -> None:
+    def _start(self, cfg: LensConfig, run_id: str, run_meta: dict) -> None:
         self.run_dir = Path(cfg.run_dir)
         self.start_wall_ns = time.time_ns()
         self._t0 = time.perf_counter_ns()
@@ -155,8 +162,11 @@ class Lens:
             "start_wall_ns": self.start_wall_ns,
             "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "config": cfg.to_dict(),
+            "node": describe_node(),
+            "run": run_meta,
         }
         self._alloc_buffers(cfg.chunk_events)
+        self._marks: list[dict] = []
         self._op_ids: dict[str, int] = {}
         self._op_names: list[str] = []
         self._mark = self._work0  # counter value at the last collective event
@@ -257,10 +267,124 @@ class Lens:
         if self.online is not None and total_steps and total_steps > 0:
             self.online.total_steps = int(total_steps)
 
+    @property
+    def forecast(self):
+        """The current forecast (``LiveForecast``: predicted total, interval, ETA), or None
+        before the first steps after warm-up. Cheap: read it every step."""
+        if self.online is None or self.disabled is not None:
+            return None
+        return self.online.live_forecast()
+
+    # ------------------------------------------------------------ run structure
+
+    def section_begin(self, name: str) -> None:
+        """Time from here to :meth:`section_end` is a part of the run other than training
+        steps (``"eval"``, ``"checkpoint"``, ...): the forecast times and schedules it apart."""
+        if self.disabled is not None or self._section is not None:
+            return
+        try:
+            self._section = (str(name), self._steps, _clock() - self._t0)
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    def section_end(self) -> None:
+        """End the section opened by :meth:`section_begin`."""
+        sec, self._section = self._section, None
+        if sec is None or self.disabled is not None:
+            return
+        try:
+            name, step, t0 = sec
+            self._add_mark(
+                {
+                    "kind": "section",
+                    "name": name,
+                    "step": step,
+                    "t_begin_ns": t0,
+                    "t_end_ns": _clock() - self._t0,
+                }
+            )
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    @contextlib.contextmanager
+    def section(self, name: str):
+        """``with lens.section("eval"): ...`` — see :meth:`section_begin`."""
+        self.section_begin(name)
+        try:
+            yield self
+        finally:
+            self.section_end()
+
+    def set_schedule(
+        self,
+        *,
+        total_steps: int | None = None,
+        steps_per_epoch: int | None = None,
+        epochs: int | None = None,
+        eval_every_epochs: int | None = None,
+        eval_every_steps: int | None = None,
+        checkpoint_every_steps: int | None = None,
+    ) -> None:
+        """What the run will do, as far as the script or framework knows it: total steps
+        (or steps per epoch x epochs), and how often evaluation and checkpoints come. The
+        forecast schedules the remaining occurrences from it. Keys left None stay unknown."""
+        if total_steps is None and steps_per_epoch and epochs:
+            total_steps = int(steps_per_epoch) * int(epochs)
+        if total_steps:
+            self.set_total_steps(total_steps)
+        sched = {
+            k: int(v)
+            for k, v in {
+                "total_steps": total_steps,
+                "steps_per_epoch": steps_per_epoch,
+                "epochs": epochs,
+                "eval_every_epochs": eval_every_epochs,
+                "eval_every_steps": eval_every_steps,
+                "checkpoint_every_steps": checkpoint_every_steps,
+            }.items()
+            if v
+        }
+        if self.disabled is not None or not sched:
+            return
+        try:
+            self._add_mark({"kind": "schedule", "step": self._steps, **sched})
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    def describe(self, **info) -> None:
+        """Facts about the run learned after the start (batch size, parameter count, threads):
+        recorded as an ``info`` mark; JSON-serialisable values."""
+        if self.disabled is not None or not info:
+            return
+        try:
+            self._add_mark({"kind": "info", "step": self._steps, **info})
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    # ------------------------------------------------------------ fail open (public)
+
+    def disable(self, reason: BaseException | str) -> None:
+        """Turn ailens off on this rank (one warning; what was recorded is kept). For
+        integrations whose own code failed: the Lens keeps counting ticks and steps and keeps
+        joining the exchange, so no rank waits on a collective that never comes."""
+        exc = reason if isinstance(reason, BaseException) else RuntimeError(str(reason))
+        self._fault(exc)
+
+    def add_close_hook(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` at the start of :meth:`close` (also at interpreter exit), before the
+        last exchange: an integration ends its last inferred step there."""
+        self._close_hooks.append(fn)
+
     def close(self) -> None:
         """Exchange what is pending, write results and close the trace. Idempotent."""
         if self.closed:
             return
+        hooks, self._close_hooks = self._close_hooks, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                self._fault(e)
         self._exchange_all()
         self.closed = True
         try:
@@ -394,8 +518,16 @@ class Lens:
         if len(self._s_step) >= _STEP_CAP or time.monotonic() - self._last_flush > _FLUSH_SECONDS:
             self._flush_events()
 
+    def _add_mark(self, mark: dict) -> None:
+        self._marks.append(mark)
+        if self.online is not None:
+            self.online.on_mark(mark)
+
     def _flush_steps(self) -> None:
         self._last_flush = time.monotonic()
+        if self._marks:
+            self._writer.put_marks(self._marks)
+            self._marks = []
         if not len(self._s_step):
             return
         cols = {
@@ -636,6 +768,7 @@ _ENCODERS: dict[str, Callable] = {
     "steps": encode_steps,
     "ops": lambda names: encode_json(b"OPS ", names),
     "info": lambda info: encode_json(b"INFO", info),
+    "marks": lambda marks: encode_json(b"MARK", marks),
 }
 
 
@@ -672,6 +805,9 @@ class _WriterThread:
 
     def put_info(self, info) -> None:
         self._queue.put(("info", info))
+
+    def put_marks(self, marks) -> None:
+        self._queue.put(("marks", marks))
 
     def _run(self) -> None:
         while True:

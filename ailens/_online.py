@@ -59,6 +59,20 @@ class _Snap:
     time: np.ndarray  # comm + compute seconds per phase
 
 
+@dataclass(frozen=True)
+class LiveForecast:
+    """``Lens.forecast``: the prediction at ``step``; seconds since the Lens started."""
+
+    step: int
+    total_steps: int | None
+    predicted_total_s: float | None
+    interval_s: tuple[float, float] | None
+    eta_s: float | None  # predicted seconds still to go
+    elapsed_s: float
+    step_time_s: float
+    signature_ready: bool
+
+
 class OnlineAnalysis:
     """Online phase table, step-time statistics, signature and forecast on one rank.
 
@@ -103,6 +117,7 @@ class OnlineAnalysis:
         self.signature_t_ns: int | None = None
         self._at_signature: dict | None = None
         self.history: list[tuple[int, float]] = []
+        self.marks: list[dict] = []
         self.exchange_schedule: list[list[int]] = []
         self._history_stride = 1
         self._evaluations = 0
@@ -133,6 +148,28 @@ class OnlineAnalysis:
                 self._block = self._block_len = 0
         if self.live:
             self._live_output(s)
+
+    def on_mark(self, mark: dict) -> None:
+        """A run-structure mark (section or schedule) recorded by the Lens."""
+        self.marks.append(mark)
+
+    def live_forecast(self) -> LiveForecast | None:
+        """The current prediction, cheap enough to read every step."""
+        fields = self._forecast_fields()
+        if fields is None:
+            return None
+        total = fields.get("predicted_total_s")
+        elapsed = self.last_t_ns / 1e9
+        return LiveForecast(
+            step=self.steps,
+            total_steps=self.total_steps,
+            predicted_total_s=total,
+            interval_s=fields.get("interval_s"),
+            eta_s=None if total is None else max(total - elapsed, 0.0),
+            elapsed_s=elapsed,
+            step_time_s=fields["step_time_s"],
+            signature_ready=self.signature_ready,
+        )
 
     def on_batch(self, simo, key, comm_ns, compute_ns, disabled_ranks: int) -> None:
         """A batch of exchanged ticks (SIMO summed over ranks, comm/compute mean over ranks)."""

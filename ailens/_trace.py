@@ -6,8 +6,9 @@ Layout of ``rank-NNNNN.ailens`` (all integers little-endian)::
     chunk* : 4-byte tag | u32 rows | u32 payload_len | u32 crc32(payload) | payload (zlib)
 
 Chunk tags: ``EVTS`` collective events (columnar, see EVENT_COLUMNS), ``STEP`` step
-boundaries, ``OPS `` the op-name list (JSON, rewritten whenever a name is added), ``INFO``
-a JSON record (written at close: why and how the rank ended).
+boundaries, ``OPS `` the op-name list (JSON, rewritten whenever a name is added), ``MARK``
+run-structure marks (JSON list: sections such as evaluation, schedules), ``INFO`` a JSON
+record (written at close: why and how the rank ended).
 
 Every chunk is written with one ``write`` and flushed, so a rank killed with SIGKILL leaves
 a file that reads back up to its last complete chunk. Nothing on the read path uses pickle,
@@ -192,6 +193,9 @@ class RankTrace:
     info: dict
     complete: bool
     problems: tuple[str, ...] = ()
+    # Run-structure marks in order: sections ({"kind": "section", "name", "step",
+    # "t_begin_ns", "t_end_ns"}) and schedules ({"kind": "schedule", "step", ...}).
+    marks: tuple[dict, ...] = ()
 
     @property
     def rank(self) -> int:
@@ -294,6 +298,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
     meta, pos = _read_header(path, data)
     events, steps, problems = [], [], []
     ops: list[str] = []
+    marks: list[dict] = []
     info: dict = {}
     while pos < len(data):
         if pos + _CHUNK_HEAD.size > len(data):
@@ -301,7 +306,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
             break
         tag, rows, plen, crc = _CHUNK_HEAD.unpack_from(data, pos)
         start = pos + _CHUNK_HEAD.size
-        if tag not in (b"EVTS", b"STEP", b"OPS ", b"INFO"):
+        if tag not in (b"EVTS", b"STEP", b"OPS ", b"INFO", b"MARK"):
             problems.append(f"unknown chunk tag {tag!r} at byte {pos}; later chunks ignored")
             break
         row_bytes = {b"EVTS": EVENT_ROW_BYTES, b"STEP": STEP_ROW_BYTES}.get(tag, 0)
@@ -347,6 +352,10 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
                             f"{path}: op-name chunk at byte {pos} is not a list of names"
                         )
                     ops = obj
+                elif tag == b"MARK":
+                    if not isinstance(obj, list) or not all(isinstance(m, dict) for m in obj):
+                        raise TraceError(f"{path}: mark chunk at byte {pos} is not a record list")
+                    marks += obj
                 elif isinstance(obj, dict):
                     info = obj
         except ValueError as e:  # TraceError, JSONDecodeError, UnicodeDecodeError, ...
@@ -365,7 +374,15 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
             "no closing record: the rank did not call close() (killed or still running)"
         )
     return RankTrace(
-        path, meta, tuple(ops), ev, _concat(steps, STEP_COLUMNS), info, complete, tuple(problems)
+        path,
+        meta,
+        tuple(ops),
+        ev,
+        _concat(steps, STEP_COLUMNS),
+        info,
+        complete,
+        tuple(problems),
+        tuple(marks),
     )
 
 
