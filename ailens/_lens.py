@@ -183,6 +183,8 @@ class Lens:
         )
         self._install_fault_injection()
         atexit.register(self._atexit)
+        if cfg.total_steps or cfg.steps_per_epoch:
+            self.set_schedule(total_steps=cfg.total_steps, steps_per_epoch=cfg.steps_per_epoch)
 
     # ------------------------------------------------------------ hot path
 
