@@ -121,6 +121,7 @@ def analyze(
     min_share: float | None = None,
     phase_key: str | None = None,
     total_steps: int | None = None,
+    watch=None,
 ) -> RunAnalysis:
     """Analyse a loaded run (``ailens.load_run``).
 
@@ -128,7 +129,8 @@ def analyze(
     LensConfig), so the forecast fed from the trace is the online one. ``total_steps``
     defaults to what the run's schedule said (or, for a run that finished without early
     stop, the steps recorded). Partial runs (a rank missing or cut short) are analysed over
-    the ticks every present rank holds, with warnings.
+    the ticks every present rank holds, with warnings. ``watch(online_analysis)`` is called
+    after every step end fed to the forecast (benchmarks read it as the run went).
     """
     cfg = own_cfg = _run_config(run.meta)
     tolerance = cfg.tolerance if tolerance is None else int(tolerance)
@@ -216,7 +218,7 @@ def analyze(
     if len(step_t_ns) == 0:
         warnings.append("no step boundaries recorded (step_end never called): no forecast")
     else:
-        oa = _feed(run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps)
+        oa = _feed(run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch)
         meta = traces[0].meta
         start, proc = meta.get("start_wall_ns"), meta.get("process_start_wall_ns")
         offset = (start - proc) / 1e9 if start and proc and start >= proc else None
@@ -280,7 +282,7 @@ def analyze(
     )
 
 
-def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps):
+def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch):
     """The online analysis of the lowest rank present, fed what its trace recorded."""
     traces = run.ranks
     first = traces[0]
@@ -329,7 +331,7 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
         marks.append({"kind": "schedule", "total_steps": int(total_steps), "at_step": 0, "seq": 0})
     # The run ended when rank 0 closed, if every rank finished (a killed rank: it did not).
     end = first.info.get("end_ns") if run.complete else None
-    feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end)
+    feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end, watch)
     return oa
 
 

@@ -127,21 +127,26 @@ def t_quantile(q: float, df: int) -> float:
 
 
 class StepLevel:
-    """Robust local level of the training-step time (seconds), one step at a time in O(1).
+    """The training-step time of the current regime, one step at a time in O(1).
 
-    Steps within ``Z_OUT`` robust sd of the level are accepted into the current regime's
-    sums; the others are outliers, kept as ``spikes`` (step -> seconds over the level, < 0 for
-    a fast one). ``CHANGE_RUN`` consistent outliers in a row on one side, or a CUSUM alarm on
-    the accepted steps, start a new regime from where the change began.
+    The regime's sums hold every step since it began, so their mean is what the steps cost,
+    heavy tail included. Besides, a robust centre (the mean of the steps within ``Z_OUT``
+    robust sd of it) and scale classify each step: an outlier is kept in ``spikes`` (step ->
+    seconds over the centre, < 0 for a fast one), from which the forecast takes out one-offs
+    and recurring extras. ``CHANGE_RUN`` consistent outliers in a row on one side, or a CUSUM
+    alarm, start a new regime from where the change began, when the speed moved by at least
+    ``MIN_CHANGE``.
     """
 
     Z_OUT = 4.0
     CHANGE_RUN = 4
+    MIN_CHANGE = 0.05
     CUSUM_K = 0.5
     CUSUM_H = 10.0
+    CUSUM_AFTER = 10  # accepted steps before the CUSUM test starts (the scale settles first)
     BLOCK = 10
     KEEP = 64
-    START = 3  # steps accepted unconditionally at the start of a regime
+    START = 3  # steps taken as they come at the start of a regime
     EW = 0.05  # weight of a new step in the robust scale
     MIN_SCALE = 0.01
 
@@ -153,7 +158,9 @@ class StepLevel:
 
     def _reset(self, values: list[tuple[int, float]]) -> None:
         self.n = 0
-        self.sum = self.sum2 = 0.0
+        self.sum = 0.0
+        self.wsum = self.wsum2 = 0.0  # winsorised at the centre +/- Z_OUT scale: the spread
+        self.acc_n, self.acc_sum = 0, 0.0  # the steps that were not outliers: the centre
         self.dev = 0.0
         self.recent: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
         self.run: list[tuple[int, float]] = []
@@ -168,47 +175,60 @@ class StepLevel:
             mid = xs[len(xs) // 2]
             self.dev = max(sum(abs(x - mid) for x in xs) / len(xs), 0.002 * mid)
             for i, x in values:
-                self._accept(i, x, update_scale=False)
+                self._add_to_sums(i, x, x)
+                self.acc_n += 1
+                self.acc_sum += x
 
     @property
-    def level(self) -> float | None:
+    def center(self) -> float | None:
+        return self.acc_sum / self.acc_n if self.acc_n else None
+
+    @property
+    def mean(self) -> float | None:
         return self.sum / self.n if self.n else None
 
     @property
     def scale(self) -> float:
-        """Robust sd of one step, floored at ``MIN_SCALE`` of the level: steps a few percent
-        off the level are ordinary jitter, not outliers or spikes worth scheduling."""
-        lvl = self.level or 0.0
-        return max(1.2533 * self.dev, self.MIN_SCALE * lvl, 1e-9)
+        """Robust sd of one step, floored at ``MIN_SCALE`` of the centre: steps a few percent
+        off are ordinary jitter, not outliers or spikes worth scheduling."""
+        c = self.center or 0.0
+        return max(1.2533 * self.dev, self.MIN_SCALE * c, 1e-9)
 
     def add(self, i: int, x: float) -> None:
         """Step ``i`` took ``x`` seconds of training (sections left out)."""
         if self.n < self.START:
             if self.n == 0:
                 self.regime_start = i
-            self._accept(i, x, update_scale=False)
+            self.recent.append((i, x))
+            self.n += 1
             if self.n == self.START:
                 self._reset(list(self.recent))
             return
-        lvl, s = self.level, self.scale
-        z = (x - lvl) / s
+        c, s = self.center, self.scale
+        z = (x - c) / s
         if abs(z) > self.Z_OUT:
             sign = 1 if z > 0 else -1
             if sign != self.run_sign:
                 self.run, self.run_sign = [], sign
             self.run.append((i, x))
-            self.spikes[i] = x - lvl
-            if len(self.run) >= self.CHANGE_RUN and self._consistent(self.run, lvl):
-                self._restart(self.run)
+            self.spikes[i] = x - c
+            self._add_to_sums(i, x, c + sign * self.Z_OUT * s)
+            if len(self.run) >= self.CHANGE_RUN and self._consistent(self.run, c):
+                self._restart(list(self.run))
             return
         self.run, self.run_sign = [], 0
-        self._cusum(i, max(min(z, self.Z_OUT), -self.Z_OUT))
-        self._accept(i, x)
+        self.dev += self.EW * (abs(x - c) - self.dev)
+        self.acc_n += 1
+        self.acc_sum += x
+        self._add_to_sums(i, x, x)
+        if self.acc_n >= self.CUSUM_AFTER:
+            self._cusum(i, z)
 
-    @staticmethod
-    def _consistent(run: list[tuple[int, float]], lvl: float) -> bool:
+    def _consistent(self, run: list[tuple[int, float]], c: float) -> bool:
+        """Outliers that agree with each other and sit a material distance from the centre."""
         xs = sorted(x for _, x in run)
-        return xs[-1] - xs[0] <= 0.5 * abs(xs[len(xs) // 2] - lvl)
+        shift = abs(xs[len(xs) // 2] - c)
+        return xs[-1] - xs[0] <= 0.5 * shift and shift >= self.MIN_CHANGE * c
 
     def _cusum(self, i: int, z: float) -> None:
         for side, zz in ((0, z), (1, -z)):
@@ -219,20 +239,19 @@ class StepLevel:
             if self.cusum[side] > self.CUSUM_H:
                 start = self.cusum_from[side]
                 values = [(j, x) for j, x in self.recent if j >= start]
-                if len(values) >= self.START:
-                    # The accepted steps since the drift began become the new regime (the
-                    # step being added joins it next).
+                self.cusum = [0.0, 0.0]
+                new = sum(x for _, x in values) / max(len(values), 1)
+                if len(values) >= self.START and abs(new - self.center) >= self.MIN_CHANGE * new:
                     self._restart(values)
                 return
 
-    def _accept(self, i: int, x: float, update_scale: bool = True) -> None:
-        if update_scale and self.n:
-            self.dev += self.EW * (abs(x - self.sum / self.n) - self.dev)
+    def _add_to_sums(self, i: int, x: float, w: float) -> None:
         self.n += 1
         self.sum += x
-        self.sum2 += x * x
+        self.wsum += w
+        self.wsum2 += w * w
         self.recent.append((i, x))
-        self.block_sum += x
+        self.block_sum += w
         self.block_n += 1
         if self.block_n == self.BLOCK:
             self.blocks += 1
@@ -241,31 +260,34 @@ class StepLevel:
             self.block_sum, self.block_n = 0.0, 0
 
     def _restart(self, values: list[tuple[int, float]]) -> None:
-        before = self.level
+        before = self.center
         for j, _ in values:
             self.spikes.pop(j, None)
         self._reset(values)
-        self.changes.append((values[0][0], before or 0.0, self.level or 0.0))
+        self.changes.append((values[0][0], before or 0.0, self.center or 0.0))
 
     def sd(self) -> float:
-        """Step-to-step sd of the regime's accepted steps."""
+        """Step-to-step sd of the regime's steps, winsorised (outliers are counted apart)."""
         n = self.n
         if n < 2:
             return self.scale
-        var = max((self.sum2 - self.sum * self.sum / n) / (n - 1), 0.0)
-        return math.sqrt(var)
+        return math.sqrt(max((self.wsum2 - self.wsum * self.wsum / n) / (n - 1), 0.0))
 
-    def level_var(self) -> tuple[float, float]:
-        """(variance of the level estimate, excess variance of the batch means per step^2)."""
+    def mean_var(self) -> tuple[float, float]:
+        """(variance of the regime's mean step from its spread, excess variance of the batch
+        means per step^2: slow swings beyond the step-to-step noise)."""
         n, sd = self.n, self.sd()
         var = sd * sd / max(n, 1)
         excess = 0.0
         k = self.blocks
-        if k >= 5:
+        if k >= 5 and sd > 0:
             b = self.BLOCK
             var_b = max((self.bsum2 - self.bsum * self.bsum / k) / (k - 1), 0.0) / (b * b)
-            var = max(var, var_b / k)
-            excess = max(var_b - sd * sd / b, 0.0)
+            # Slow swings: batch means that vary significantly more than the step-to-step
+            # noise allows (chi-square test at 99 %) set the level's uncertainty instead.
+            if (k - 1) * var_b / (sd * sd / b) > _chi2_quantile(0.99, k - 1):
+                var = max(var, var_b / k)
+                excess = var_b - sd * sd / b
         return var, excess
 
 
@@ -281,6 +303,7 @@ class Schedule:
     epochs: int | None = None
     eval_every_epochs: int | None = None
     eval_every_steps: int | None = None
+    eval_steps: int | None = None  # batches per evaluation
     checkpoint_every_steps: int | None = None
 
     def update(self, mark: dict) -> None:
@@ -290,6 +313,14 @@ class Schedule:
                 setattr(self, key, value)
         if self.steps_per_epoch and self.epochs and not mark.get("total_steps"):
             self.total_steps = self.steps_per_epoch * self.epochs
+
+    def eval_period(self) -> int | None:
+        """Steps between evaluations, when the schedule says."""
+        if self.eval_every_steps:
+            return self.eval_every_steps
+        if self.steps_per_epoch and self.eval_every_epochs:
+            return self.steps_per_epoch * self.eval_every_epochs
+        return None
 
     def periods(self) -> dict[int, str]:
         """Step periods the schedule names, with what they are."""
@@ -303,6 +334,13 @@ class Schedule:
             out.setdefault(self.steps_per_epoch * every, "epoch end")
             out.setdefault(self.steps_per_epoch, "epoch end")
         return out
+
+
+def _chi2_quantile(q: float, df: int) -> float:
+    """Quantile of chi-square with ``df`` degrees of freedom (Wilson-Hilferty)."""
+    z = NormalDist().inv_cdf(q)
+    h = 2.0 / (9.0 * df)
+    return df * (1 - h + z * math.sqrt(h)) ** 3
 
 
 def _binomial_tail(k: int, n: int, p: float) -> float:
@@ -455,7 +493,10 @@ class Snapshot:
                     part.sd_s,
                 )
             )
-            var += left * part.sd_s**2
+            if part.seen:  # measured: its spread, and the uncertainty of its mean
+                var += left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
+            else:  # assumed: one unknown cost that every occurrence shares
+                var += (left * part.sd_s) ** 2
         total = elapsed + sum(c.remaining_s for c in comps)
         # Student's t on the regime's steps: few steps, a wider interval.
         half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.level_n - 1, 1)) * math.sqrt(var)
@@ -474,12 +515,13 @@ class Snapshot:
 
     def _drift_var(self, r: int) -> float:
         """Variance of the remaining time from the speed moving again before the end: the
-        wander of the batch means (as a random walk) and the changes of speed seen so far (as
-        a rate, with their mean relative size)."""
+        swings of the batch means, and the changes of speed seen so far (as a rate, with
+        their mean relative size)."""
         lvl = self.level or 0.0
-        # A random walk of q per step leaves batch means that wander by about q * n / 6
-        # around their mean over n steps; its remaining R steps then sum to var q R^3 / 3.
-        var = 2.0 * self.excess * r**3 / max(self.level_n, 1)
+        # Swings seen so far continue: the batch means' wander, over the remaining steps.
+        var = self.excess * r * StepLevel.BLOCK
+        # Changes of speed as a rate: one at a uniform point of the remaining steps changes
+        # the time after it by its size.
         var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
         return var
 
@@ -490,6 +532,10 @@ class Forecaster:
     forecast without changing it."""
 
     MAX_SPIKES = 64  # recent spikes the recurring extras are learned from
+    CHANGE_PRIOR_STEPS = 500
+    # A period learned from the steps alone needs this many occurrences: two pauses a
+    # hundred steps apart are no schedule yet.
+    MIN_HITS = 3
 
     def __init__(self, *, warmup_steps: int = 2) -> None:
         self.warmup_steps = warmup_steps
@@ -535,44 +581,116 @@ class Forecaster:
     def snapshot(self) -> Snapshot:
         lv = self.level
         s = self.steps
-        var_level, excess = lv.level_var() if lv.n >= 2 else (0.0, 0.0)
+        if lv.n < 2:
+            return Snapshot(
+                s,
+                self.t_now / 1e9,
+                self.schedule.total_steps,
+                None,
+                0.0,
+                0.0,
+                0.0,
+                lv.n,
+                lv.regime_start,
+                0.0,
+                0.0,
+            )
+        extras, explained = self._extras(s)
+        # The regime's mean step, less what the recurring extras and the largest one-off took
+        # (those are scheduled apart, or spent once); other outliers stay in at their rate.
+        start = lv.regime_start or 0
+        regime = {k: v for k, v in lv.spikes.items() if k >= start}
+        taken = sum(v for k, v in regime.items() if k in explained)
+        loose = sorted((v for k, v in regime.items() if k not in explained), key=abs)
+        # The largest is a one-off when it stands alone (the only one, or 3x the next): its
+        # time is spent, not a rate. Outliers that keep coming (a noisy machine) stay in.
+        one_off = 0.0
+        if loose and (len(loose) == 1 or abs(loose[-1]) > 3 * abs(loose[-2])):
+            one_off = loose.pop()
+        level = (lv.sum - taken - one_off) / lv.n
+        var_mean, excess = lv.mean_var()
+        # Outliers that fit no period add their spread to every step's (at the rate they came).
+        loose_var = sum(v * v for v in loose) / lv.n
         changes = lv.changes
-        seen = max(s - self.warmup_steps, 1)
         size2 = (
             sum(((b - a) / a) ** 2 for _, a, b in changes if a > 0) / len(changes)
             if changes
             else 0.0
         )
-        parts = (*self._extras(s), *self._sections(s)) if lv.n >= 2 else ()
+        seen = max(s - self.warmup_steps, 1)
         return Snapshot(
             steps_done=s,
             elapsed_s=self.t_now / 1e9,
             total_steps=self.schedule.total_steps,
-            level=lv.level,
-            level_var=var_level,
-            sd=lv.sd() if lv.n >= 2 else 0.0,
+            level=level,
+            level_var=var_mean + loose_var / lv.n,
+            sd=math.sqrt(lv.sd() ** 2 + loose_var),
             excess=excess,
             level_n=lv.n,
             regime_start=lv.regime_start,
-            change_rate=len(changes) / seen,
+            # A change of speed seen once in a short run says little about the rate: temper it
+            # with ``CHANGE_PRIOR_STEPS`` steps that had none.
+            change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
-            parts=parts,
+            parts=(*extras, *self._sections(s, level)),
         )
 
-    def _extras(self, s: int) -> list[Part]:
-        """Recurring extras inside steps: spikes on a period (see module doc)."""
+    def _extras(self, s: int) -> tuple[list[Part], set[int]]:
+        """Recurring extras inside steps: spikes on a period (see module doc); and the steps
+        they explain."""
         spikes = self.level.spikes
-        if not spikes:
-            return []
-        known = self.schedule.periods()
         steps = sorted(k for k, v in spikes.items() if v > 0)[-self.MAX_SPIKES :]
         if not steps:
-            return [self._irregular(s, set())]
+            return [], set()
+        chosen = self._periodic(steps, s, spikes)
+        if not chosen:
+            return [], set()
+        x, resid, rows = self._fit(chosen, spikes)
+        # An extra that comes on a longer period inside a shorter one's steps (a checkpoint
+        # every 100 steps on an evaluation every 25) shows as a periodic residual: a second pass.
+        big = [k for k, r in zip(rows, resid, strict=True) if r > max(0.5 * x.mean(), 0.0)]
+        more = [
+            c
+            for c in self._periodic(big, s, dict(zip(rows, resid, strict=True)))
+            if c not in chosen
+        ]
+        if more:
+            chosen += more
+            x, resid, rows = self._fit(chosen, spikes)
+        covered = set(rows)
+        out = []
+        for j, (period, offset, what) in enumerate(chosen):
+            member = [k % period == offset for k in rows]
+            hits = sum(member)
+            spread = float(np.std(resid[member])) if hits > 1 else float(x[j]) / 2
+            first = next(k for k in rows if k % period == offset)
+            out.append(
+                Part(
+                    f"every {period} steps" + (f" ({what})" if what else ""),
+                    f"every {period} steps from step {first + 1}",
+                    "schedule" if what else "learned",
+                    float(x[j]),
+                    spread,
+                    hits,
+                    "in-step",
+                    period,
+                    offset,
+                )
+            )
+        return out, covered
+
+    def _periodic(self, steps: list[int], s: int, spikes: dict[int, float]) -> list[tuple]:
+        """Periods (period, offset, what) that explain the spike steps ``steps``: greedily the
+        one with the most steps not yet explained, while it is significant (schedule periods:
+        at 5 %; learned ones: 0.1 % after a Bonferroni correction, with ``MIN_HITS``)."""
+        if not steps:
+            return []
+        known = self.schedule.periods()
         seen = max(s - self.warmup_steps, 1)
         cands: dict[int, str] = dict(known)
         recent = steps[-8:]
-        for a_i, a in enumerate(recent):
-            for b in recent[a_i + 1 :]:
+        for i, a in enumerate(recent):
+            for b in recent[i + 1 :]:
                 if b - a >= 2:
                     cands.setdefault(b - a, "")
         tests = sum(len({k % p for k in steps}) for p in cands)
@@ -584,73 +702,34 @@ class Forecaster:
                 hits = len(members)
                 if expected == 0 or hits / expected < 0.8:
                     continue
-                sizes = [spikes[k] for k in members]
-                if max(sizes) > 2.5 * min(sizes):
-                    continue
                 # How likely so many hits are by chance, at the rate of the other spikes.
-                rate = max(len(spikes) - hits, 1) / max(seen - expected, 1)
+                rate = max(len(steps) - hits, 1) / max(seen - expected, 1)
                 p = _binomial_tail(hits, expected, min(rate, 1.0))
-                if not (p < 0.05 if what else p * tests < 0.01 and hits >= 2):
-                    continue
-                classes.append((0 if what else 1, -hits, period, offset, what, members))
-        classes.sort()
+                if p < 0.05 if what else p * tests < 0.001 and hits >= self.MIN_HITS:
+                    classes.append((period, offset, what, set(members)))
         chosen, covered = [], set()
-        for _, _, period, offset, what, members in classes:
-            if set(members) <= covered:
-                continue
-            chosen.append((period, offset, what, members))
-            covered |= set(members)
-        if not chosen:
-            return [self._irregular(s, set())]
-        # Each spike is the sum of the extras whose classes it belongs to (an evaluation and a
-        # checkpoint on the same step): least squares, clipped at zero.
-        rows = sorted(covered)
-        a = np.array([[1.0 if k % p == o else 0.0 for p, o, _, _ in chosen] for k in rows])
+        while classes:
+            best = max(classes, key=lambda c: (len(c[3] - covered), bool(c[2]), -c[0]))
+            if len(best[3] - covered) < (1 if best[2] else self.MIN_HITS):
+                break
+            chosen.append(best[:3])
+            covered |= best[3]
+            classes.remove(best)
+        return chosen
+
+    @staticmethod
+    def _fit(chosen: list[tuple], spikes: dict[int, float]):
+        """Each spike is the sum of the extras whose periods it lies on (an evaluation and a
+        checkpoint on the same step): least squares, clipped at zero."""
+        rows = sorted(k for k in spikes if spikes[k] > 0 and any(k % p == o for p, o, _ in chosen))
+        a = np.array([[1.0 if k % p == o else 0.0 for p, o, _ in chosen] for k in rows])
         y = np.array([spikes[k] for k in rows])
         x = np.maximum(np.linalg.lstsq(a, y, rcond=None)[0], 0.0)
-        resid = y - a @ x
-        out = []
-        for j, (period, offset, what, members) in enumerate(chosen):
-            spread = float(np.std(resid[a[:, j] > 0])) if len(members) > 1 else float(x[j]) / 2
-            out.append(
-                Part(
-                    f"every {period} steps" + (f" ({what})" if what else ""),
-                    f"every {period} steps from step {members[0] + 1}",
-                    "schedule" if what else "learned",
-                    float(x[j]),
-                    spread,
-                    len(members),
-                    "in-step",
-                    period,
-                    offset,
-                )
-            )
-        out.append(self._irregular(s, covered))
-        return out
+        return x, y - a @ x, rows
 
-    def _irregular(self, s: int, explained: set[int]) -> Part:
-        """Outliers that fit no period, as a rate over the current regime's steps. The largest
-        is left out, so one one-off (a GC pause, a burst from another process) moves nothing;
-        repeated ones (a noisy machine) count at the rate they came."""
-        start = self.level.regime_start or 0
-        own = [v for k, v in self.level.spikes.items() if k >= start and k not in explained]
-        if own:
-            own.remove(max(own, key=abs))
-        span = max(s - start, 1)
-        mean = sum(own) / len(own) if own else 0.0
-        sd = math.sqrt(sum(v * v for v in own) / len(own)) if own else 0.0
-        return Part(
-            "irregular slow or fast steps",
-            f"{len(own)} in {span} steps",
-            "measured",
-            mean,
-            sd,
-            len(own),
-            "rate",
-            rate=len(own) / span,
-        )
-
-    def _sections(self, s: int) -> list[Part]:
+    def _sections(self, s: int, level: float) -> list[Part]:
+        """Marked sections (evaluation, checkpoints) with their schedule; an evaluation the
+        schedule announces but the run has not reached yet is assumed (said so)."""
         out = []
         sched = self.schedule
         for name, seen in self.sections.items():
@@ -659,10 +738,8 @@ class Forecaster:
             mean = sum(secs) / len(secs)
             sd = float(np.std(secs)) if len(secs) > 1 else mean / 4
             period, source = None, "learned"
-            if name == "eval" and sched.steps_per_epoch and (sched.eval_every_epochs or 0) >= 1:
-                period, source = sched.steps_per_epoch * sched.eval_every_epochs, "schedule"
-            elif name == "eval" and sched.eval_every_steps:
-                period, source = sched.eval_every_steps, "schedule"
+            if name == "eval" and sched.eval_period():
+                period, source = sched.eval_period(), "schedule"
             elif name == "checkpoint" and sched.checkpoint_every_steps:
                 period, source = sched.checkpoint_every_steps, "schedule"
             else:
@@ -694,6 +771,30 @@ class Forecaster:
                     offset,
                     # Due right now: its step is done and the section has not begun.
                     due_now=at[-1] < s and s % period == offset,
+                )
+            )
+        period = sched.eval_period()
+        if period and "eval" not in self.sections:
+            if sched.eval_steps:
+                # Forward passes only: about a third of a training step per batch.
+                mean = sched.eval_steps * level / 3
+                source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step"
+                sd = mean
+            else:
+                mean, sd = 0.0, 0.1 * period * level
+                source = "assumed: not seen yet, +/- a tenth of its steps' time"
+            out.append(
+                Part(
+                    "section eval (not seen yet)",
+                    f"every {period} steps",
+                    source,
+                    mean,
+                    sd,
+                    0,
+                    "section",
+                    period,
+                    0,
+                    due_now=s > 0 and s % period == 0,
                 )
             )
         return out

@@ -312,11 +312,13 @@ class Lens:
         epochs: int | None = None,
         eval_every_epochs: int | None = None,
         eval_every_steps: int | None = None,
+        eval_steps: int | None = None,
         checkpoint_every_steps: int | None = None,
     ) -> None:
         """What the run will do, as far as the script or framework knows it: total steps
-        (or steps per epoch x epochs), and how often evaluation and checkpoints come. The
-        forecast schedules the remaining occurrences from it. Keys left None stay unknown."""
+        (or steps per epoch x epochs), how often evaluation comes and how many batches it
+        runs (``eval_steps``), how often checkpoints come. The forecast schedules the
+        remaining occurrences from it. Keys left None stay unknown."""
         if total_steps is None and steps_per_epoch and epochs:
             total_steps = int(steps_per_epoch) * int(epochs)
         known = {
@@ -325,6 +327,7 @@ class Lens:
             "epochs": epochs,
             "eval_every_epochs": eval_every_epochs,
             "eval_every_steps": eval_every_steps,
+            "eval_steps": eval_steps,
             "checkpoint_every_steps": checkpoint_every_steps,
         }
         sched = {k: int(v) for k, v in known.items() if v}

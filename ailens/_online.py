@@ -166,7 +166,7 @@ class OnlineAnalysis:
         rel = p.half_width_rel
         level = self.forecaster.level
         if rel is None and p.step_time_sd_s is not None and level.n >= 2:
-            var, _ = level.level_var()
+            var, _ = level.mean_var()
             rel = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
         return rel is not None and rel <= self.cfg.signature_rel_tol
 
@@ -368,13 +368,15 @@ def feed_recorded(
     exchanges: list[tuple[int, int, int, int]],
     batch,
     end_ns: int | None,
+    watch=None,
 ) -> None:
     """Feed a recorded stream of rank 0 to ``oa`` in the order the Lens fed it.
 
     ``exchanges``: (seq, steps done, ticks covered, disabled ranks) per exchanged batch;
     ``batch(lo, hi, disabled)`` returns the ``on_batch`` arguments for ticks [lo, hi). Marks
     and exchanges are ordered by the steps done when they were recorded, then their ``seq``;
-    each comes after the step end it followed."""
+    each comes after the step end it followed. ``watch(oa)`` runs after each step end (a
+    benchmark reads the forecast a user would have seen there)."""
     events: list[tuple[int, int, int, object]] = []  # (steps done, seq, kind, payload)
     for m in marks:
         if m.get("kind") in ("schedule", "section"):
@@ -396,6 +398,8 @@ def feed_recorded(
                 oa.on_batch(*batch(*payload))
         if s < len(times):
             oa.on_step(s, int(times[s]))
+            if watch is not None:
+                watch(oa)
     if end_ns is not None:
         oa.on_close(int(end_ns))
 
