@@ -45,7 +45,8 @@ HOROVOD_VERSION="$(pin horovod)"
 [ -n "$HOROVOD_VERSION" ] || die "no horovod==VERSION line in $CONSTRAINTS"
 
 # The changes to the sdist, applied by apply_patches: in FILE, the text OLD (which must occur
-# exactly once) becomes NEW. Changing a row changes the wheelhouse key, so the next run rebuilds.
+# exactly once) becomes NEW. Changing FILE, OLD or NEW changes the wheelhouse key: the next run
+# rebuilds.
 #   FILE | OLD | NEW | WHY
 PATCHES='
 CMakeLists.txt | set(CMAKE_CXX_STANDARD 14) | set(CMAKE_CXX_STANDARD 17) | torch >= 2.1 headers need C++17; the top level forces C++14 on every source
@@ -101,7 +102,7 @@ TORCH_V="$(dist_version torch)" || die "torch is not installed in $VENV (run scr
 TF_V="$(dist_version tensorflow-cpu tensorflow)" \
   || die "tensorflow is not installed in $VENV (run scripts/setup without --minimal first)"
 PY_TAG="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-RECIPE_HASH="$(printf '%s\n' "$PATCHES" "${BUILD_ENV[@]}" | sha256sum | cut -c1-10)"
+RECIPE_HASH="$( (cut -d'|' -f1-3 <<<"$PATCHES"; printf '%s\n' "${BUILD_ENV[@]}") | sha256sum | cut -c1-10)"
 WHEEL_DIR="$WHEELHOUSE/horovod-$HOROVOD_VERSION-torch$TORCH_V-tf$TF_V-$PY_TAG-$RECIPE_HASH"
 LOG="$WHEELHOUSE/horovod-build.log"
 
