@@ -169,6 +169,7 @@ class StepLevel:
         self.cusum_from: list[int | None] = [None, None]
         self.block_sum, self.block_n = 0.0, 0
         self.blocks, self.bsum, self.bsum2 = 0, 0.0, 0.0
+        self.si = self.sii = self.siw = 0.0  # for the regime's linear trend
         if values:
             self.regime_start = values[0][0]
             xs = sorted(x for _, x in values)
@@ -250,6 +251,10 @@ class StepLevel:
         self.sum += x
         self.wsum += w
         self.wsum2 += w * w
+        j = i - (self.regime_start or 0)
+        self.si += j
+        self.sii += j * j
+        self.siw += j * w
         self.recent.append((i, x))
         self.block_sum += w
         self.block_n += 1
@@ -272,6 +277,16 @@ class StepLevel:
         if n < 2:
             return self.scale
         return math.sqrt(max((self.wsum2 - self.wsum * self.wsum / n) / (n - 1), 0.0))
+
+    def trend(self) -> float:
+        """Seconds per step per step of a linear trend in the regime's steps, when it is
+        significant (|t| > 3), else 0."""
+        n = self.n
+        sxx = self.sii - self.si * self.si / n if n > 2 else 0.0
+        if sxx <= 0:
+            return 0.0
+        slope = (self.siw - self.si * self.wsum / n) / sxx
+        return slope if abs(slope) > 3 * self.sd() / math.sqrt(sxx) else 0.0
 
     def mean_var(self) -> tuple[float, float]:
         """(variance of the regime's mean step from its spread, excess variance of the batch
@@ -462,6 +477,7 @@ class Snapshot:
     change_rate: float  # changes of speed per step so far
     change_size2: float  # their mean squared relative size
     parts: tuple[Part, ...] = ()
+    trend: float = 0.0  # significant linear trend of the steps (s per step per step)
 
     def evaluate(self, total_steps: int | None = None) -> Prediction:
         """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
@@ -523,6 +539,8 @@ class Snapshot:
         # Changes of speed as a rate: one at a uniform point of the remaining steps changes
         # the time after it by its size.
         var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
+        # A trend seen in the steps may go on: what it would add over the remaining steps.
+        var += (self.trend * r * r / 2) ** 2
         return var
 
 
@@ -633,6 +651,7 @@ class Forecaster:
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
             parts=(*extras, *self._sections(s, level)),
+            trend=lv.trend(),
         )
 
     def _extras(self, s: int) -> tuple[list[Part], set[int]]:
@@ -736,7 +755,9 @@ class Forecaster:
             at = [k for k, _ in seen]
             secs = [x for _, x in seen]
             mean = sum(secs) / len(secs)
-            sd = float(np.std(secs)) if len(secs) > 1 else mean / 4
+            # One occurrence says nothing of the spread: assume 10 % (evaluations and
+            # checkpoints repeat the same work).
+            sd = float(np.std(secs)) if len(secs) > 1 else mean / 10
             period, source = None, "learned"
             if name == "eval" and sched.eval_period():
                 period, source = sched.eval_period(), "schedule"
