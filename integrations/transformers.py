@@ -1,0 +1,214 @@
+"""Hugging Face ``Trainer``: ``attach(trainer)`` (or ``LensCallback``) records ``trainer.train()``.
+
+::
+
+    from ailens.integrations.transformers import attach
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=val)
+    attach(trainer, run_dir="runs/x")        # every rank; torchrun --nproc_per_node=2 train.py
+    trainer.train()
+
+``attach`` adds a :class:`LensCallback` that knows its trainer. A ``TrainerCallback`` is
+handed the unwrapped model, never the ``DistributedDataParallel`` that Accelerate builds
+inside ``train()``; the trainer's public ``model_wrapped`` attribute is the only public path
+to it, so the gradient buckets need the callback to hold the trainer.
+``Trainer(callbacks=[LensCallback()])`` works too, without the buckets (a warning says so).
+Keywords are LensConfig fields (``early_stop=True``, ``run_dir=``, ...).
+
+What the callback does, on every rank:
+
+- ``on_train_begin`` (Accelerate has wrapped the model by then) attaches
+  :mod:`ailens.integrations.torch` to ``trainer.model_wrapped``: with DDP every gradient
+  bucket is recorded through a DDP comm hook (none is registered by the Trainer itself; an
+  ``accelerate`` ``DistributedDataParallelKwargs(comm_hook=...)`` one is kept, and its
+  buckets are then seen through the ``torch.distributed`` calls it makes), and every
+  collective that goes through ``torch.distributed`` (the loss gather for logging, the
+  evaluation gathers, your own calls) is recorded as well.
+- **Steps**: one per ``on_step_end`` (one optimizer step, after
+  ``gradient_accumulation_steps`` micro-batches). The schedule from the trainer's state:
+  total steps (``state.max_steps``), epochs, evaluation every ``state.eval_steps`` steps or
+  every epoch, checkpoints every ``state.save_steps`` steps.
+- **Evaluation** during training is a section of its own (``"eval"``): from the step end that
+  asked for it (after that step's logging) to ``on_evaluate``.
+- **Early stop** (``early_stop=True``): once the signature is ready every rank sets
+  ``control.should_training_stop`` at the same step.
+- **Logs**: rank 0 adds ``ailens_eta_s`` (seconds still to go for the whole run, by the ailens
+  forecast) and ``ailens_eta_pm_s`` (± half its 95 % interval) to the logs the progress
+  callback prints every ``logging_steps``. Only the printed line gets them: the Trainer
+  stores ``log_history`` (and the reporting integrations run) before this callback.
+  ``attach`` moves the printing callback after this one so it sees them.
+- ``on_train_end`` closes the Lens (collective on every rank). A run that dies is flushed at
+  interpreter exit, without any collective.
+
+Anything failing inside the callback disables ailens on that rank (one warning); training
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ailens import Lens, LensConfig
+
+from .tqdm import forecast_numbers
+
+log = logging.getLogger("ailens")
+
+__all__ = ["LensCallback", "attach"]
+
+
+class LensCallback(TrainerCallback):
+    """A ``TrainerCallback`` driving a Lens; ``trainer``: the Trainer it is added to, which
+    lets it time the DDP gradient buckets (see :func:`attach`). ``.lens`` is the Lens once
+    training began."""
+
+    def __init__(self, trainer: Any = None, **config: Any) -> None:
+        LensConfig(**config)  # a misspelt or invalid setting fails here, at the user's line
+        self._trainer = trainer
+        self._config = config
+        self._handle = None
+        self._eval_pending = False
+
+    @property
+    def lens(self) -> Lens | None:
+        """The Lens once training began, else None."""
+        return None if self._handle is None else self._handle.lens
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs) -> None:
+        import torch
+
+        from . import torch as ailens_torch
+
+        wrapped = getattr(self._trainer, "model_wrapped", None) if self._trainer else None
+        ddp = wrapped if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) else None
+        config = dict(self._config)
+        config.setdefault("framework", "transformers-ddp" if ddp is not None else "transformers")
+        if model is not None:
+            config.setdefault(
+                "meta",
+                {
+                    "threads": torch.get_num_threads(),
+                    "param_count": sum(p.numel() for p in model.parameters()),
+                },
+            )
+        try:
+            self._handle = ailens_torch.attach(ddp, **config)
+        except Exception as e:  # noqa: BLE001 - never break training
+            log.warning(
+                "ailens: LensCallback could not attach (%s: %s); training goes on without it",
+                type(e).__name__,
+                e,
+            )
+            return
+        lens = self._handle.lens
+        if ddp is None and lens.world_size > 1 and lens.rank == 0:
+            log.warning(
+                "ailens: the DDP gradient buckets are not recorded: a TrainerCallback never "
+                "sees the DDP model; use ailens.integrations.transformers.attach(trainer) "
+                "instead of callbacks=[LensCallback()]"
+            )
+        try:
+            lens.set_schedule(**_schedule(args, state, kwargs.get("train_dataloader")))
+            lens.describe(
+                batch_size=int(args.per_device_train_batch_size),
+                gradient_accumulation_steps=int(args.gradient_accumulation_steps),
+            )
+        except Exception as e:  # noqa: BLE001
+            lens.disable(e)
+        if args.eval_on_start:
+            self._eval_pending = True
+            lens.section_begin("eval")
+
+    def on_step_end(self, args, state, control, **kwargs) -> None:
+        lens = self.lens
+        if lens is None or lens.closed:
+            return
+        lens.step_end()
+        if lens.should_stop:
+            control.should_training_stop = True
+        if control.should_evaluate:
+            # The trainer logs first (a collective gather), then evaluates: when it logs at
+            # this step, the section begins in on_log.
+            self._eval_pending = True
+            if not control.should_log:
+                lens.section_begin("eval")
+
+    def on_epoch_end(self, args, state, control, **kwargs) -> None:
+        lens = self.lens
+        if lens is not None and not lens.closed and control.should_evaluate:
+            self._eval_pending = True
+            if not control.should_log:
+                lens.section_begin("eval")
+
+    def on_log(self, args, state, control, logs=None, **kwargs) -> None:
+        lens = self.lens
+        if lens is None or lens.closed:
+            return
+        if logs is not None and state.is_world_process_zero:
+            try:
+                logs.update(forecast_numbers(lens))
+            except Exception as e:  # noqa: BLE001
+                lens.disable(e)
+        if self._eval_pending:
+            lens.section_begin("eval")  # no-op when already open
+
+    def on_prediction_step(self, args, state, control, **kwargs) -> None:
+        # Evaluation asked for by a callback after this one: the section starts one batch late.
+        if self._eval_pending and self.lens is not None and not self.lens.closed:
+            self.lens.section_begin("eval")
+
+    def on_evaluate(self, args, state, control, **kwargs) -> None:
+        if self._eval_pending and self.lens is not None:
+            self._eval_pending = False
+            self.lens.section_end()
+
+    def on_train_end(self, args, state, control, **kwargs) -> None:
+        if self._handle is not None and not self._handle.lens.closed:
+            self._handle.lens.section_end()
+            self._handle.close()  # collective: every rank reaches on_train_end
+
+
+def attach(trainer: Any, **config: Any) -> LensCallback:
+    """Add a :class:`LensCallback` that knows ``trainer`` (so the DDP gradient buckets are
+    recorded) and return it. Call it on every rank before ``trainer.train()``; keywords are
+    LensConfig fields."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    callback = LensCallback(trainer, **config)
+    # The callback that prints the logs goes after this one, so the printed line has the ETA.
+    shown = [
+        c
+        for c in (trainer.pop_callback(ProgressCallback), trainer.pop_callback(PrinterCallback))
+        if c is not None
+    ]
+    trainer.add_callback(callback)
+    for c in shown:
+        trainer.add_callback(c)
+    return callback
+
+
+def _schedule(args, state, train_dataloader) -> dict[str, int]:
+    """What the trainer knows of the run ahead, in optimizer steps; unknown keys left out."""
+    out: dict[str, int] = {}
+    if state.max_steps and state.max_steps > 0:
+        out["total_steps"] = int(state.max_steps)
+    if state.num_train_epochs and state.num_train_epochs > 0:
+        out["epochs"] = int(state.num_train_epochs)
+    try:
+        batches = len(train_dataloader)  # this rank's batches per epoch
+    except TypeError:  # None, or an iterable dataset
+        batches = 0
+    if batches > 0:
+        accumulate = max(int(args.gradient_accumulation_steps), 1)
+        out["steps_per_epoch"] = -(-batches // accumulate)  # as the Trainer counts them
+    eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
+    if eval_strategy == "steps" and state.eval_steps:
+        out["eval_every_steps"] = int(state.eval_steps)
+    elif eval_strategy == "epoch":
+        out["eval_every_epochs"] = 1
+    save_strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
+    if save_strategy == "steps" and state.save_steps:
+        out["checkpoint_every_steps"] = int(state.save_steps)
+    return out
