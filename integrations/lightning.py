@@ -93,8 +93,13 @@ class LensCallback(_callback_base()):
 
     @property
     def lens(self) -> Lens | None:
-        """The Lens while ``fit`` runs (and after it), else None."""
+        """The Lens of the last ``fit`` (closed once it ended), else None."""
         return None if self._handle is None else self._handle.lens
+
+    @property
+    def _open(self) -> Lens | None:
+        lens = self.lens
+        return None if lens is None or lens.closed else lens
 
     # ------------------------------------------------------------ fit
 
@@ -126,7 +131,7 @@ class LensCallback(_callback_base()):
         self._global_step = trainer.global_step
 
     def on_train_start(self, trainer, pl_module) -> None:
-        lens = self.lens
+        lens = self._open
         if lens is None:
             return
         try:
@@ -140,8 +145,8 @@ class LensCallback(_callback_base()):
             lens.disable(e)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        lens = self.lens
-        if lens is None or lens.closed:
+        lens = self._open
+        if lens is None:
             return
         step = trainer.global_step
         if step == self._global_step:  # accumulating gradients: no optimizer step yet
@@ -154,23 +159,24 @@ class LensCallback(_callback_base()):
             self._show_forecast(pl_module, lens)
 
     def on_sanity_check_start(self, trainer, pl_module) -> None:
-        if self.lens is not None:
-            self.lens.section_begin("sanity_check")
+        if self._open is not None:
+            self._open.section_begin("sanity_check")
 
     def on_sanity_check_end(self, trainer, pl_module) -> None:
-        if self.lens is not None:
-            self.lens.section_end()
+        if self._open is not None:
+            self._open.section_end()
 
     def on_validation_start(self, trainer, pl_module) -> None:
-        if self.lens is not None and not trainer.sanity_checking:
-            self.lens.section_begin("eval")
+        # Validation outside fit (trainer.validate) finds no open Lens.
+        if self._open is not None and not trainer.sanity_checking:
+            self._open.section_begin("eval")
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if self.lens is not None and not trainer.sanity_checking:
-            self.lens.section_end()
+        if self._open is not None and not trainer.sanity_checking:
+            self._open.section_end()
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        if self._handle is not None:
+        if self._open is not None:
             self._handle.close()  # collective: every rank reaches on_fit_end
 
     def on_exception(self, trainer, pl_module, exception: BaseException) -> None:

@@ -73,8 +73,13 @@ class LensCallback(TrainerCallback):
 
     @property
     def lens(self) -> Lens | None:
-        """The Lens once training began, else None."""
+        """The Lens of the last ``train()`` (closed once it ended), else None."""
         return None if self._handle is None else self._handle.lens
+
+    @property
+    def _open(self) -> Lens | None:
+        lens = self.lens
+        return None if lens is None or lens.closed else lens
 
     def on_train_begin(self, args, state, control, model=None, **kwargs) -> None:
         import torch
@@ -117,34 +122,25 @@ class LensCallback(TrainerCallback):
             )
         except Exception as e:  # noqa: BLE001
             lens.disable(e)
-        if args.eval_on_start:
-            self._eval_pending = True
-            lens.section_begin("eval")
+        if getattr(args, "eval_on_start", False):
+            self._begin_eval(lens)
 
     def on_step_end(self, args, state, control, **kwargs) -> None:
-        lens = self.lens
-        if lens is None or lens.closed:
+        lens = self._open
+        if lens is None:
             return
         lens.step_end()
         if lens.should_stop:
             control.should_training_stop = True
-        if control.should_evaluate:
-            # The trainer logs first (a collective gather), then evaluates: when it logs at
-            # this step, the section begins in on_log.
-            self._eval_pending = True
-            if not control.should_log:
-                lens.section_begin("eval")
+        self._eval_due(lens, control)
 
     def on_epoch_end(self, args, state, control, **kwargs) -> None:
-        lens = self.lens
-        if lens is not None and not lens.closed and control.should_evaluate:
-            self._eval_pending = True
-            if not control.should_log:
-                lens.section_begin("eval")
+        if self._open is not None:
+            self._eval_due(self._open, control)
 
     def on_log(self, args, state, control, logs=None, **kwargs) -> None:
-        lens = self.lens
-        if lens is None or lens.closed:
+        lens = self._open
+        if lens is None:
             return
         if logs is not None and state.is_world_process_zero:
             try:
@@ -152,37 +148,62 @@ class LensCallback(TrainerCallback):
             except Exception as e:  # noqa: BLE001
                 lens.disable(e)
         if self._eval_pending:
-            lens.section_begin("eval")  # no-op when already open
+            self._begin_eval(lens)  # after this step's logging: see _eval_due
 
     def on_prediction_step(self, args, state, control, **kwargs) -> None:
-        # Evaluation asked for by a callback after this one: the section starts one batch late.
-        if self._eval_pending and self.lens is not None and not self.lens.closed:
-            self.lens.section_begin("eval")
+        # An evaluation this callback did not see coming (asked for by a later callback):
+        # its section starts one batch late. A no-op while the section is open.
+        if self._open is not None:
+            self._begin_eval(self._open)
 
     def on_evaluate(self, args, state, control, **kwargs) -> None:
-        if self._eval_pending and self.lens is not None:
-            self._eval_pending = False
-            self.lens.section_end()
+        self._end_eval()
+
+    def on_predict(self, args, state, control, **kwargs) -> None:
+        self._end_eval()
 
     def on_train_end(self, args, state, control, **kwargs) -> None:
-        if self._handle is not None and not self._handle.lens.closed:
-            self._handle.lens.section_end()
+        if self._open is not None:
+            self._end_eval()
             self._handle.close()  # collective: every rank reaches on_train_end
+
+    # ------------------------------------------------------------ evaluation sections
+
+    def _eval_due(self, lens: Lens, control) -> None:
+        if not control.should_evaluate:
+            return
+        # The trainer logs first (a collective gather of the loss), then evaluates: when it
+        # logs at this step, the section begins in on_log.
+        self._eval_pending = True
+        if not control.should_log:
+            self._begin_eval(lens)
+
+    def _begin_eval(self, lens: Lens) -> None:
+        self._eval_pending = True
+        lens.section_begin("eval")  # a no-op while a section is open
+
+    def _end_eval(self) -> None:
+        if self._eval_pending and self._open is not None:
+            self._open.section_end()
+        self._eval_pending = False
 
 
 def attach(trainer: Any, **config: Any) -> LensCallback:
     """Add a :class:`LensCallback` that knows ``trainer`` (so the DDP gradient buckets are
     recorded) and return it. Call it on every rank before ``trainer.train()``; keywords are
     LensConfig fields."""
+    from transformers import trainer as hf_trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     callback = LensCallback(trainer, **config)
-    # The callback that prints the logs goes after this one, so the printed line has the ETA.
-    shown = [
-        c
-        for c in (trainer.pop_callback(ProgressCallback), trainer.pop_callback(PrinterCallback))
-        if c is not None
-    ]
+    # The callback that prints the logs (in a notebook: its own) goes after this one, so the
+    # printed line has the ETA.
+    printers = (
+        ProgressCallback,
+        PrinterCallback,
+        getattr(hf_trainer, "DEFAULT_PROGRESS_CALLBACK", None),
+    )
+    shown = [c for c in (trainer.pop_callback(p) for p in printers if p) if c is not None]
     trainer.add_callback(callback)
     for c in shown:
         trainer.add_callback(c)
@@ -203,12 +224,21 @@ def _schedule(args, state, train_dataloader) -> dict[str, int]:
     if batches > 0:
         accumulate = max(int(args.gradient_accumulation_steps), 1)
         out["steps_per_epoch"] = -(-batches // accumulate)  # as the Trainer counts them
-    eval_strategy = str(getattr(args.eval_strategy, "value", args.eval_strategy))
-    if eval_strategy == "steps" and state.eval_steps:
+    # eval_strategy was evaluation_strategy before transformers 4.41.
+    evaluate = _strategy(args, "eval_strategy", "evaluation_strategy")
+    if evaluate == "steps" and state.eval_steps:
         out["eval_every_steps"] = int(state.eval_steps)
-    elif eval_strategy == "epoch":
+    elif evaluate == "epoch":
         out["eval_every_epochs"] = 1
-    save_strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
-    if save_strategy == "steps" and state.save_steps:
+    if _strategy(args, "save_strategy") == "steps" and state.save_steps:
         out["checkpoint_every_steps"] = int(state.save_steps)
     return out
+
+
+def _strategy(args, *names: str) -> str:
+    """An ``IntervalStrategy`` argument as its string value ("no", "steps", "epoch")."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            return str(getattr(value, "value", value))
+    return "no"

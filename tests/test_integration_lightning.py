@@ -8,6 +8,7 @@ and check what both ranks' trace files hold.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -141,3 +142,17 @@ def test_a_misspelt_setting_fails_at_the_callback_line():
 
     with pytest.raises(TypeError):
         LensCallback(early_stopp=True)
+
+
+@pytest.mark.timeout(60)
+def test_the_standalone_pytorch_lightning_package_gets_its_own_callback_class():
+    pytest.importorskip("pytorch_lightning")
+    code = (
+        "import sys, pytorch_lightning\n"
+        "from ailens.integrations.lightning import LensCallback\n"
+        "assert issubclass(LensCallback, pytorch_lightning.Callback)\n"
+        "print('lightning.pytorch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

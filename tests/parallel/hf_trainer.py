@@ -44,7 +44,10 @@ def main() -> None:
     ap.add_argument("--callback-only", action="store_true", help="callbacks=[LensCallback()]")
     ap.add_argument("--config", default="{}", help="LensCallback keywords as JSON")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.WARNING)
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("ailens").addHandler(handler)
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -67,6 +70,7 @@ def main() -> None:
         dataloader_num_workers=0,
         disable_tqdm=True,
         learning_rate=1e-3,
+        ddp_find_unused_parameters=False,
     )
     from ailens.integrations.transformers import LensCallback, attach
 
@@ -102,6 +106,7 @@ def main() -> None:
                 "closed": lens.closed,
                 "disabled": lens.disabled,
                 "printed": printed.logs,
+                "warnings": warnings,
             }
         ),
         flush=True,
