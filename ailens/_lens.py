@@ -597,6 +597,10 @@ class Lens:
             self._t_at_exchange = time.perf_counter_ns()
             if total is not None and total[3] > 0:
                 self._exchange_every = int(total[3])
+            if total is not None and total[2] > 0:
+                # Also on a disabled rank: every rank must stop at the same step, or the
+                # ranks that go on wait forever on the framework's next collective.
+                self._stop_agreed = True
             if total is None or self.disabled is not None or batch is None:
                 continue
             try:
@@ -606,8 +610,6 @@ class Lens:
                 comm = total[_HEAD + k : _HEAD + k + n] / max(live, 1)
                 compute = total[_HEAD + 2 * k : _HEAD + 2 * k + n] / max(live, 1)
                 self.online.on_batch(simo, batch[1], comm, compute, disabled_ranks)
-                if total[2] > 0:
-                    self._stop_agreed = True
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
 

@@ -22,9 +22,10 @@ import ailens  # noqa: E402
 SCRIPT = Path(__file__).parent / "parallel" / "lightning_ddp.py"
 
 
-def fit_ddp(tmp_path: Path, *args: str) -> list[dict]:
+def fit_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     cmd = [sys.executable, str(SCRIPT), "--run-dir", str(tmp_path / "run"), *args]
-    return rank_results(cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=100)
+    env = {"OMP_NUM_THREADS": "1", **(env or {})}
+    return rank_results(cmd, cwd=tmp_path, env=env, timeout=100)
 
 
 def trace_summary(trace, param_bytes: int) -> dict:
@@ -87,6 +88,22 @@ def test_early_stop_stops_both_ranks_at_the_same_step(tmp_path):
     assert recorded == [results[0]["global_step"]] * 2
     doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
     assert doc["total_steps"] == total and doc["signature_step"] <= recorded[0]
+
+
+@pytest.mark.parallel
+@pytest.mark.timeout(120)
+def test_early_stop_also_stops_a_rank_where_ailens_disabled_itself(tmp_path):
+    # Rank 1 faults at its 6th collective and goes on without recording; rank 0 still finds
+    # the signature. Rank 1 must follow the stop vote, or rank 0 would leave it waiting on a
+    # gradient allreduce (the run would hang).
+    config = {"early_stop": True, "signature_rel_tol": 0.5, "exchange_seconds": 0}
+    results = fit_ddp(
+        tmp_path, "--samples", "1600", "--epochs", "2", "--config", json.dumps(config),
+        env={"AILENS_INJECT_FAULT": "1:5"},
+    )  # fmt: skip
+    assert results[0]["disabled"] is None and "injected fault" in results[1]["disabled"]
+    assert results[0]["global_step"] == results[1]["global_step"] < 200
+    assert all(r["should_stop"] for r in results)
 
 
 @pytest.mark.timeout(90)
