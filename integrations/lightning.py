@@ -9,7 +9,8 @@
 Keywords are LensConfig fields (``early_stop=True``, ``run_dir=``, ...) plus
 ``progress_bar=False`` to keep the forecast out of the progress bar. The base class is
 ``lightning.pytorch.Callback``, or ``pytorch_lightning.Callback`` when only that package is
-imported (import this module after your Lightning). ``.lens`` is the Lens during ``fit``.
+imported (import this module after your Lightning). ``.lens`` is the Lens of the last
+``fit``; each ``fit`` records a new run into ``run_dir``, replacing the previous one there.
 
 What the callback does:
 
@@ -36,7 +37,8 @@ What the callback does:
 - **Progress bar**: rank 0 logs ``ailens_eta_s`` (seconds still to go for the whole run, by the
   ailens forecast) and ``ailens_eta_pm_s`` (± half its 95 % interval) with
   ``pl_module.log(..., prog_bar=True, logger=False)``, about once a second, so they appear in
-  the postfix of Lightning's progress bar (TQDM or Rich) beside its per-epoch time.
+  the postfix of Lightning's progress bar (TQDM or Rich) beside its own time for the epoch
+  (see :func:`ailens.integrations.tqdm.forecast_numbers`).
 - ``on_fit_end`` closes the Lens (collective on every rank). After an exception the hooks are
   detached and the trace is flushed at interpreter exit, without any collective.
 

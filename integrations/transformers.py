@@ -12,7 +12,8 @@ handed the unwrapped model, never the ``DistributedDataParallel`` that Accelerat
 inside ``train()``; the trainer's public ``model_wrapped`` attribute is the only public path
 to it, so the gradient buckets need the callback to hold the trainer.
 ``Trainer(callbacks=[LensCallback()])`` works too, without the buckets (a warning says so).
-Keywords are LensConfig fields (``early_stop=True``, ``run_dir=``, ...).
+Keywords are LensConfig fields (``early_stop=True``, ``run_dir=``, ...). Each ``train()``
+records a new run into ``run_dir``, replacing the previous one there.
 
 What the callback does, on every rank:
 
