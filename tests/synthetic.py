@@ -41,7 +41,8 @@ import numpy as np
 import ailens
 from ailens._config import LensConfig
 from ailens._online import write_json
-from ailens._trace import TraceWriter, encode_events
+from ailens._ticks import partition
+from ailens._trace import FORMAT_VERSION, TraceWriter, encode_events
 from ailens.phases import OnlinePhases, magnitude
 
 
@@ -124,23 +125,11 @@ class SyntheticRun:
         comm = np.zeros(self.work.shape, dtype=np.float64)
         compute = np.zeros(self.work.shape, dtype=np.float64)
         for r in range(self.ranks):
-            c, g = partition(
+            c, g, _ = partition(
                 self.begin_ns[:, r] - self.offsets_ns[r], self.end_ns[:, r] - self.offsets_ns[r]
             )
             comm[:, r], compute[:, r] = c, g
         return comm.mean(axis=1) / 1e9, compute.mean(axis=1) / 1e9
-
-
-def partition(
-    t_begin: np.ndarray, t_end: np.ndarray, prev_end: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exclusive comm and compute gap per tick (ns) from one rank's begin/end times, the same
-    partition ``Lens._summarise_upto`` uses."""
-    t_end = np.where(t_end >= 0, t_end, t_begin)
-    prev_max = np.maximum.accumulate(np.concatenate(([prev_end], t_end)))[:-1]
-    compute = np.maximum(t_begin - prev_max, 0)
-    comm = np.maximum(t_end - np.maximum(t_begin, prev_max), 0)
-    return comm, compute
 
 
 def _rank_factors(ranks: int, imbalance: float) -> np.ndarray:
@@ -252,7 +241,7 @@ def write_run(
     files, written = [], []
     for r in range(ranks):
         meta = {
-            "format_version": 1,
+            "format_version": FORMAT_VERSION,
             "ailens_version": ailens.__version__,
             "run_id": run_id,
             "rank": r,
@@ -294,7 +283,7 @@ def write_run(
     if online:
         comm, compute = np.zeros((n, ranks)), np.zeros((n, ranks))
         for r in range(ranks):
-            comm[:, r], compute[:, r] = partition(
+            comm[:, r], compute[:, r], _ = partition(
                 begin_ns[:, r] - offsets[r], end_ns[:, r] - offsets[r]
             )
         ph = OnlinePhases(tolerance=cfg.tolerance, min_share=cfg.min_phase_share)
