@@ -42,6 +42,8 @@ def forecast_postfix(lens: Any) -> dict[str, str]:
             lo, hi = forecast.interval_s
             text += "±" + format_duration((hi - lo) / 2)
         return {"ailens_eta": text}
+    if forecast.step_time_s is None:
+        return {}
     return {"ailens_step": format_duration(forecast.step_time_s)}
 
 

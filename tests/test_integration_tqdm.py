@@ -7,6 +7,7 @@ import io
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,15 +58,17 @@ def test_without_total_steps_the_postfix_shows_the_step_time(tmp_path):
 def test_a_real_tqdm_bar_shows_the_forecast_beside_the_users_postfix(tmp_path):
     tqdm = pytest.importorskip("tqdm").tqdm
     out = io.StringIO()
-    with ailens.lens(run_dir=tmp_path, total_steps=40) as lens:
-        bar = tqdm(total=40, file=out, mininterval=0)
-        for _ in range(40):
+    steps = 60
+    with ailens.lens(run_dir=tmp_path, total_steps=steps) as lens:
+        bar = tqdm(total=steps, file=out, mininterval=0)
+        for _ in range(steps):
+            time.sleep(0.004)  # the step's work: the live forecast refreshes every 0.1 s
             run_steps(lens, 1)
             bar.update()
             bar.set_postfix(loss="0.125", **forecast_postfix(lens), refresh=False)
         bar.close()
     last = out.getvalue().rsplit("\r", 1)[-1]
-    assert "40/40" in last and "loss=0.125" in last and "ailens_eta=" in last, last
+    assert f"{steps}/{steps}" in last and "loss=0.125" in last and "ailens_eta=" in last, last
     assert out.getvalue().count("\n") <= 1  # one bar, redrawn in place
 
 
