@@ -114,13 +114,6 @@ class LensCallback(_callback_base()):
         config = dict(self._config)
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
         config.setdefault("framework", "lightning-ddp" if is_ddp else "lightning")
-        config.setdefault(
-            "meta",
-            {
-                "threads": torch.get_num_threads(),
-                "param_count": sum(p.numel() for p in pl_module.parameters()),
-            },
-        )
         try:
             self._handle = ailens_torch.attach(model, **config)
         except Exception as e:  # noqa: BLE001 - never break training
@@ -133,6 +126,8 @@ class LensCallback(_callback_base()):
         self._global_step = trainer.global_step
 
     def on_train_start(self, trainer, pl_module) -> None:
+        import torch
+
         lens = self._open
         if lens is None:
             return
@@ -140,6 +135,8 @@ class LensCallback(_callback_base()):
             lens.set_schedule(**_schedule(trainer))
             batch_size = getattr(trainer.train_dataloader, "batch_size", None)
             lens.describe(
+                threads=torch.get_num_threads(),
+                param_count=sum(p.numel() for p in pl_module.parameters()),
                 accumulate_grad_batches=int(trainer.accumulate_grad_batches),
                 **({"batch_size": int(batch_size)} if batch_size else {}),
             )

@@ -91,14 +91,6 @@ class LensCallback(TrainerCallback):
         ddp = wrapped if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) else None
         config = dict(self._config)
         config.setdefault("framework", "transformers-ddp" if ddp is not None else "transformers")
-        if model is not None:
-            config.setdefault(
-                "meta",
-                {
-                    "threads": torch.get_num_threads(),
-                    "param_count": sum(p.numel() for p in model.parameters()),
-                },
-            )
         try:
             self._handle = ailens_torch.attach(ddp, **config)
         except Exception as e:  # noqa: BLE001 - never break training
@@ -118,8 +110,14 @@ class LensCallback(TrainerCallback):
         try:
             lens.set_schedule(**_schedule(args, state, kwargs.get("train_dataloader")))
             lens.describe(
+                threads=torch.get_num_threads(),
                 batch_size=int(args.per_device_train_batch_size),
                 gradient_accumulation_steps=int(args.gradient_accumulation_steps),
+                **(
+                    {"param_count": sum(p.numel() for p in model.parameters())}
+                    if model is not None
+                    else {}
+                ),
             )
         except Exception as e:  # noqa: BLE001
             lens.disable(e)
