@@ -22,9 +22,12 @@ What the callback does:
   comm hook (``DDPStrategy(ddp_comm_hook=...)``, on GPU) keeps it, and the buckets are then
   seen only through the ``torch.distributed`` calls that hook makes. Other strategies (FSDP,
   DeepSpeed) are recorded through their ``torch.distributed`` calls only.
-- **Steps**: one per training batch in which the optimizer stepped (``trainer.global_step``
-  advanced), so ``accumulate_grad_batches=4`` gives one step per 4 batches, as
-  ``trainer.estimated_stepping_batches`` counts them.
+- **Steps**: one per optimizer step, as ``trainer.global_step`` and
+  ``trainer.estimated_stepping_batches`` count them (``accumulate_grad_batches=4``: one step
+  per 4 batches). The torch adapter ends them at ``optimizer.step()`` of the first optimizer
+  in ``trainer.optimizers``, which also keeps it from inferring steps from the collectives;
+  without an optimizer, a step ends at each training batch after which
+  ``trainer.global_step`` advanced.
 - ``on_train_start``: the schedule the trainer knows: total steps
   (``estimated_stepping_batches``), steps per epoch, epochs, and how often validation runs
   (``check_val_every_n_epoch``, or ``val_check_interval`` in steps; a time-based interval
@@ -90,6 +93,7 @@ class LensCallback(_callback_base()):
         self._config = config
         self._progress_bar = progress_bar
         self._handle = None  # the torch adapter's handle while fit runs
+        self._steps_from_batches = False  # no optimizer hook: steps from global_step
         self._global_step = 0
         self._bar_at = -math.inf
 
@@ -114,8 +118,9 @@ class LensCallback(_callback_base()):
         config = dict(self._config)
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
         config.setdefault("framework", "lightning-ddp" if is_ddp else "lightning")
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
         try:
-            self._handle = ailens_torch.attach(model, **config)
+            self._handle = ailens_torch.attach(model, optimizer, **config)
         except Exception as e:  # noqa: BLE001 - never break training
             log.warning(
                 "ailens: LensCallback could not attach (%s: %s); training goes on without it",
@@ -123,6 +128,7 @@ class LensCallback(_callback_base()):
                 e,
             )
             return
+        self._steps_from_batches = optimizer is None
         self._global_step = trainer.global_step
 
     def on_train_start(self, trainer, pl_module) -> None:
@@ -151,7 +157,8 @@ class LensCallback(_callback_base()):
         if step == self._global_step:  # accumulating gradients: no optimizer step yet
             return
         self._global_step = step
-        lens.step_end()
+        if self._steps_from_batches:
+            self._handle.step_end()
         if lens.should_stop:
             trainer.should_stop = True
         if self._progress_bar and trainer.is_global_zero:

@@ -24,8 +24,10 @@ What the callback does, on every rank:
   buckets are then seen through the ``torch.distributed`` calls it makes), and every
   collective that goes through ``torch.distributed`` (the loss gather for logging, the
   evaluation gathers, your own calls) is recorded as well.
-- **Steps**: one per ``on_step_end`` (one optimizer step, after
-  ``gradient_accumulation_steps`` micro-batches). The schedule from the trainer's state:
+- **Steps**: one per optimizer step (after ``gradient_accumulation_steps`` micro-batches), as
+  ``state.global_step`` counts them: the torch adapter ends them at the optimizer's
+  ``step()``, which also keeps it from inferring steps from the collectives (without an
+  optimizer: at each ``on_step_end``). The schedule from the trainer's state:
   total steps (``state.max_steps``), epochs, evaluation every ``state.eval_steps`` steps or
   every epoch, checkpoints every ``state.save_steps`` steps.
 - **Evaluation** during training is a section of its own (``"eval"``): from the step end that
@@ -70,6 +72,7 @@ class LensCallback(TrainerCallback):
         self._trainer = trainer
         self._config = config
         self._handle = None
+        self._steps_from_optimizer = False
         self._eval_pending = False
 
     @property
@@ -82,7 +85,7 @@ class LensCallback(TrainerCallback):
         lens = self.lens
         return None if lens is None or lens.closed else lens
 
-    def on_train_begin(self, args, state, control, model=None, **kwargs) -> None:
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs) -> None:
         import torch
 
         from . import torch as ailens_torch
@@ -91,8 +94,16 @@ class LensCallback(TrainerCallback):
         ddp = wrapped if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) else None
         config = dict(self._config)
         config.setdefault("framework", "transformers-ddp" if ddp is not None else "transformers")
+        # The handler's optimizer is the one given to Trainer(optimizers=...), else None; the
+        # trainer's is Accelerate's AcceleratedOptimizer, which steps the torch optimizer it
+        # holds only on the micro-batch that syncs (not when a GradScaler skips the step).
+        if self._trainer is not None and getattr(self._trainer, "optimizer", None) is not None:
+            optimizer = self._trainer.optimizer
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = None
         try:
-            self._handle = ailens_torch.attach(ddp, **config)
+            self._handle = ailens_torch.attach(ddp, optimizer, **config)
         except Exception as e:  # noqa: BLE001 - never break training
             log.warning(
                 "ailens: LensCallback could not attach (%s: %s); training goes on without it",
@@ -100,6 +111,7 @@ class LensCallback(TrainerCallback):
                 e,
             )
             return
+        self._steps_from_optimizer = optimizer is not None
         lens = self._handle.lens
         if ddp is None and lens.world_size > 1 and lens.rank == 0:
             log.warning(
@@ -128,7 +140,8 @@ class LensCallback(TrainerCallback):
         lens = self._open
         if lens is None:
             return
-        lens.step_end()
+        if not self._steps_from_optimizer:
+            self._handle.step_end()
         if lens.should_stop:
             control.should_training_stop = True
         self._eval_due(lens, control)
