@@ -57,8 +57,11 @@ import sys
 import time
 from typing import Any
 
+import torch
+
 from ailens import Lens, LensConfig
 
+from . import torch as ailens_torch
 from .tqdm import forecast_numbers
 
 log = logging.getLogger("ailens")
@@ -110,10 +113,6 @@ class LensCallback(_callback_base()):
     # ------------------------------------------------------------ fit
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        import torch
-
-        from . import torch as ailens_torch
-
         model = trainer.strategy.model
         config = dict(self._config)
         is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
@@ -132,8 +131,6 @@ class LensCallback(_callback_base()):
         self._global_step = trainer.global_step
 
     def on_train_start(self, trainer, pl_module) -> None:
-        import torch
-
         lens = self._open
         if lens is None:
             return

@@ -51,10 +51,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import torch
 from transformers import TrainerCallback
 
 from ailens import Lens, LensConfig
 
+from . import torch as ailens_torch
 from .tqdm import forecast_numbers
 
 log = logging.getLogger("ailens")
@@ -86,10 +88,6 @@ class LensCallback(TrainerCallback):
         return None if lens is None or lens.closed else lens
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs) -> None:
-        import torch
-
-        from . import torch as ailens_torch
-
         wrapped = getattr(self._trainer, "model_wrapped", None) if self._trainer else None
         ddp = wrapped if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) else None
         config = dict(self._config)
