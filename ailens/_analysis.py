@@ -232,9 +232,11 @@ def analyze(
                 "forecast"
             )
         elif forecast.predicted_total_s is None:
+            step = forecast.step_time_s
+            about = f"training step {step:.6g} s after warm-up, " if step is not None else ""
             warnings.append(
-                f"total steps unknown: training step {forecast.step_time_s:.6g} s after warm-up, "
-                "no total forecast (pass total_steps, or set it in the Lens)"
+                f"total steps unknown: {about}no total forecast (pass total_steps, or set it "
+                "in the Lens)"
             )
             forecast = None
         if (
@@ -325,7 +327,8 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
     marks = [m for m in first.marks if m.get("kind") in ("schedule", "section")]
     if total_steps:
         marks.append({"kind": "schedule", "total_steps": int(total_steps), "at_step": 0, "seq": 0})
-    end = first.info.get("end_ns") if first.info.get("closed") else None
+    # The run ended when rank 0 closed, if every rank finished (a killed rank: it did not).
+    end = first.info.get("end_ns") if run.complete else None
     feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end)
     return oa
 

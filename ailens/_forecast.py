@@ -62,7 +62,6 @@ __all__ = [
 ]
 
 INTERVAL_LEVEL = 0.95
-_Z = NormalDist().inv_cdf(0.5 + INTERVAL_LEVEL / 2)
 
 # --------------------------------------------------------------------------- statistics
 
@@ -458,7 +457,8 @@ class Snapshot:
             )
             var += left * part.sd_s**2
         total = elapsed + sum(c.remaining_s for c in comps)
-        half = _Z * math.sqrt(var)
+        # Student's t on the regime's steps: few steps, a wider interval.
+        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.level_n - 1, 1)) * math.sqrt(var)
         return Prediction(
             s,
             n,
@@ -746,6 +746,13 @@ class Forecast:
         return None if self.basis == "latest" else _pct(self.naive_total_s, self.actual_total_s)
 
     @property
+    def covered(self) -> bool | None:
+        """Whether the actual total fell inside the interval (None: not scored)."""
+        if self.error_pct is None or self.interval_s is None:
+            return None
+        return self.interval_s[0] <= self.actual_total_s <= self.interval_s[1]
+
+    @property
     def predicted_job_total_s(self) -> float | None:
         if self.predicted_total_s is None or self.job_offset_s is None:
             return None
@@ -760,6 +767,7 @@ class Forecast:
         d["error_pct"] = self.error_pct
         d["naive_error_pct"] = self.naive_error_pct
         d["predicted_job_total_s"] = self.predicted_job_total_s
+        d["covered"] = self.covered
         return d
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
-from ._forecast import Forecast, Forecaster, Prediction, Snapshot
+from ._forecast import Forecast, Forecaster, Prediction, Snapshot, t_quantile
 from .phases import SIZE_KEY_FACTOR, OnlinePhases
 
 log = logging.getLogger("ailens")
@@ -164,9 +164,10 @@ class OnlineAnalysis:
         if p.steps_done < self.cfg.signature_min_steps or p.step_time_s is None:
             return False
         rel = p.half_width_rel
-        if rel is None and p.step_time_sd_s is not None and self.forecaster.level.n >= 2:
-            var, _ = self.forecaster.level.level_var()
-            rel = 1.96 * math.sqrt(var) / p.step_time_s
+        level = self.forecaster.level
+        if rel is None and p.step_time_sd_s is not None and level.n >= 2:
+            var, _ = level.level_var()
+            rel = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
         return rel is not None and rel <= self.cfg.signature_rel_tol
 
     def live_forecast(self) -> LiveForecast | None:

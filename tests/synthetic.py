@@ -42,7 +42,13 @@ import ailens
 from ailens._config import LensConfig
 from ailens._online import write_json
 from ailens._ticks import partition
-from ailens._trace import FORMAT_VERSION, TraceWriter, encode_events
+from ailens._trace import (
+    FORMAT_VERSION,
+    TraceWriter,
+    encode_events,
+    encode_exchanges,
+    encode_json,
+)
 from ailens.phases import OnlinePhases, magnitude
 
 
@@ -164,6 +170,8 @@ def write_run(
     online: bool = True,
     config: dict | None = None,
     running: bool = False,
+    known_total: bool = True,
+    exchange_every: int = 5,
 ) -> SyntheticRun:
     """Write a synthetic run directory at ``path`` and return its ground truth.
 
@@ -175,7 +183,9 @@ def write_run(
     LensConfig fields recorded in the header (e.g. ``{"total_steps": 500}`` for a run read
     before its end, ``{"tolerance": 0}``). ``running``: no rank writes its closing record, as
     when a run directory is read while training still goes on. ``online``: also write rank 0's
-    ``phases-online.json``.
+    ``phases-online.json``. ``known_total``: the run said its total steps at the start (a
+    schedule mark, as integrations write when the framework knows it). ``exchange_every``:
+    steps between the exchange records (the online analysis's evaluation points).
     """
     if ranks < 1 or steps < 1:
         raise ValueError("ranks and steps must be >= 1")
@@ -277,6 +287,8 @@ def write_run(
                 chunk_events,
                 kill_step if killed else None,
                 close=not running,
+                total=(cfg.total_steps or steps) if known_total else None,
+                exchange_every=exchange_every,
             )
         )
 
@@ -342,6 +354,8 @@ def _write_rank(
     chunk_events: int,
     kill_step: int | None,
     close: bool = True,
+    total: int | None = None,
+    exchange_every: int = 5,
 ) -> int:
     """Write one rank's file like the Lens's writer thread does; returns events written."""
     n = len(op)
@@ -353,6 +367,23 @@ def _write_rank(
     step_work[:] = np.cumsum(per_step).astype(np.int64)
     w = TraceWriter(f, meta)
     w.write_ops(op_names)
+    if total:
+        schedule = {"kind": "schedule", "total_steps": total, "seq": 0, "step": 0, "at_step": 0}
+        w.write_raw(encode_json(b"MARK", [schedule]))
+    # Exchanges every ``exchange_every`` step ends (and at the end), covering the ticks begun.
+    ends = [s for s in range(exchange_every, steps + 1, exchange_every)]
+    if not ends or ends[-1] != steps:
+        ends.append(steps)
+    upto = np.searchsorted(step, np.asarray(ends), side="left")
+    x_rows = {
+        "seq": np.arange(1, len(ends) + 1),
+        "step": np.asarray(ends),
+        "ticks": np.minimum(upto, n),
+        "live": np.ones(len(ends)),
+        "disabled": np.zeros(len(ends)),
+        "stop": np.zeros(len(ends)),
+        "t_ns": step_t[np.asarray(ends) - 1],
+    }
     steps_done = 0
     pos = 0
     try:
@@ -373,6 +404,13 @@ def _write_rank(
                 return pos
             w.write_events(cols)
             pos = stop
+            # Exchanges whose ticks are all written by now go with this chunk.
+            keep = x_rows["ticks"] <= stop
+            if kill_step is not None:
+                keep &= x_rows["step"] <= kill_step
+            if keep.any():
+                w.write_raw(encode_exchanges({k: v[keep] for k, v in x_rows.items()}))
+                x_rows = {k: v[~keep] for k, v in x_rows.items()}
             # Steps that ended before this chunk's last collective began are flushed with it.
             upto = int(np.searchsorted(step_t, t_begin[stop - 1]))
             if upto > steps_done:
@@ -392,6 +430,8 @@ def _write_rank(
                     "work": step_work[steps_done:],
                 }
             )
+        if len(x_rows["seq"]):
+            w.write_raw(encode_exchanges(x_rows))
         if not close:
             return n
         end_ns = int(step_t[-1]) + 200_000

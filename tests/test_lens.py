@@ -135,7 +135,7 @@ class FakeCounter:
 def test_fake_clock_and_counter_give_exact_times_and_work(tmp_path):
     clock, counter = FakeClock(), FakeCounter()
     with Lens(run_dir=tmp_path, clock=clock, work_counter=counter) as lens:
-        for step in range(3):
+        for _ in range(3):
             clock.advance(5_000)
             counter.value += 40_000  # work before the collective
             lens.collective_begin("allreduce", 64)
