@@ -45,24 +45,25 @@ def trace_summary(trace, param_bytes: int) -> dict:
 @pytest.mark.parallel
 @pytest.mark.timeout(120)
 def test_ddp_fit_records_buckets_steps_and_validation_on_both_ranks(tmp_path):
-    # 80 samples per rank, batch 8, accumulate 2: 5 optimizer steps per epoch, 2 epochs.
-    results = fit_ddp(tmp_path, "--samples", "160", "--epochs", "2", "--accumulate", "2")
+    # 320 samples per rank, batch 8, accumulate 2: 20 optimizer steps per epoch, 2 epochs
+    # (long enough for the live forecast, refreshed every 0.1 s, to reach the bar).
+    results = fit_ddp(tmp_path, "--samples", "640", "--epochs", "2", "--accumulate", "2")
     run = ailens.load_run(tmp_path / "run")
     assert run.complete and not run.warnings, run.warnings
     assert run.meta["framework"] == "lightning-ddp" and run.world_size == 2
     summaries = []
     for r, trace in zip(results, run.ranks, strict=True):
         assert r["disabled"] is None and r["closed"]
-        assert r["global_step"] == r["estimated_steps"] == r["lens_steps"] == 10
+        assert r["global_step"] == r["estimated_steps"] == r["lens_steps"] == 40
         s = trace_summary(trace, r["param_bytes"])
         # One step per optimizer step, not per batch; one gradient bucket per step: DDP does
         # not reduce the accumulating batches.
-        assert s["steps"] == 10 and s["buckets"] == 10
+        assert s["steps"] == 40 and s["buckets"] == 40
         # The strategy's own collectives go through torch.distributed and are recorded too.
         assert {op for op, _ in s["events"]} >= {"allreduce", "barrier"}
-        assert s["sections"] == [("sanity_check", 0), ("eval", 5), ("eval", 10)]
+        assert s["sections"] == [("sanity_check", 0), ("eval", 20), ("eval", 40)]
         (schedule,) = s["schedule"]
-        assert schedule["total_steps"] == 10 and schedule["steps_per_epoch"] == 5
+        assert schedule["total_steps"] == 40 and schedule["steps_per_epoch"] == 20
         assert schedule["epochs"] == 2 and schedule["eval_every_epochs"] == 1
         summaries.append(s)
     assert summaries[0]["events"] == summaries[1]["events"], "ranks recorded different ticks"

@@ -66,9 +66,10 @@ def test_attach_records_buckets_steps_and_evaluation_on_both_ranks(tmp_path):
         assert schedule["epochs"] == 2 and schedule["eval_every_steps"] == 4
         summaries.append(s)
     assert summaries[0]["events"] == summaries[1]["events"], "ranks recorded different ticks"
-    # Rank 0's printed training logs carry the forecast (the log at step 2 comes before it).
-    train_logs = [log for log in results[0]["printed"] if "loss" in log]
-    assert all("ailens_eta_s" in log for log in train_logs[1:]), train_logs
+    # Rank 0's printed training logs carry the forecast once it has one (from then on), rank
+    # 1's never.
+    shown = ["ailens_eta_s" in log for log in results[0]["printed"] if "loss" in log]
+    assert any(shown) and all(shown[shown.index(True) :]), results[0]["printed"]
     assert not any("ailens_eta_s" in log for log in results[1]["printed"])
 
 
