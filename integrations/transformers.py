@@ -113,9 +113,11 @@ class LensCallback(TrainerCallback):
         lens = self._handle.lens
         if ddp is None and lens.world_size > 1 and lens.rank == 0:
             log.warning(
-                "ailens: the DDP gradient buckets are not recorded: a TrainerCallback never "
-                "sees the DDP model; use ailens.integrations.transformers.attach(trainer) "
-                "instead of callbacks=[LensCallback()]"
+                "ailens: gradient buckets are not recorded, only torch.distributed calls: %s",
+                "a TrainerCallback never sees the DDP model; use ailens.integrations."
+                "transformers.attach(trainer) instead of callbacks=[LensCallback()]"
+                if self._trainer is None
+                else f"the trainer's model is a {type(wrapped).__name__}, not DDP",
             )
         try:
             lens.set_schedule(**_schedule(args, state, kwargs.get("train_dataloader")))
