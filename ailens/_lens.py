@@ -529,6 +529,10 @@ class Lens:
             summed = None if total is None else decode(total, n, width, world)
             ticks = cadence.ticks_done + n
             cadence.done(ticks, self._steps, self._clock(), summed.interval if summed else 0)
+            if summed is not None and summed.stop:
+                # Also on a disabled rank: every rank must stop at the same step, or the
+                # ranks that go on wait forever on the framework's next collective.
+                self._stop_agreed = True
             if summed is None or self.disabled is not None or batch is None:
                 continue
             try:
@@ -544,8 +548,6 @@ class Lens:
                     )
                 )
                 self.online.on_batch(summed, batch.key, steps)
-                if summed.stop:
-                    self._stop_agreed = True
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
 
