@@ -6,8 +6,9 @@ collective (an allreduce of a small CPU array): a header, then three columns of 
 the comm/compute totals, so the online phase tables are identical on every rank.
 
 When: at a step end, once ``exchange_ticks`` ticks are pending or the agreed number of steps
-has passed since the last exchange. The decision uses only tick and step counts, which every
-rank shares, so all ranks enter the collective at the same step. Rank 0 proposes the next
+has passed since the last exchange (then also with no tick pending). The decision uses only
+tick and step counts, which every rank shares, so all ranks enter the collective at the same
+step. Rank 0 proposes the next
 interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart), and the
 sum carries its proposal to everyone.
 """
@@ -106,8 +107,10 @@ class Cadence:
         self.t_at = 0  # rank 0's clock then (ns)
 
     def due(self, ticks: int, steps: int) -> bool:
-        pending = ticks - self.ticks_done
-        return pending >= self.batch_ticks or (pending > 0 and steps - self.step_at >= self.every)
+        """An exchange now: a full batch is pending, or the agreed steps have passed (also
+        with nothing pending: the exchange is where the forecast is evaluated and early stop
+        voted)."""
+        return ticks - self.ticks_done >= self.batch_ticks or steps - self.step_at >= self.every
 
     def propose(self, steps: int, now_ns: int) -> int:
         """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange."""

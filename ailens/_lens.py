@@ -226,7 +226,7 @@ class Lens:
         self._steps += 1
         self._buf.step = self._steps
         if self._exchange_due():
-            self._exchange_all()
+            self._exchange_all(evaluate=True)
 
     # ------------------------------------------------------------ public state
 
@@ -487,6 +487,9 @@ class Lens:
         self._summarised += len(summary)
 
     def _take(self, n: int) -> tuple[TickSummary, np.ndarray]:
+        if n == 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return TickSummary(empty.astype(np.int8), empty, empty, empty), empty
         if self._pending_n < n:
             with self._buf.lock:
                 self._summarise(self._buf.n)
@@ -504,16 +507,20 @@ class Lens:
     def _exchange_due(self) -> bool:
         return self._cadence.due(self._buf.ticks, self._steps)
 
-    def _exchange_all(self) -> None:
-        """Send every pending tick through the exchange in batches of ``exchange_ticks``.
+    def _exchange_all(self, *, evaluate: bool = False) -> None:
+        """Send every pending tick through the exchange in batches of ``exchange_ticks``;
+        with ``evaluate``, at least one (possibly empty) batch: an evaluation point of the
+        online analysis even in a run without collectives.
 
         All ranks hold the same tick count here, so they make the same number of calls with
         the same payload size."""
         cadence, world = self._cadence, self.world_size
         k = self.config.exchange_ticks if self._exchange_fn is not None else None
-        while cadence.ticks_done < self._buf.ticks:
+        rounds = 0
+        while cadence.ticks_done < self._buf.ticks or (evaluate and rounds == 0):
+            rounds += 1
             n = min(k or self._buf.ticks, self._buf.ticks - cadence.ticks_done)
-            width = k or n
+            width = k or max(n, 1)
             batch, steps, interval = None, None, 0
             if self.disabled is None:
                 try:
