@@ -149,6 +149,7 @@ class StepLevel:
     START = 3  # steps taken as they come at the start of a regime
     EW = 0.05  # weight of a new step in the robust scale
     MIN_SCALE = 0.01
+    MAX_SPIKES = 256  # outliers kept for the forecast to classify (the most recent)
 
     def __init__(self) -> None:
         self.regime_start: int | None = None
@@ -213,6 +214,9 @@ class StepLevel:
                 self.run, self.run_sign = [], sign
             self.run.append((i, x))
             self.spikes[i] = x - c
+            if len(self.spikes) > self.MAX_SPIKES:
+                # Only recent outliers are classified; older ones stay in the regime's mean.
+                del self.spikes[next(iter(self.spikes))]
             self._add_to_sums(i, x, c + sign * self.Z_OUT * s)
             if len(self.run) >= self.CHANGE_RUN and self._consistent(self.run, c):
                 self._restart(list(self.run))
