@@ -70,10 +70,9 @@ def hvd_runs(tmp_path_factory):
         key = mode, fault, epochs, config
         if key not in cache:
             run_dir = tmp_path_factory.mktemp(f"keras-hvd-{mode}{'-fault' if fault else ''}")
-            env = {**QUIET, "TF_USE_LEGACY_KERAS": "1",
-                   "AILENS_INJECT_FAULT": "1:5" if fault else ""}
-            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2",
-                   sys.executable, str(HVD), str(run_dir), str(epochs), mode, config]
+            env = {**QUIET, "TF_USE_LEGACY_KERAS": "1"}
+            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(HVD),
+                   str(run_dir), str(epochs), mode, config, "1:5" if fault else ""]
             out = run_ranks(cmd, timeout=150, env=env)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             res = _results(out)

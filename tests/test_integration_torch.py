@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import rank_results
 
+from ailens import load_run
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
@@ -66,6 +68,16 @@ def test_ddp_default_hook_records_each_collective_once(tmp_path, baseline):
     assert baseline[0]["checksum"] == baseline[1]["checksum"]
     online = json.loads((tmp_path / "run" / "phases-online.json").read_text())
     assert online["table"] == results[0]["table"]
+    # What the adapter knows of the run: threads, model size, the batch of the first forward,
+    # the schedule given to attach().
+    for rank in load_run(tmp_path / "run").ranks:
+        facts = rank.meta["run"]
+        assert facts["threads"] == 1 and facts["interop_threads"] >= 1
+        assert facts["param_count"] == results[0]["param_count"] > 0
+        assert facts["framework_version"] == f"torch {torch.__version__}"
+        kinds = {m["kind"]: m for m in rank.marks}
+        assert kinds["info"]["batch_size"] == 32
+        assert kinds["schedule"]["total_steps"] == results[0]["steps"]
 
 
 @pytest.mark.parallel
@@ -82,7 +94,7 @@ def test_ddp_user_comm_hook_is_composed(tmp_path, baseline):
 
 @pytest.mark.parallel
 def test_fault_in_ailens_leaves_training_intact(tmp_path, baseline):
-    results = run_ddp(tmp_path, "--lens", env={"AILENS_INJECT_FAULT": "1:5"})
+    results = run_ddp(tmp_path, "--lens", "--fault", "1:5")
     assert results[0]["disabled"] is None
     assert "injected fault" in results[1]["disabled"]
     # The disabled rank still counts ticks and steps, so both ranks agree.

@@ -1,7 +1,8 @@
 """Two Horovod ranks train a tiny torch model with hvd.DistributedOptimizer and print, per
 rank, what ailens recorded. Launched by tests/test_integration_horovod.py under horovodrun.
 
-argv: RUN_DIR STEPS MODE   (MODE: lens | nolens)
+argv: RUN_DIR STEPS MODE [FAULT]   (MODE: lens | nolens; FAULT: RANK:TICK, a fault injected
+inside ailens)
 Prints one ``RESULT {json}`` line per rank.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 run_dir, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+fault = sys.argv[4] if len(sys.argv) > 4 else ""
 hvd.init()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -25,8 +27,10 @@ opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 lens = None
 if mode == "lens":
     from ailens.integrations import horovod as ailens_hvd
+    from inject_fault import inject
 
     lens = ailens_hvd.attach(hvd, optimizer=opt, run_dir=run_dir, exchange_ticks=16)
+    inject(lens.lens, fault)
 
 gen = torch.Generator().manual_seed(1 + hvd.rank())
 for _ in range(steps):

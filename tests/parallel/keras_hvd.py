@@ -2,8 +2,9 @@
 LensCallback, and print per rank what ailens recorded. Launched by
 tests/test_integration_keras.py under horovodrun (TF_USE_LEGACY_KERAS=1).
 
-argv: RUN_DIR EPOCHS MODE [CONFIG_JSON]   (MODE: lens | nolens; CONFIG_JSON: extra LensConfig
-fields). Prints one ``RESULT {json}`` line per rank.
+argv: RUN_DIR EPOCHS MODE [CONFIG_JSON [FAULT]]   (MODE: lens | nolens; CONFIG_JSON: extra
+LensConfig fields; FAULT: RANK:TICK, a fault injected inside ailens). Prints one
+``RESULT {json}`` line per rank.
 """
 
 import json
@@ -19,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 run_dir, epochs, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 extra = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+fault = sys.argv[5] if len(sys.argv) > 5 else ""
 hvd.init()
 tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -34,10 +36,16 @@ y = rng.standard_normal((64, 4)).astype(np.float32)
 callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
 lens_cb = None
 if mode == "lens":
+    from inject_fault import inject
+
     from ailens.integrations.keras import LensCallback
 
+    class InjectFault(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):  # after LensCallback's: its Lens exists
+            inject(lens_cb.lens, fault)
+
     lens_cb = LensCallback(run_dir=run_dir, exchange_ticks=16, **extra)
-    callbacks.append(lens_cb)
+    callbacks += [lens_cb, InjectFault()]
 hist = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
 
 params = np.concatenate([w.ravel() for w in model.get_weights()])

@@ -16,6 +16,7 @@ def main() -> None:
     ap.add_argument("--steps-mode", default="infer")
     ap.add_argument("--run-dir", default="")
     ap.add_argument("--iterations", type=int, default=30)
+    ap.add_argument("--fault", default="", help="RANK:TICK: make ailens fail there")
     args = ap.parse_args()
 
     world = MPI.COMM_WORLD
@@ -23,8 +24,11 @@ def main() -> None:
     if args.lens:
         from ailens.integrations.mpi import wrap
 
+        from inject_fault import inject
+
         comm = wrap(world, steps=args.steps_mode, run_dir=args.run_dir, exchange_ticks=32,
                     total_steps=args.iterations)
+        inject(comm.lens, args.fault)
     rank, size = world.Get_rank(), world.Get_size()
     rng = np.random.default_rng(rank)
     expected: dict[str, int] = {}
@@ -77,7 +81,7 @@ def main() -> None:
         note("barrier", 0)
         w += 1e-3 * (loss + arr_sum.sum() + part.sum())
         if args.lens and args.steps_mode == "manual":
-            comm.lens.step_end()
+            comm.step_end()
     comm.Barrier()
     note("barrier", 0)
 
@@ -86,10 +90,10 @@ def main() -> None:
               "expected_bytes": expected, "expected_counts": counts}
     if args.lens:
         lens = comm.lens
+        finder = comm._finder
         comm.close()
         result.update(ticks=lens.ticks, lens_steps=lens.steps, disabled=lens.disabled,
-                      merged=comm.steps_merged,
-                      period=comm._infer.period if comm._infer else 0,
+                      merged=comm.steps_merged, period=finder.period if finder else 0,
                       table=lens.online.table().to_dict() if lens.online else None)
         if lens.disabled is None:
             from ailens._trace import read_trace

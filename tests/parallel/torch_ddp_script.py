@@ -17,6 +17,7 @@ def main() -> None:
     ap.add_argument("--run-dir", default="")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--user-hook", action="store_true", help="pass our own comm hook to attach")
+    ap.add_argument("--fault", default="", help="RANK:TICK: make ailens fail there")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -41,8 +42,11 @@ def main() -> None:
             return allreduce_hook(state, bucket)
 
         extra = {"comm_hook": my_hook, "state": None} if args.user_hook else {}
+        from inject_fault import inject
+
         handle = attach(model, opt, run_dir=args.run_dir, exchange_ticks=16,
                         steps_per_epoch=args.steps, epochs=1, **extra)
+        inject(handle.lens, args.fault)
 
     gen = torch.Generator().manual_seed(100 + rank)
     expected = {"allreduce": 0, "allgather": 0, "broadcast": 0, "barrier": 0}
@@ -87,7 +91,8 @@ def main() -> None:
     for p in model.parameters():
         digest.update(p.detach().numpy().tobytes())
     result = {"rank": rank, "checksum": digest.hexdigest(), "steps": args.steps,
-              "expected_bytes": expected, "direct_counts": counts, "hook_calls": hook_calls[0]}
+              "expected_bytes": expected, "direct_counts": counts, "hook_calls": hook_calls[0],
+              "param_count": sum(p.numel() for p in model.parameters())}
     if handle is not None:
         lens = handle.lens
         handle.close()
