@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-from ailens import Lens
+from ailens import Lens, LensConfig
 from ailens._steps import Agree, StepFinder
 
 log = logging.getLogger("ailens")
@@ -37,6 +37,28 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         _local.depth -= 1
+
+
+def open_lens(**kwargs: Any) -> Lens:
+    """A Lens, or a disabled one (with a warning) when starting it fails: never break
+    training. A misspelt or invalid setting still raises here, at the user's line."""
+    settings = {
+        k: v for k, v in kwargs.items() if k not in ("rank", "world_size", "exchange", "meta")
+    }
+    LensConfig(**settings)
+    try:
+        return Lens(**kwargs)
+    except Exception as e:  # noqa: BLE001
+        log.warning("ailens: could not start (%s: %s); ailens is off", type(e).__name__, e)
+        return Lens(rank=0, world_size=1, **{**settings, "enabled": False})
+
+
+def named_like(wrapper: Callable, real: Callable) -> Callable:
+    """``wrapper`` dressed as the framework function ``real`` it stands in for."""
+    wrapper.__name__ = getattr(real, "__name__", wrapper.__name__)
+    wrapper.__doc__ = getattr(real, "__doc__", None)
+    wrapper.__wrapped__ = real
+    return wrapper
 
 
 class Patches:

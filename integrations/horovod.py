@@ -66,38 +66,28 @@ from typing import Any
 
 import numpy as np
 
-from ailens import Lens, LensConfig
-
 from . import _tfhooks
-from ._base import Attachment, log, quiet
+from ._base import Attachment, log, named_like, open_lens, quiet
 
 __all__ = ["HorovodLens", "attach"]
 
-# Funnel functions of horovod.<framework>.mpi_ops -> the op name recorded.
-_TORCH_OPS = {
-    "_allreduce_async": "allreduce",
-    "_grouped_allreduce_async": "allreduce",
-    "_allgather_async": "allgather",
-    "_grouped_allgather_async": "allgather",
-    "_broadcast_async": "broadcast",
-    "_alltoall_async": "alltoall",
-    "_reducescatter_async": "reducescatter",
-    "_grouped_reducescatter_async": "reducescatter",
-}
-_TF_OPS = {
-    "_allreduce_cond": "allreduce",
-    "_grouped_allreduce_cond": "allreduce",
-    "_allreduce": "allreduce",
-    "_grouped_allreduce": "allreduce",
-    "allgather": "allgather",
-    "grouped_allgather": "allgather",
-    "broadcast": "broadcast",
-    "broadcast_": "broadcast",
-    "alltoall": "alltoall",
-    "_reducescatter": "reducescatter",
-    "_grouped_reducescatter": "reducescatter",
+# The funnel functions of horovod.<framework>.mpi_ops; the op recorded is the name without
+# "_", "grouped_", "_async", "_cond" (``_grouped_allreduce_async`` is an "allreduce").
+_FUNNELS = {
+    "torch": "_allreduce_async _grouped_allreduce_async _allgather_async "
+    "_grouped_allgather_async _broadcast_async _alltoall_async _reducescatter_async "
+    "_grouped_reducescatter_async".split(),
+    # _allreduce_cond: what DistributedOptimizer / DistributedGradientTape call.
+    "tensorflow": "_allreduce_cond _grouped_allreduce_cond _allreduce _grouped_allreduce "
+    "allgather grouped_allgather broadcast broadcast_ alltoall _reducescatter "
+    "_grouped_reducescatter".split(),
 }
 _attached: dict[str, HorovodLens] = {}
+
+
+def _op(funnel: str) -> str:
+    name = funnel.strip("_").removeprefix("grouped_")
+    return name.removesuffix("_async").removesuffix("_cond")
 
 
 def attach(
@@ -113,7 +103,13 @@ def attach(
     ``step()`` calls mark the steps. ``steps="manual"``: no inference (call ``step_end()``).
     ``meta``: facts for the trace header; other keywords are LensConfig fields. Collective:
     call on every rank after ``hvd.init()``."""
-    kind = _framework_of(hvd)
+    name = getattr(hvd, "__name__", "")
+    kind = "torch" if "torch" in name else "tensorflow" if "tensorflow" in name else None
+    kind = "tensorflow" if kind is None and "keras" in name else kind
+    if kind is None:
+        raise TypeError(
+            f"attach(hvd): expected horovod.torch or horovod.tensorflow, got {name or repr(hvd)}"
+        )
     if kind in _attached:
         _attached[kind].notice(
             "ailens: horovod.%s is already attached; returning that attachment",
@@ -124,29 +120,23 @@ def attach(
     return HorovodLens(kind, optimizer, steps, meta, config)
 
 
-def _framework_of(hvd: Any) -> str:
-    name = getattr(hvd, "__name__", "")
-    if "torch" in name:
-        return "torch"
-    if "tensorflow" in name or "keras" in name:
-        return "tensorflow"
-    raise TypeError(
-        f"attach(hvd): expected horovod.torch or horovod.tensorflow, got {name or repr(hvd)}"
-    )
-
-
 class HorovodLens(Attachment):
     """A Lens attached to Horovod: ``.lens``, ``step_end()``, ``should_stop``, ``close()``,
     ``detach()``; also a context manager that closes on exit."""
 
     def __init__(self, kind: str, optimizer: Any, steps: str | None, meta, config) -> None:
-        if kind == "torch":
-            import horovod.torch as mod
-        else:
-            import horovod.tensorflow as mod
-        self.kind, self.hvd = kind, mod
+        self.kind = kind
+        self.hvd = hvd = importlib.import_module(f"horovod.{kind}")
         self._handles: dict[int, int] = {}  # torch async handle -> tick
-        lens = self._make_lens(meta, config, optimizer)
+        settings = {"framework": f"horovod.{kind}", **config}
+        if not hvd.is_initialized():
+            log.warning("ailens: call hvd.init() before attach(); ailens is off")
+            settings["enabled"] = False
+        else:
+            settings.setdefault("backend", "gloo" if hvd.gloo_enabled() else "mpi")
+            settings.update(rank=hvd.rank(), world_size=hvd.size(), exchange=self._exchange)
+        meta = {**_run_facts(kind, optimizer), **(meta or {})}
+        lens = open_lens(meta=meta, **settings)
         infer = steps != "manual" and optimizer is None
         super().__init__(lens, infer_steps=infer, agree=self._exchange)
         if not lens.config.enabled:
@@ -158,28 +148,6 @@ class HorovodLens(Attachment):
         except Exception as e:  # noqa: BLE001 - never break training; uninstall what went in
             self.patches.restore()
             lens.disable(e)
-
-    def _make_lens(self, meta: dict | None, config: dict, optimizer: Any) -> Lens:
-        hvd = self.hvd
-        try:
-            rank, size = hvd.rank(), hvd.size()
-        except ValueError as e:  # "Horovod has not been initialized"
-            log.warning("ailens: %s; call hvd.init() before attach(). ailens is off.", e)
-            return Lens(rank=0, world_size=1, **{**config, "enabled": False})
-        backend = "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else ""
-        settings = {"framework": f"horovod.{self.kind}", "backend": backend, **config}
-        LensConfig(**settings)  # a misspelt or invalid setting fails here, at the user's line
-        meta = {**_run_facts(self.kind, optimizer), **(meta or {})}
-        try:
-            return Lens(rank=rank, world_size=size, exchange=self._exchange, meta=meta, **settings)
-        except Exception as e:  # noqa: BLE001 - never break training
-            log.warning(
-                "ailens: could not start on rank %d (%s: %s); ailens is off",
-                rank,
-                type(e).__name__,
-                e,
-            )
-            return Lens(rank=rank, world_size=size, **{**settings, "enabled": False})
 
     def _exchange(self, a: np.ndarray) -> np.ndarray:
         """Elementwise SUM across ranks with Horovod itself; not recorded."""
@@ -198,12 +166,12 @@ class HorovodLens(Attachment):
     def _install(self) -> None:
         ops = importlib.import_module(f"{self.hvd.__name__}.mpi_ops")
         wrappers: dict[int, tuple[Any, Any]] = {}
-        for name, op in (_TORCH_OPS if self.kind == "torch" else _TF_OPS).items():
+        for name in _FUNNELS[self.kind]:
             real = getattr(ops, name, None) or getattr(self.hvd, name, None)
             if real is None:  # another Horovod version: record what exists
                 self.notice("ailens: horovod.%s has no %s; not recorded", self.kind, name)
                 continue
-            wrappers[id(real)] = (real, self._wrap(real, op))
+            wrappers[id(real)] = (real, self._wrap(real, _op(name)))
         for name in ("synchronize", "poll", "barrier", "shutdown"):
             real = getattr(ops, name, None) or getattr(self.hvd, name, None)
             if real is not None and (self.kind == "torch" or name == "shutdown"):
@@ -258,7 +226,7 @@ class HorovodLens(Attachment):
             self._handles[handle] = tick
             return handle
 
-        return _named_like(wrapper, real)
+        return named_like(wrapper, real)
 
     def _wrap_synchronize(self, real):
         def synchronize(handle):
@@ -269,7 +237,7 @@ class HorovodLens(Attachment):
                 if tick is not None:
                     self.end(tick)
 
-        return _named_like(synchronize, real)
+        return named_like(synchronize, real)
 
     def _wrap_poll(self, real):
         def poll(handle):
@@ -278,7 +246,7 @@ class HorovodLens(Attachment):
                 self.end(self._handles.pop(handle))
             return done
 
-        return _named_like(poll, real)
+        return named_like(poll, real)
 
     def _wrap_barrier(self, real):
         def barrier(*args, **kwargs):
@@ -286,7 +254,7 @@ class HorovodLens(Attachment):
                 return real(*args, **kwargs)
             return self.call(real, "barrier", 0, args, kwargs)
 
-        return _named_like(barrier, real)
+        return named_like(barrier, real)
 
     def _wrap_shutdown(self, real):
         def shutdown(*args, **kwargs):
@@ -294,7 +262,7 @@ class HorovodLens(Attachment):
                 self.close()
             return real(*args, **kwargs)
 
-        return _named_like(shutdown, real)
+        return named_like(shutdown, real)
 
 
 def _run_facts(kind: str, optimizer: Any) -> dict:
@@ -317,13 +285,6 @@ def _run_facts(kind: str, optimizer: Any) -> dict:
         facts.update(_tfhooks.tf_threads(tf))
         facts["framework_version"] += f", tensorflow {tf.__version__}"
     return facts
-
-
-def _named_like(wrapper, real):
-    wrapper.__name__ = getattr(real, "__name__", wrapper.__name__)
-    wrapper.__doc__ = getattr(real, "__doc__", None)
-    wrapper.__wrapped__ = real
-    return wrapper
 
 
 def _payload(args: tuple, kwargs: dict):

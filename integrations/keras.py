@@ -23,7 +23,8 @@ What the callback does:
   ``steps_per_execution`` batches), sets ``model.stop_training`` once ``lens.should_stop``
   (``early_stop=True``): every rank stops at the same step. With ``verbose=1`` it adds the
   forecast to the batch logs, so Keras' own progress bar shows it: ``ailens_total_s``
-  (predicted total run time) and ``ailens_eta_s`` (time still to go), once predicted.
+  (predicted total run time, s) and ``ailens_eta_s`` (time still to go, s), once predicted,
+  refreshed twice a second.
 - validation during ``fit`` (``on_test_begin``/``on_test_end``) is an ``"eval"`` section.
 - ``on_train_end`` closes the Lens (collective on every rank) and detaches Horovod.
 
@@ -36,14 +37,10 @@ Collectives:
   traced before ailens attached carry no recording hooks (a notice says so when the first
   step recorded no collective).
 - ``tf.distribute.MultiWorkerMirroredStrategy``: every all-reduce that goes through the
-  strategy (``ReplicaContext.all_reduce``, ``extended.batch_reduce_to`` / ``reduce_to``: the
-  optimizer's gradient all-reduce, one batched call per step) is recorded as one
-  ``allreduce`` with the summed bytes of the local tensors, by the same run-time graph hooks
-  (``ailens.integrations._tfhooks``). The callback wraps those three methods on the strategy's
-  ``extended`` object (``_replica_ctx_all_reduce`` is private TF API: the funnel
-  ``all_reduce`` uses without ``merge_call``) and removes the wrappers at train end. Not
-  seen: collectives TF issues without those calls (``SyncOnRead`` variable reads,
-  ``tf.raw_ops`` collectives). The ranks exchange through the strategy's own all-reduce.
+  strategy (the optimizer's gradient all-reduce: one batched call per step) is recorded as
+  one ``allreduce`` with the summed bytes of the local tensors, by the same run-time graph
+  hooks (see ``ailens.integrations._tfdistribute``); the wrappers go at train end. The ranks
+  exchange through the strategy's own all-reduce.
 - plain Keras (one process): steps and step times only.
 """
 
@@ -52,18 +49,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import Any
-
-import numpy as np
 
 from ailens import Lens, LensConfig
 
-from . import _tfhooks
-from ._base import Attachment, log, quiet
+from . import _tfdistribute, _tfhooks
+from ._base import Attachment, log, open_lens
 
 __all__ = ["LensCallback"]
 
 PROGBAR_KEYS = ("ailens_total_s", "ailens_eta_s")
+PROGBAR_REFRESH_S = 0.5
 
 
 def _callback_base() -> type:
@@ -94,6 +91,8 @@ class LensCallback(_callback_base()):
         self._att: Attachment | None = None
         self._hvd = False
         self._progbar = False
+        self._refresh_at = 0.0
+        self._shown: dict[str, float] = {}
         self._in_fit = False
         # tf-keras: logs may stay tensors for us (we only add to them), so this callback
         # does not force a device-to-host sync of the logs after every batch.
@@ -129,12 +128,19 @@ class LensCallback(_callback_base()):
                 level=logging.WARNING,
             )
         if self._progbar and logs is not None:
-            f = lens.forecast
-            if f is not None and f.predicted_total_s is not None:
-                logs[PROGBAR_KEYS[0]] = round(f.predicted_total_s, 1)
-                logs[PROGBAR_KEYS[1]] = round(f.eta_s, 1)
+            self._show_forecast(logs)
         if lens.should_stop:
             self.model.stop_training = True
+
+    def _show_forecast(self, logs: dict) -> None:
+        # Reading the forecast costs ~40 us: refresh it twice a second, not every batch.
+        now = time.monotonic()
+        if now >= self._refresh_at:
+            f = self.lens.forecast
+            if f is not None and f.predicted_total_s is not None:
+                self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}
+                self._refresh_at = now + PROGBAR_REFRESH_S
+        logs.update(self._shown)
 
     def on_test_begin(self, logs=None) -> None:
         if self._in_fit and self.lens is not None:
@@ -156,7 +162,7 @@ class LensCallback(_callback_base()):
         fit = _fit_arguments(caller)
         meta = _run_facts(self.model, fit.get("batch_size"))
         hvd = _horovod_tensorflow()
-        strategy, rank, world = _multi_worker(self.model)
+        strategy, rank, world = _tfdistribute.multi_worker(self.model)
         if hvd is not None:
             from . import horovod as ailens_hvd
 
@@ -166,10 +172,10 @@ class LensCallback(_callback_base()):
         elif strategy is not None:
             config.setdefault("framework", "keras+tf.distribute")
             config.setdefault("backend", "tf.distribute")
-            self._att = _StrategyAttachment(strategy, rank, world, meta, config)
+            self._att = _tfdistribute.StrategyAttachment(strategy, rank, world, meta, config)
         else:
             config.setdefault("framework", "keras")
-            self._att = Attachment(Lens(meta=meta, **config))
+            self._att = Attachment(open_lens(meta=meta, **config))
         self.lens = lens = self._att.lens
         freq = fit.get("validation_freq") if fit.get("validates") else None
         lens.set_schedule(
@@ -238,77 +244,3 @@ def _horovod_tensorflow():
         return hvd if hvd is not None and hvd.is_initialized() else None
     except Exception:  # noqa: BLE001 - an old Horovod without is_initialized
         return None
-
-
-def _multi_worker(model) -> tuple[Any, int | None, int | None]:
-    """(strategy, rank, world) for a multi-worker tf.distribute strategy, else (None, None,
-    None): rank and world then come from the launcher's environment."""
-    strategy = getattr(model, "distribute_strategy", None)
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or "tensorflow" not in sys.modules:
-        return None, None, None
-    spec = resolver.cluster_spec().as_dict()
-    tasks = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
-    if len(tasks) <= 1 or (resolver.task_type, resolver.task_id) not in tasks:
-        return None, None, None
-    return strategy, tasks.index((resolver.task_type, resolver.task_id)), len(tasks)
-
-
-class _StrategyAttachment(Attachment):
-    """Records the all-reduces of one tf.distribute strategy and exchanges through it."""
-
-    # The methods of strategy.extended every strategy all-reduce goes through; the value
-    # reduced is their second argument.
-    FUNNELS = ("_replica_ctx_all_reduce", "batch_reduce_to", "reduce_to")
-
-    def __init__(self, strategy, rank: int, world: int, meta: dict, config: dict) -> None:
-        import tensorflow as tf
-
-        self.strategy = strategy
-        lens = Lens(rank=rank, world_size=world, exchange=self._exchange, meta=meta, **config)
-        super().__init__(lens)
-        if not lens.config.enabled:
-            return
-        try:
-            ext = strategy.extended
-            for name in self.FUNNELS:
-                real = getattr(ext, name, None)
-                if real is not None:
-                    payload = lambda a, k, name=name: (self._local_tensors(tf, name, a, k), None)  # noqa: E731
-                    self.patches.set(
-                        ext, name, _tfhooks.wrap(tf, "tf.distribute", real, "allreduce", payload)
-                    )
-            _tfhooks.activate("tf.distribute", self)
-        except Exception as e:  # noqa: BLE001
-            self.patches.restore()
-            lens.disable(e)
-
-    def _local_tensors(self, tf, name: str, args, kwargs) -> list:
-        """This worker's part of the value being reduced, as a list of tensors."""
-        if name == "batch_reduce_to":
-            pairs = args[1] if len(args) > 1 else kwargs["value_destination_pairs"]
-            values = [v for v, _ in pairs]
-        else:  # (reduce_op, value, ...)
-            values = [args[1] if len(args) > 1 else kwargs["value"]]
-        out = []
-        for v in tf.nest.flatten(values, expand_composites=False):
-            local = self.strategy.experimental_local_results(v)[0]
-            out += [local.values, local.indices] if isinstance(local, tf.IndexedSlices) else [local]
-        return out
-
-    def _exchange(self, a):
-        """Cross-worker elementwise SUM through the strategy's own all-reduce (not recorded):
-        each worker's first local replica contributes the array, the others zeros."""
-        import tensorflow as tf
-
-        strategy = self.strategy
-        local = max(len(getattr(strategy.extended, "worker_devices", ())), 1)
-        value = tf.constant(np.asarray(a, dtype=np.int64))
-
-        def contribute():
-            ctx = tf.distribute.get_replica_context()
-            return value if ctx.replica_id_in_sync_group % local == 0 else tf.zeros_like(value)
-
-        with quiet():
-            per_replica = strategy.run(contribute)
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()

@@ -57,50 +57,41 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ailens import Lens
-
-from ._base import Attachment, quiet
+from ._base import Attachment, named_like, open_lens, quiet
 
 __all__ = ["attach", "TorchLens"]
 
 
-def _t(x: Any) -> int:
-    return int(x.nbytes) if isinstance(x, torch.Tensor) else 0
-
-
-def _ts(xs: Any) -> int:
-    return sum(_t(x) for x in xs) if xs is not None else 0
-
-
-# torch.distributed function -> (op name, local payload bytes from the call's arguments; the
-# extractors mirror the functions' parameter names, so positional and keyword calls bind).
-_COLLECTIVES: dict[str, tuple[str, Callable[..., int]]] = {
-    "all_reduce": ("allreduce", lambda tensor, *a, **k: _t(tensor)),
-    "all_gather": ("allgather", lambda tensor_list, tensor, *a, **k: _t(tensor)),
-    "all_gather_into_tensor": (
-        "allgather",
-        lambda output_tensor, input_tensor, *a, **k: _t(input_tensor),
-    ),
-    "all_gather_object": ("allgather", lambda *a, **k: 0),
-    "broadcast": ("broadcast", lambda tensor, *a, **k: _t(tensor)),
-    "broadcast_object_list": ("broadcast", lambda *a, **k: 0),
-    "reduce": ("reduce", lambda tensor, *a, **k: _t(tensor)),
-    "reduce_scatter": ("reduce_scatter", lambda output, input_list, *a, **k: _ts(input_list)),
-    "reduce_scatter_tensor": ("reduce_scatter", lambda output, input, *a, **k: _t(input)),
-    "all_to_all": (
-        "alltoall",
-        lambda output_tensor_list, input_tensor_list, *a, **k: _ts(input_tensor_list),
-    ),
-    "all_to_all_single": ("alltoall", lambda output, input, *a, **k: _t(input)),
-    "gather": ("gather", lambda tensor, *a, **k: _t(tensor)),
-    "gather_object": ("gather", lambda *a, **k: 0),
-    "scatter": ("scatter", lambda tensor, *a, **k: _t(tensor)),
-    "scatter_object_list": ("scatter", lambda *a, **k: 0),
-    "barrier": ("barrier", lambda *a, **k: 0),
-    "monitored_barrier": ("barrier", lambda *a, **k: 0),
+# torch.distributed function -> (op name, where the local payload is: its position and name
+# in the function's parameters, the tensor or tensor list whose bytes are recorded; None:
+# 0 bytes, for barriers and the *_object* forms, whose pickled size is not known cheaply).
+_COLLECTIVES: dict[str, tuple[str, int | None, str | None]] = {
+    "all_reduce": ("allreduce", 0, "tensor"),
+    "all_gather": ("allgather", 1, "tensor"),
+    "all_gather_into_tensor": ("allgather", 1, "input_tensor"),
+    "all_gather_object": ("allgather", None, None),
+    "broadcast": ("broadcast", 0, "tensor"),
+    "broadcast_object_list": ("broadcast", None, None),
+    "reduce": ("reduce", 0, "tensor"),
+    "reduce_scatter": ("reduce_scatter", 1, "input_list"),
+    "reduce_scatter_tensor": ("reduce_scatter", 1, "input"),
+    "all_to_all": ("alltoall", 1, "input_tensor_list"),
+    "all_to_all_single": ("alltoall", 1, "input"),
+    "gather": ("gather", 0, "tensor"),
+    "gather_object": ("gather", None, None),
+    "scatter": ("scatter", 0, "tensor"),
+    "scatter_object_list": ("scatter", None, None),
+    "barrier": ("barrier", None, None),
+    "monitored_barrier": ("barrier", None, None),
     # Private, but DDP's per-forward buffer broadcast has no public hook.
-    "_broadcast_coalesced": ("broadcast", lambda process_group, tensors, *a, **k: _ts(tensors)),
+    "_broadcast_coalesced": ("broadcast", 1, "tensors"),
 }
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(t) for t in x)
+    return int(x.nbytes) if isinstance(x, torch.Tensor) else 0
 
 
 class _TimedWork:
@@ -142,10 +133,10 @@ class TorchLens(Attachment):
     cannot unregister, stays after ``detach()`` and runs the inner hook without recording."""
 
     def _install(self) -> None:
-        for name, (op, nbytes_of) in _COLLECTIVES.items():
+        for name, (op, pos, arg) in _COLLECTIVES.items():
             fn = getattr(dist, name, None)
             if fn is not None:
-                self.patches.set(dist, name, self._wrap(fn, op, nbytes_of))
+                self.patches.set(dist, name, self._wrap(fn, op, pos, arg))
         real = dist.destroy_process_group
 
         def destroy_process_group(group=None, *args, **kwargs):
@@ -155,19 +146,15 @@ class TorchLens(Attachment):
 
         self.patches.set(dist, "destroy_process_group", destroy_process_group)
 
-    def _wrap(self, fn: Callable, op: str, nbytes_of: Callable[..., int]) -> Callable:
+    def _wrap(self, fn: Callable, op: str, pos: int | None, arg: str | None) -> Callable:
         def wrapper(*args, **kwargs):
             if not self.recording:
                 return fn(*args, **kwargs)
-            return self.call(
-                fn, op, lambda: nbytes_of(*args, **kwargs), args, kwargs, pending=_timed
-            )
+            payload = None if pos is None else args[pos] if len(args) > pos else kwargs.get(arg)
+            return self.call(fn, op, lambda: _nbytes(payload), args, kwargs, pending=_timed)
 
-        wrapper.__wrapped__ = fn
-        wrapper.__name__ = getattr(fn, "__name__", op)
-        wrapper.__doc__ = getattr(fn, "__doc__", None)
         wrapper._ailens_owner = self
-        return wrapper
+        return named_like(wrapper, fn)
 
     def _register_ddp_hook(self, model: Any, comm_hook: Callable | None, state: Any) -> None:
         if getattr(model, "_comm_hooks", None):
@@ -288,7 +275,7 @@ def attach(
         config["total_steps"] = int(steps_per_epoch) * int(epochs)
     config.setdefault("framework", "torch-ddp" if ddp else "torch")
     config.setdefault("backend", backend)
-    lens = Lens(
+    lens = open_lens(
         rank=rank, world_size=world, exchange=exchange, meta=_run_facts(model, optimizer), **config
     )
     handle = TorchLens(lens, infer_steps=optimizer is None, agree=exchange)

@@ -38,7 +38,38 @@ def test_plain_keras_marks_every_step_and_keeps_the_weights(tmp_path, flavour):
     assert r["closed"] and r["disabled"] is None and r["framework"] == "keras"
     assert r["ticks"] == 0 and r["world_size"] == 1  # one process: no collective
     run = load_run(tmp_path)
-    assert run.complete and list(run.ranks[0].steps["step"]) == list(range(24))
+    rank = run.ranks[0]
+    assert run.complete and list(rank.steps["step"]) == list(range(24))
+    # What Keras knows: the schedule (validation_freq=2 read from fit's arguments), the
+    # validation after epoch 2 as an "eval" section, the run facts.
+    marks = rank.marks
+    sched = [m for m in marks if m["kind"] == "schedule"]
+    assert len(sched) == 1 and sched[0]["steps_per_epoch"] == 8 and sched[0]["epochs"] == 3
+    assert sched[0]["eval_every_epochs"] == 2 and sched[0]["total_steps"] == 24
+    evals = [m for m in marks if m["kind"] == "section"]
+    assert [(m["name"], m["step"]) for m in evals] == [("eval", 16)]
+    assert evals[0]["t_end_ns"] > evals[0]["t_begin_ns"]
+    facts = rank.meta["run"]
+    assert facts["param_count"] == 16 * 32 + 32 + 32 * 4 + 4 and facts["batch_size"] == 8
+    assert facts["threads"] >= 1 and facts["interop_threads"] >= 1
+    assert facts["framework_version"].startswith("tf_keras" if flavour == "legacy" else "keras")
+
+
+@pytest.mark.parametrize("flavour", ["legacy", "keras3"])
+def test_the_forecast_shows_in_keras_progress_bar(tmp_path, flavour):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras" if flavour == "legacy" else "keras")
+    cmd = [sys.executable, str(PLAIN), str(tmp_path), flavour, "0", "1"]
+    out = run_ranks(cmd, timeout=120, env=QUIET)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = _results(out)[0]
+    assert r["lensed"] == r["plain"] and r["steps"] == 24
+    # Keras' own bar (one per epoch), with the forecast once there is one: shown as is,
+    # the predicted total constant between predictions (not averaged over the epoch).
+    bars = re.findall(r"ailens_total_s: ([\d.]+) - ailens_eta_s: ([\d.]+)", out.stdout)
+    assert bars, out.stdout[-2000:]
+    last_total, last_eta = map(float, bars[-1])
+    assert last_eta <= last_total and last_eta < 1.0  # the last bar: the run about done
 
 
 def test_keras_stops_training_when_the_lens_says_so(tmp_path):
