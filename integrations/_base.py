@@ -152,6 +152,11 @@ class Attachment:
     # ------------------------------------------------------------ recording
 
     @property
+    def infers_steps(self) -> bool:
+        """Whether steps are being inferred from the collectives."""
+        return self._finder is not None
+
+    @property
     def recording(self) -> bool:
         """Whether a collective called on this thread now is recorded."""
         return self.attached and not getattr(_local, "depth", 0) and not self.lens.closed

@@ -161,7 +161,7 @@ def _begin_op(tf, key: str, att: Attachment, op: str, payload, float_size: int |
             dynamic.append(tf.size(t, out_type=tf.int64) * size)
     inputs = [tf.add_n([tf.constant(static, tf.int64), *dynamic])]
     token, name = None, ""
-    if att._finder is not None:  # steps are inferred: number the calls of this function
+    if att.infers_steps:  # number the calls of this function: they are the steps
         token, name, marker = _call_marker(tf, graph)
         inputs.append(marker)
     with tf.control_dependencies(deps):

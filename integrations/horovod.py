@@ -66,6 +66,8 @@ from typing import Any
 
 import numpy as np
 
+from ailens import detect_rank_world
+
 from . import _tfhooks
 from ._base import Attachment, log, named_like, open_lens, quiet
 
@@ -130,7 +132,8 @@ class HorovodLens(Attachment):
         self._handles: dict[int, int] = {}  # torch async handle -> tick
         settings = {"framework": f"horovod.{kind}", **config}
         if not hvd.is_initialized():
-            log.warning("ailens: call hvd.init() before attach(); ailens is off")
+            if detect_rank_world()[0] == 0:  # once per job
+                log.warning("ailens: call hvd.init() before attach(); ailens is off")
             settings["enabled"] = False
         else:
             settings.setdefault("backend", "gloo" if hvd.gloo_enabled() else "mpi")
