@@ -157,6 +157,11 @@ class Attachment:
         return self._finder is not None
 
     @property
+    def inferred_period(self) -> int:
+        """Collectives per inferred step once found; 0 before, or when steps are not inferred."""
+        return self._finder.period if self._finder is not None else 0
+
+    @property
     def recording(self) -> bool:
         """Whether a collective called on this thread now is recorded."""
         return self.attached and not getattr(_local, "depth", 0) and not self.lens.closed

@@ -271,22 +271,13 @@ class HorovodLens(Attachment):
 def _run_facts(kind: str, optimizer: Any) -> dict:
     import horovod
 
-    facts: dict[str, Any] = {"framework_version": f"horovod {horovod.__version__}"}
-    if kind == "torch":
-        import torch
-
-        facts.update(
-            threads=torch.get_num_threads(), interop_threads=torch.get_num_interop_threads()
-        )
-        facts["framework_version"] += f", torch {torch.__version__}"
-        if optimizer is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            facts["param_count"] = sum(p.numel() for p in params)
-    else:
-        import tensorflow as tf
-
-        facts.update(_tfhooks.tf_threads(tf))
-        facts["framework_version"] += f", tensorflow {tf.__version__}"
+    fw = importlib.import_module("torch" if kind == "torch" else "tensorflow")
+    facts = {"framework_version": f"horovod {horovod.__version__}, {kind} {fw.__version__}"}
+    if kind == "tensorflow":
+        return {**facts, **_tfhooks.tf_threads(fw)}
+    facts.update(threads=fw.get_num_threads(), interop_threads=fw.get_num_interop_threads())
+    if optimizer is not None:
+        facts["param_count"] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     return facts
 
 

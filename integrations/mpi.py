@@ -165,17 +165,12 @@ _BUFFER_OPS: dict[str, tuple[str, Callable]] = {
     "Barrier": ("barrier", _zero),
 }
 _OBJECT_OPS: dict[str, tuple[str, Callable]] = {
-    "allreduce": ("allreduce", _obj("sendobj")),
-    "reduce": ("reduce", _obj("sendobj")),
-    "allgather": ("allgather", _obj("sendobj")),
-    "gather": ("gather", _obj("sendobj")),
-    "scatter": ("scatter", _obj("sendobj")),
-    "alltoall": ("alltoall", _obj("sendobj")),
-    "scan": ("scan", _obj("sendobj")),
-    "exscan": ("exscan", _obj("sendobj")),
-    "bcast": ("broadcast", _obj("obj")),
-    "barrier": ("barrier", _zero),
+    name: (name, _obj("sendobj"))
+    for name in ("allreduce", "reduce", "allgather", "gather", "scatter", "alltoall", "scan")
 }
+_OBJECT_OPS.update(
+    exscan=("exscan", _obj("sendobj")), bcast=("broadcast", _obj("obj")), barrier=("barrier", _zero)
+)
 
 
 class TimedRequest(MPI.Request):

@@ -156,35 +156,30 @@ class TorchLens(Attachment):
         wrapper._ailens_owner = self
         return named_like(wrapper, fn)
 
-    def _register_ddp_hook(self, model: Any, comm_hook: Callable | None, state: Any) -> None:
+    def _register_ddp_hook(self, model, comm_hook, state, all_reduce: Callable) -> None:
         if getattr(model, "_comm_hooks", None):
             self.notice(
-                "ailens: this DDP model already has a comm hook; pass it to attach("
-                "comm_hook=..., state=...) instead to time each bucket. Recording only "
-                "the torch.distributed calls it makes.",
+                "ailens: the DDP model has a comm hook: pass it as attach(comm_hook=) "
+                "to time each bucket",
                 level=logging.WARNING,
             )
             return
-        all_reduce = _original(dist.all_reduce)
         group = getattr(model, "process_group", None) or dist.group.WORLD
 
         def launch(inner_state, bucket, end):
             if comm_hook is not None:
-                fut, value = comm_hook(inner_state, bucket), _value
+                fut = comm_hook(inner_state, bucket)
                 if end is None:
                     return fut
-            else:
-                # DDP's default: average the bucket (the arithmetic of allreduce_hook), the
-                # tick's end folded into its one completion callback.
+            else:  # DDP's default: average the bucket (the arithmetic of allreduce_hook)
                 tensor = bucket.buffer()
                 tensor.div_(group.size())
                 fut = all_reduce(tensor, group=group, async_op=True).get_future()
-                value = _first_value
 
-            def done(f):
+            def done(f):  # the tick's end folded into the one completion callback
                 if end is not None:
                     end()
-                return value(f)
+                return f.value() if comm_hook is not None else f.value()[0]
 
             return fut.then(done)
 
@@ -200,11 +195,7 @@ class TorchLens(Attachment):
         try:
             model.register_comm_hook(state, ailens_comm_hook)
         except RuntimeError as e:  # a built-in (C++) hook is already registered
-            self.notice(
-                "ailens: cannot add a DDP comm hook (%s); buckets are not recorded",
-                e,
-                level=logging.WARNING,
-            )
+            self.notice("ailens: buckets not recorded: %s", e, level=logging.WARNING)
 
     def _learn_batch_size(self, model: torch.nn.Module) -> None:
         def first_forward(module, args):
@@ -215,18 +206,6 @@ class TorchLens(Attachment):
 
         handle = model.register_forward_pre_hook(first_forward)
         self.patches.on_restore(handle.remove)
-
-
-def _value(fut: Any) -> Any:
-    return fut.value()
-
-
-def _first_value(fut: Any) -> Any:
-    return fut.value()[0]
-
-
-def _original(fn: Callable) -> Callable:
-    return getattr(fn, "__wrapped__", fn) if hasattr(fn, "_ailens_owner") else fn
 
 
 def _exchange_fn(all_reduce: Callable) -> Callable[[np.ndarray], np.ndarray]:
@@ -268,9 +247,10 @@ def attach(
         previous.notice("ailens: a second attach() replaces the first", level=logging.WARNING)
         previous.detach()
     rank, world, exchange, backend = 0, 1, None, ""
+    all_reduce = dist.all_reduce  # the original: ailens's own collectives are never recorded
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
-        exchange, backend = _exchange_fn(dist.all_reduce), str(dist.get_backend())
+        exchange, backend = _exchange_fn(all_reduce), str(dist.get_backend())
     if steps_per_epoch and epochs and "total_steps" not in config:
         config["total_steps"] = int(steps_per_epoch) * int(epochs)
     config.setdefault("framework", "torch-ddp" if ddp else "torch")
@@ -286,7 +266,7 @@ def attach(
         if record_collectives and exchange is not None:
             handle._install()
         if ddp:
-            handle._register_ddp_hook(model, comm_hook, state)
+            handle._register_ddp_hook(model, comm_hook, state, all_reduce)
         if isinstance(model, torch.nn.Module):
             handle._learn_batch_size(model)
         if optimizer is not None:
@@ -300,18 +280,10 @@ def attach(
 
 
 def _run_facts(model: Any, optimizer: Any) -> dict:
-    facts = {
-        "threads": torch.get_num_threads(),
-        "interop_threads": torch.get_num_interop_threads(),
-        "framework_version": f"torch {torch.__version__}",
-    }
-    params = (
-        model.parameters()
-        if isinstance(model, torch.nn.Module)
-        else (p for g in optimizer.param_groups for p in g["params"])
-        if optimizer is not None
-        else None
-    )
-    if params is not None:
-        facts["param_count"] = sum(p.numel() for p in params)
+    facts = {"threads": torch.get_num_threads(), "framework_version": f"torch {torch.__version__}"}
+    facts["interop_threads"] = torch.get_num_interop_threads()
+    if isinstance(model, torch.nn.Module):
+        facts["param_count"] = sum(p.numel() for p in model.parameters())
+    elif optimizer is not None:
+        facts["param_count"] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
     return facts

@@ -59,8 +59,9 @@ def _assert_prefix(trace, ticks: int | None = None) -> None:
 
 
 def _train(run_dir: str, steps: int, *args: str) -> dict[int, dict]:
-    out = run_ranks([mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps), *args],
-                    timeout=60)
+    out = run_ranks(
+        [mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps), *args], timeout=60
+    )
     assert out.returncode == 0, out.stderr
     results = _by_rank(out.stdout)
     assert sorted(results) == [0, 1], out.stdout

@@ -31,9 +31,20 @@ def _launcher(module: str):
     def get(script: str, tmp_path_factory, mode: str, fault: bool = False):
         if (mode, fault) not in cache:
             run_dir = tmp_path_factory.mktemp(f"{mode}{'-fault' if fault else ''}")
-            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
-                   str(REPO / "tests/parallel" / script), str(run_dir), str(STEPS), mode,
-                   "1:5" if fault else ""]
+            cmd = [
+                tool,
+                "--gloo",
+                "-np",
+                "2",
+                "-H",
+                "localhost:2",
+                sys.executable,
+                str(REPO / "tests/parallel" / script),
+                str(run_dir),
+                str(STEPS),
+                mode,
+                "1:5" if fault else "",
+            ]
             out = run_ranks(cmd, timeout=150, env=QUIET)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             docs = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", out.stdout)]

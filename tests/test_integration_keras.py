@@ -102,8 +102,21 @@ def hvd_runs(tmp_path_factory):
         if key not in cache:
             run_dir = tmp_path_factory.mktemp(f"keras-hvd-{mode}{'-fault' if fault else ''}")
             env = {**QUIET, "TF_USE_LEGACY_KERAS": "1"}
-            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, str(HVD),
-                   str(run_dir), str(epochs), mode, config, "1:5" if fault else ""]
+            cmd = [
+                tool,
+                "--gloo",
+                "-np",
+                "2",
+                "-H",
+                "localhost:2",
+                sys.executable,
+                str(HVD),
+                str(run_dir),
+                str(epochs),
+                mode,
+                config,
+                "1:5" if fault else "",
+            ]
             out = run_ranks(cmd, timeout=150, env=env)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             res = _results(out)
@@ -194,11 +207,22 @@ def _run_workers(run_dir, mode: str, timeout: float = 120) -> dict[int, dict]:
     cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
     procs = []
     for i in range(2):
-        env = {**os.environ, **QUIET, "TF_CONFIG": json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        procs.append(subprocess.Popen([sys.executable, str(MWMS), str(run_dir), mode],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=env, start_new_session=True, cwd=REPO))
+        env = {
+            **os.environ,
+            **QUIET,
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(MWMS), str(run_dir), mode],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+                cwd=REPO,
+            )
+        )
     outs = []
     try:
         for p in procs:
@@ -259,7 +283,7 @@ def test_idx_reader_reads_what_was_written(tmp_path, mnist_data, suffix):
     images = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
     path = tmp_path / f"train-images-idx3-ubyte{suffix}"
     mnist_data.write_idx(path, images)
-    raw = (path.read_bytes() if not suffix else __import__("gzip").decompress(path.read_bytes()))
+    raw = path.read_bytes() if not suffix else __import__("gzip").decompress(path.read_bytes())
     assert raw[:4] == bytes([0, 0, 0x08, 3]) and raw[4:8] == (7).to_bytes(4, "big")
     back = mnist_data.read_idx(path)
     assert back.dtype == np.uint8 and back.shape == (7, 28, 28) and (back == images).all()
@@ -291,7 +315,7 @@ def _write_fake_mnist(mnist_data, root, n_train=256, n_test=64):
         labels = rng.integers(0, 10, n).astype(np.uint8)
         images = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
         for i, lab in enumerate(labels):
-            images[i, 2 + 2 * lab:6 + 2 * lab, 10:18] = 255
+            images[i, 2 + 2 * lab : 6 + 2 * lab, 10:18] = 255
         mnist_data.write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
         mnist_data.write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
 
@@ -314,8 +338,20 @@ def test_mnist_example_runs_two_ranks(tmp_path, mnist_data, framework):
     idx.mkdir()
     _write_fake_mnist(mnist_data, idx)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, str(MNIST / "run"), "--ranks", "2", "--framework", framework,
-           "--epochs", "2", "--idx-dir", str(idx), "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        str(MNIST / "run"),
+        "--ranks",
+        "2",
+        "--framework",
+        framework,
+        "--epochs",
+        "2",
+        "--idx-dir",
+        str(idx),
+        "--run-dir",
+        str(run_dir),
+    ]
     out = run_ranks(cmd, timeout=150, env=QUIET)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert re.search(r"mean step time \(lens, .*\): [\d.]+ ms over \d+ steps", out.stdout)

@@ -41,8 +41,16 @@ def test_buffer_specs():
 def run_mpi(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not found next to the interpreter")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(SCRIPT), "--run-dir",
-           str(tmp_path / "run"), *args]
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        "2",
+        sys.executable,
+        str(SCRIPT),
+        "--run-dir",
+        str(tmp_path / "run"),
+        *args,
+    ]
     return rank_results(cmd, cwd=tmp_path, env=env, timeout=TIMEOUT)
 
 
@@ -103,15 +111,28 @@ def run_kmeans(run_dir: Path, iterations: int, *flags: str):
     """k-means with only the wrap line; returns the run read back from its trace files."""
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not found next to the interpreter")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(KMEANS), str(run_dir), str(iterations),
-           *flags]
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        "2",
+        sys.executable,
+        str(KMEANS),
+        str(run_dir),
+        str(iterations),
+        *flags,
+    ]
     rank_results(cmd, cwd=run_dir.parent, timeout=TIMEOUT)
     return load_run(run_dir)
 
 
 def report_text(run_dir: Path) -> str:
-    out = subprocess.run([sys.executable, "-m", "ailens", "report", str(run_dir)],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "ailens", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -28,10 +28,18 @@ def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if not TORCHRUN.exists():
         pytest.skip("torchrun not found next to the interpreter")
     # --standalone: a free rendezvous port, so concurrent runs never collide.
-    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(SCRIPT),
-           "--run-dir", str(tmp_path / "run"), *args]
-    return rank_results(cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})},
-                        timeout=TIMEOUT)
+    cmd = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCRIPT),
+        "--run-dir",
+        str(tmp_path / "run"),
+        *args,
+    ]
+    return rank_results(
+        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT
+    )
 
 
 @pytest.fixture(scope="module")

@@ -42,11 +42,18 @@ logging.getLogger("ailens").setLevel(logging.INFO)
 if run_dir == "-":
     comm, lens = world, None
 else:
-    from ailens.integrations.mpi import wrap
     from inject_fault import inject
 
-    comm = wrap(world, steps="manual", run_dir=run_dir, chunk_events=chunk_events,
-                exchange_ticks=16, framework="fault-test")
+    from ailens.integrations.mpi import wrap
+
+    comm = wrap(
+        world,
+        steps="manual",
+        run_dir=run_dir,
+        chunk_events=chunk_events,
+        exchange_ticks=16,
+        framework="fault-test",
+    )
     lens = comm.lens
     inject(lens, fault)
 
@@ -71,12 +78,18 @@ for step in range(steps):
 if lens is not None:
     comm.close()
 
-print("RESULT " + json.dumps({
-    "rank": world.rank,
-    "weights": hashlib.sha256(w.tobytes()).hexdigest(),
-    "loss": float(loss[0]),
-    "disabled": None if lens is None else lens.disabled,
-    "ticks": None if lens is None else lens.ticks,
-    "steps": None if lens is None else lens.steps,
-    "logs": logs.records,
-}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": world.rank,
+            "weights": hashlib.sha256(w.tobytes()).hexdigest(),
+            "loss": float(loss[0]),
+            "disabled": None if lens is None else lens.disabled,
+            "ticks": None if lens is None else lens.ticks,
+            "steps": None if lens is None else lens.steps,
+            "logs": logs.records,
+        }
+    ),
+    flush=True,
+)

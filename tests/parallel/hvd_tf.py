@@ -34,8 +34,9 @@ if mode == "oneline":
 
     ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)  # the one line
 elif mode == "lens":
-    from ailens.integrations import horovod as ailens_hvd
     from inject_fault import inject
+
+    from ailens.integrations import horovod as ailens_hvd
 
     lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)
     inject(lens.lens, fault)
@@ -75,7 +76,12 @@ result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).t
 if lens is not None:
     lens.close()
     table = lens.lens.online.table().to_dict() if lens.lens.online else None
-    result.update(ticks=lens.lens.ticks, steps=lens.lens.steps, disabled=lens.lens.disabled,
-                  table=table, restored=not hasattr(hvd.mpi_ops._allreduce, "__wrapped__")
-                  and not hasattr(hvd._allreduce, "__wrapped__"))
+    result.update(
+        ticks=lens.lens.ticks,
+        steps=lens.lens.steps,
+        disabled=lens.lens.disabled,
+        table=table,
+        restored=not hasattr(hvd.mpi_ops._allreduce, "__wrapped__")
+        and not hasattr(hvd._allreduce, "__wrapped__"),
+    )
 print("RESULT", json.dumps(result), flush=True)

@@ -26,8 +26,9 @@ opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 
 lens = None
 if mode == "lens":
-    from ailens.integrations import horovod as ailens_hvd
     from inject_fault import inject
+
+    from ailens.integrations import horovod as ailens_hvd
 
     lens = ailens_hvd.attach(hvd, optimizer=opt, run_dir=run_dir, exchange_ticks=16)
     inject(lens.lens, fault)
@@ -54,7 +55,12 @@ result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).t
 if lens is not None:
     lens.close()
     table = lens.lens.online.table().to_dict() if lens.lens.online else None
-    result.update(ticks=lens.lens.ticks, steps=lens.lens.steps, disabled=lens.lens.disabled,
-                  table=table, restored=not hasattr(hvd.mpi_ops._allreduce_async, "__wrapped__")
-                  and not hasattr(hvd.optimizer.synchronize, "__wrapped__"))
+    result.update(
+        ticks=lens.lens.ticks,
+        steps=lens.lens.steps,
+        disabled=lens.lens.disabled,
+        table=table,
+        restored=not hasattr(hvd.mpi_ops._allreduce_async, "__wrapped__")
+        and not hasattr(hvd.optimizer.synchronize, "__wrapped__"),
+    )
 print("RESULT", json.dumps(result), flush=True)

@@ -26,8 +26,9 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.config.threading.set_intra_op_parallelism_threads(1)
 keras = tf.keras
 keras.utils.set_random_seed(0)
-model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                          keras.layers.Dense(4)])
+model = keras.Sequential(
+    [keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(4)]
+)
 model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss="mse")
 
 rng = np.random.default_rng(1 + hvd.rank())
@@ -49,16 +50,25 @@ if mode == "lens":
 hist = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
 
 params = np.concatenate([w.ravel() for w in model.get_weights()])
-result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).tobytes()),
-          "epochs_run": len(hist.history["loss"])}
+result = {
+    "rank": hvd.rank(),
+    "checksum": zlib.crc32(params.astype(np.float32).tobytes()),
+    "epochs_run": len(hist.history["loss"]),
+}
 if lens_cb is not None:
     lens = lens_cb.lens
     table = lens.online.table().to_dict() if lens.online else None
     import horovod.tensorflow.mpi_ops as mpi_ops
 
-    result.update(ticks=lens.ticks, steps=lens.steps, disabled=lens.disabled, table=table,
-                  total_steps=lens.online.total_steps if lens.online else None,
-                  framework=lens.config.framework, closed=lens.closed,
-                  should_stop=lens.should_stop,
-                  restored=not hasattr(mpi_ops._allreduce, "__wrapped__"))
+    result.update(
+        ticks=lens.ticks,
+        steps=lens.steps,
+        disabled=lens.disabled,
+        table=table,
+        total_steps=lens.online.total_steps if lens.online else None,
+        framework=lens.config.framework,
+        closed=lens.closed,
+        should_stop=lens.should_stop,
+        restored=not hasattr(mpi_ops._allreduce, "__wrapped__"),
+    )
 print("RESULT", json.dumps(result), flush=True)

@@ -33,11 +33,25 @@ y = rng.standard_normal((64, 4)).astype(np.float32)
 
 def fit(callbacks, verbose=0):
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(4)])
+    model = keras.Sequential(
+        [
+            keras.layers.Input((16,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(4),
+        ]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    hist = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, callbacks=callbacks,
-                     verbose=verbose, validation_data=(x[:16], y[:16]), validation_freq=2)
+    hist = model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=3,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=verbose,
+        validation_data=(x[:16], y[:16]),
+        validation_freq=2,
+    )
     params = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float32)
     return zlib.crc32(params.tobytes()), len(hist.history["loss"])
 
@@ -60,9 +74,22 @@ cb = LensCallback(run_dir=run_dir)
 callbacks = [ForceStop(cb), cb] if stop_at else [cb]
 lensed, epochs_run = fit(callbacks, verbose)
 lens = cb.lens
-print("RESULT", json.dumps({
-    "base": type(cb).__mro__[1].__module__, "plain": plain, "lensed": lensed,
-    "steps": lens.steps, "ticks": lens.ticks, "total_steps": lens.online.total_steps,
-    "closed": lens.closed, "disabled": lens.disabled, "framework": lens.config.framework,
-    "world_size": lens.world_size, "epochs_run": epochs_run,
-}), flush=True)
+print(
+    "RESULT",
+    json.dumps(
+        {
+            "base": type(cb).__mro__[1].__module__,
+            "plain": plain,
+            "lensed": lensed,
+            "steps": lens.steps,
+            "ticks": lens.ticks,
+            "total_steps": lens.online.total_steps,
+            "closed": lens.closed,
+            "disabled": lens.disabled,
+            "framework": lens.config.framework,
+            "world_size": lens.world_size,
+            "epochs_run": epochs_run,
+        }
+    ),
+    flush=True,
+)
