@@ -288,8 +288,8 @@ class Attachment:
         """Subclasses: settle what is still open before the last step ends."""
 
     def _closing(self) -> None:
-        # A Lens close hook: runs at close() and at interpreter exit (then the Lens no longer
-        # exchanges, so nothing here may be collective).
+        # A Lens close hook: runs at close() (every rank at the same point) and at interpreter
+        # exit (then the Lens no longer exchanges, and nothing here is collective).
         try:
             self._before_close()
         except Exception as e:  # noqa: BLE001

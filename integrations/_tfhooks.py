@@ -32,8 +32,6 @@ import numpy as np
 
 from ._base import SKIP, Attachment, quiet
 
-log = logging.getLogger("ailens")
-
 # The attachment recording each key ("tensorflow": Horovod, "tf.distribute": Keras). Graph
 # hooks look it up when they run.
 _active: dict[str, Attachment] = {}

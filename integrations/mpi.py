@@ -9,9 +9,9 @@
     for it in range(iterations):
         ...                                       # local work
         comm.Allreduce(local_sums, sums)          # recorded (op, bytes, time, work before it)
-        if comm.lens.should_stop:                 # with early_stop=True
+        if comm.should_stop:                      # with early_stop=True
             break
-    comm.close()                                  # collective: every rank calls it
+    comm.close()            # optional (else at exit); collective: every rank calls it
 
 ``wrap(comm)`` returns a :class:`LensComm`, a proxy that forwards every attribute to the real
 communicator (``.comm``) and records, once per call on every rank:
@@ -31,7 +31,7 @@ communicator (``.comm``) and records, once per call on every rank:
   request completes. They return a :class:`TimedRequest` (a real ``MPI.Request`` subclass
   sharing the handle) whose ``Wait/wait/Test/test`` end the tick. ``MPI.Request.Waitall``
   and friends work on them too; the tick then ends when this communicator next records
-  something (the next collective, step end or close), a little late.
+  something (the next collective, or close), a little late.
 
 Persistent (``*_init``) and point-to-point operations are not recorded.
 

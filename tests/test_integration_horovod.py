@@ -5,6 +5,7 @@ TensorFlow custom loop with only the attach line (steps inferred, the run ended 
 
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -178,3 +179,12 @@ def test_horovod_tensorflow_custom_loop_needs_only_the_attach_line(tf_runs):
         assert facts["framework_version"].startswith("horovod ")
     forecast = json.loads((run_dir / "forecast.json").read_text())
     assert forecast["total_steps"] == STEPS  # learned when the run ended
+    report = subprocess.run(
+        [sys.executable, "-m", "ailens", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "Actual total time" in report.stdout and "has not finished" not in report.stdout
