@@ -58,19 +58,18 @@ class StepFinder:
         self._agree = agree
         self._n = 0  # observations so far
         self._broken = False
+        self.active = True  # False once inference stopped (gave up, or stop() was called)
+        # Whether observe() still uses the keys (finding, confirming the loop); once it
+        # follows the loop only the ops matter.
+        self.needs_keys = True
         self.period = 0
         self.start = 0  # observation where the first iteration began
         self.merged = 0  # iterations before the commit that went into the first step
         self._search_from(0)
 
-    @property
-    def active(self) -> bool:
-        """False once inference stopped (gave up, or :meth:`stop` was called)."""
-        return self._state != _OFF
-
     def stop(self) -> None:
         """Stop inferring (the script marks steps itself). Call it on every rank."""
-        self._state = _OFF
+        self._state, self.active, self.needs_keys = _OFF, False, False
         self._keys, self._ops, self._seen = [], [], {}
 
     def observe(self, op: str, key: Hashable | None = None) -> bool:
@@ -81,6 +80,10 @@ class StepFinder:
         if self._state == _OFF:
             return False
         if self._state == _FOLLOW:
+            pos = self._pos
+            if pos < self.period and op == self._pattern_ops[pos]:  # the common case, inlined
+                self._pos = pos + 1
+                return False
             if self._step_ends_at(op):
                 self._last_end = n
                 return True
@@ -108,7 +111,7 @@ class StepFinder:
     # ------------------------------------------------------------ detect + agree
 
     def _search_from(self, n: int) -> None:
-        self._state, self._base, self.period = _SEARCH, n, 0
+        self._state, self._base, self.period, self.needs_keys = _SEARCH, n, 0, True
         self._keys: list[Hashable] = []  # since observation _base
         self._ops: list[str] = []
         self._seen: dict[Hashable, list[int]] = {}  # key -> its indices in _keys
@@ -195,7 +198,7 @@ class StepFinder:
             return self._withdraw(n)
         self._last_end = n
         if n >= self._confirm_until:
-            self._state = _FOLLOW
+            self._state, self.needs_keys = _FOLLOW, False
             self._keys, self._ops, self._seen = [], [], {}
         return True
 

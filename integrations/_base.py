@@ -9,11 +9,10 @@ so the ranks keep issuing the same exchanges.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from ailens import Lens, LensConfig
@@ -25,18 +24,35 @@ SKIP = object()
 """``step_key`` of a collective that is not an observation for step inference."""
 
 _ABSENT = object()
-_local = threading.local()  # depth > 0: this thread is inside ailens's own or a recorded call
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Collectives this thread issues inside are not recorded: the exchange, and the calls a
-    recorded call makes in turn (recorded once, at the outermost)."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        yield
-    finally:
+class _Local(threading.local):
+    depth = 0  # > 0: this thread is inside ailens's own collective or a recorded call
+
+
+_local = _Local()
+
+
+class _Quiet:
+    """``with quiet():`` collectives this thread issues inside are not recorded: the exchange,
+    and the calls a recorded call makes in turn (recorded once, at the outermost). A class,
+    not a generator: it is on the hot path."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _local.depth += 1
+
+    def __exit__(self, *exc) -> None:
         _local.depth -= 1
+
+
+_QUIET = _Quiet()
+
+
+def quiet() -> _Quiet:
+    """See :class:`_Quiet`."""
+    return _QUIET
 
 
 def open_lens(**kwargs: Any) -> Lens:
@@ -157,14 +173,20 @@ class Attachment:
         return self._finder is not None
 
     @property
+    def wants_step_keys(self) -> bool:
+        """Whether step inference is still looking at the keys (not only the ops)."""
+        finder = self._finder
+        return finder is not None and finder.needs_keys
+
+    @property
     def inferred_period(self) -> int:
         """Collectives per inferred step once found; 0 before, or when steps are not inferred."""
         return self._finder.period if self._finder is not None else 0
 
     @property
     def recording(self) -> bool:
-        """Whether a collective called on this thread now is recorded."""
-        return self.attached and not getattr(_local, "depth", 0) and not self.lens.closed
+        """Whether a collective called on this thread now is recorded (closing detaches)."""
+        return self.attached and not _local.depth
 
     def begin(
         self,
@@ -178,10 +200,11 @@ class Attachment:
         ``step_key``/``step_op``: the observation for step inference (default ``(op,
         nbytes)`` and ``op``; :data:`SKIP`: none)."""
         lens = self.lens
-        try:
-            nbytes = int(nbytes() if callable(nbytes) else nbytes)
-        except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes, not a fault
-            nbytes = 0
+        if callable(nbytes):
+            try:
+                nbytes = int(nbytes())
+            except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes, no fault
+                nbytes = 0
         with self.lock:
             if self._finder is not None and step_key is not SKIP:
                 self._observe(step_op or op, (op, nbytes) if step_key is None else step_key)
@@ -224,12 +247,15 @@ class Attachment:
         ``pending(result, end)`` may return a stand-in for an asynchronous result that calls
         ``end`` on completion; otherwise the tick ends when ``fn`` returns."""
         tick = self.begin(op, nbytes, step_key=step_key)
-        with quiet():
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException:
-                self.end(tick)
-                raise
+        depth = _local.depth
+        _local.depth = depth + 1  # quiet(), inlined: the hot path
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException:
+            self.end(tick)
+            raise
+        finally:
+            _local.depth = depth
         if pending is not None:
             try:
                 proxy = pending(result, self.ender(tick))
@@ -238,7 +264,10 @@ class Attachment:
                 proxy = None
             if proxy is not None:
                 return proxy
-        self.end(tick)
+        try:  # self.end(tick), inlined: the hot path
+            self.lens.collective_end(tick)
+        except Exception as e:  # noqa: BLE001
+            self.lens.disable(e)
         return result
 
     def notice(self, msg: str, *args: Any, level: int = logging.INFO) -> None:
@@ -259,9 +288,12 @@ class Attachment:
             self._finder = None
             return
         had = finder.period
-        ended = finder.observe(op, key)
-        if finder.period and not had:
-            self._found(finder)
+        if finder.observe(op, key):
+            self._step_end()
+        if finder.period != had or not finder.active:  # found, withdrawn, or given up
+            self._finder_changed(finder)
+
+    def _finder_changed(self, finder: StepFinder) -> None:
         if not finder.active:
             self._finder = None
             if not finder.period:
@@ -269,10 +301,9 @@ class Attachment:
                     "ailens: no repeating collective pattern found; call step_end() "
                     "to mark training steps"
                 )
-        if ended:
-            self._step_end()
-
-    def _found(self, finder: StepFinder) -> None:
+            return
+        if not finder.period:
+            return
         self.notice(
             "ailens: one training step = %d collectives (found at collective %d)",
             finder.period,

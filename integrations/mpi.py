@@ -238,17 +238,12 @@ class LensComm(Attachment):
             nbytes = int(nbytes_of(self.comm, args, kwargs))
         except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
             nbytes = 0
-        caller = sys._getframe(2)  # the script's line: tells apart equal collectives
-        where = (caller.f_code.co_filename, caller.f_lineno)
-        return self.call(
-            real,
-            op,
-            nbytes,
-            args,
-            kwargs,
-            step_key=(op, nbytes, where),
-            pending=self._timed if nonblocking else None,
-        )
+        key = None
+        if self.wants_step_keys:  # the script's line tells equal collectives apart
+            caller = sys._getframe(2)
+            key = (op, nbytes, caller.f_code.co_filename, caller.f_lineno)
+        pending = self._timed if nonblocking else None
+        return self.call(real, op, nbytes, args, kwargs, step_key=key, pending=pending)
 
     def _timed(self, request, end: Callable[[], None]) -> TimedRequest:
         req = TimedRequest(request)
