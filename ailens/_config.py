@@ -34,6 +34,8 @@ class LensConfig:
     min_phase_share: float = 0.01
     # Total training steps when known (Keras epochs x steps, len(loader) x epochs).
     total_steps: int | None = None
+    # Steps per epoch when known (len(loader)): evaluation and epoch-end work recur per epoch.
+    steps_per_epoch: int | None = None
     # Signature: ready when no new significant phase appeared and the per-step time
     # estimate moved less than signature_rel_tol over the last signature_window steps.
     signature_window: int = 10
@@ -70,8 +72,10 @@ class LensConfig:
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
         if not 0 <= self.min_phase_share < 1:
             raise ValueError(f"min_phase_share must be in [0, 1), got {self.min_phase_share}")
-        if self.total_steps is not None and self.total_steps < 1:
-            raise ValueError(f"total_steps must be >= 1, got {self.total_steps}")
+        for name in ("total_steps", "steps_per_epoch"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
     def replace(self, **changes) -> LensConfig:
         return dataclasses.replace(self, **changes)

@@ -2,16 +2,20 @@
 
 Each rank generates its shard of a seeded clustered data set, assigns its points to the
 nearest centroid (the compute, ~99 % of the time at the default size), and every iteration
-the ranks ``Allreduce`` the per-cluster sums and counts and the inertia. ailens is the one
-``wrap`` line; it infers the iteration from the repeating collectives.
+the ranks ``Allreduce`` the per-cluster sums and counts and the inertia. Like a real job it
+also evaluates (the inertia of held-out points, every ``--eval-every`` iterations) and
+checkpoints (rank 0 saves the centroids every ``--checkpoint-every`` iterations). ailens is
+the one ``wrap`` line; it infers the iteration from the repeating collectives.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
@@ -31,15 +35,22 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--progress-every", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2, help="iterations left out of the mean")
+    p.add_argument("--eval-every", type=int, default=10,
+                   help="iterations between held-out inertia checks (0: none)")
+    p.add_argument("--checkpoint-every", type=int, default=25,
+                   help="iterations between centroid checkpoints on rank 0 (0: none)")
     return p.parse_args()
 
 
-def make_shard(n_total: int, dims: int, k: int, seed: int, rank: int, size: int) -> np.ndarray:
+def make_shard(
+    n_total: int, dims: int, k: int, seed: int, rank: int, size: int, stream: int = 0
+) -> np.ndarray:
     """This rank's points: Gaussian blobs around k seeded centres (the same centres on every
-    rank, points from a per-rank stream), so the data set does not depend on timing."""
+    rank, points from a per-rank stream), so the data set does not depend on timing.
+    ``stream`` 1 gives the held-out points."""
     centres = np.random.default_rng(seed).uniform(-10, 10, size=(k, dims))
     n = n_total // size + (rank < n_total % size)
-    rng = np.random.default_rng([seed, rank])
+    rng = np.random.default_rng([seed, rank, stream])
     labels = rng.integers(0, k, size=n)
     return centres[labels] + rng.standard_normal((n, dims))
 
@@ -63,6 +74,17 @@ def local_step(x: np.ndarray, x2: np.ndarray, c: np.ndarray):
     return sums, counts, inertia
 
 
+def save_checkpoint(path: Path, centroids: np.ndarray) -> None:
+    """Write atomically and to disk, as a real checkpoint must survive a crash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    with open(tmp, "wb") as f:
+        np.save(f, centroids)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def main() -> int:
     args = parse_args()
     world = MPI.COMM_WORLD
@@ -77,6 +99,8 @@ def main() -> int:
 
     x = make_shard(args.points, args.dims, args.clusters, args.seed, rank, size)
     x2 = np.einsum("ij,ij->i", x, x)
+    held = make_shard(args.points // 10, args.dims, args.clusters, args.seed, rank, size, 1)
+    held2 = np.einsum("ij,ij->i", held, held)
     centroids = np.empty((args.clusters, args.dims))
     if rank == 0:  # initial centroids: k points of rank 0's shard, seeded
         pick = np.random.default_rng(args.seed + 1).choice(len(x), args.clusters, replace=False)
@@ -95,8 +119,14 @@ def main() -> int:
         inertia = comm.allreduce(local_inertia, op=MPI.SUM)
         nonempty = counts > 0  # an empty cluster keeps its centroid
         centroids[nonempty] = sums[nonempty] / counts[nonempty, None]
-        times.append(time.perf_counter() - t0)
         done = it + 1
+        if args.eval_every and done % args.eval_every == 0:
+            held_inertia = comm.allreduce(local_step(held, held2, centroids)[2], op=MPI.SUM)
+            if rank == 0 and args.progress_every:
+                print(f"iteration {done}: held-out inertia {held_inertia:.6e}", flush=True)
+        if args.checkpoint_every and done % args.checkpoint_every == 0 and rank == 0:
+            save_checkpoint(Path(args.run_dir) / "centroids.npy", centroids)
+        times.append(time.perf_counter() - t0)
         if rank == 0 and args.progress_every and done % args.progress_every == 0:
             print(f"iteration {done}/{args.iterations}: inertia {inertia:.6e}, "
                   f"{times[-1] * 1e3:.1f} ms", flush=True)

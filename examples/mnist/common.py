@@ -11,7 +11,7 @@ import numpy as np
 
 
 def parse_args(framework: str) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=f"mnist with {framework} + Horovod (one rank)")
+    p = argparse.ArgumentParser(description=f"mnist with {framework} (one rank)")
     p.add_argument("--run-dir", default="runs/mnist")
     p.add_argument("--no-lens", action="store_true", help="train without ailens")
     p.add_argument("--early-stop", action="store_true", help="stop once the signature is ready")
@@ -21,6 +21,12 @@ def parse_args(framework: str) -> argparse.Namespace:
     p.add_argument("--idx-dir", default=None, help="directory with the MNIST IDX files")
     p.add_argument("--progress-every", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the mean step time")
+    p.add_argument("--framework", default=framework)
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads per rank")
+    p.add_argument("--eval-every-epochs", type=int, default=1,
+                   help="epochs between evaluations on the held-out split (0: none)")
+    p.add_argument("--checkpoint-every", type=int, default=100,
+                   help="steps between checkpoints on rank 0 (0: none)")
     return p.parse_args()
 
 
