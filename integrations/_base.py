@@ -10,7 +10,6 @@ so the ranks keep issuing the same exchanges.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -320,18 +319,12 @@ class Attachment:
 
     def _closing(self) -> None:
         # A Lens close hook: runs at close() (every rank at the same point) and at interpreter
-        # exit (then the Lens no longer exchanges, and nothing here is collective).
+        # exit (then the Lens no longer exchanges, and nothing here is collective). The Lens
+        # itself then takes the steps done as the total when none was given.
         try:
             self._before_close()
         except Exception as e:  # noqa: BLE001
             self.lens.disable(e)
-        lens, finder = self.lens, self._finder
-        last = finder is not None and finder.ends_last_step()
-        online = lens.online
-        died = hasattr(sys, "last_value") or hasattr(sys, "last_exc")  # uncaught exception
-        if online is not None and online.total_steps is None and not lens.should_stop:
-            if not died:  # a run that ended on its own ran all its steps
-                lens.set_total_steps(lens.steps + last)
-        if last:
+        if self._finder is not None and self._finder.ends_last_step():
             self._step_end()
         self.detach()
