@@ -6,9 +6,9 @@ collective (an allreduce of a small CPU array): a header, then three columns of 
 the comm/compute totals, so the online phase tables are identical on every rank.
 
 When: at a step end, once ``exchange_ticks`` ticks are pending or the agreed number of steps
-has passed since the last exchange (then also with no tick pending). The decision uses only
-tick and step counts, which every rank shares, so all ranks enter the collective at the same
-step. Rank 0 proposes the next
+has passed since the last exchange and a tick is pending (on one rank also with none). The
+decision uses only tick and step counts, which every rank shares, so all ranks enter the
+collective at the same step. Rank 0 proposes the next
 interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart), and the
 sum carries its proposal to everyone.
 """
@@ -106,11 +106,16 @@ class Cadence:
         self.step_at = 0  # steps done at the last exchange
         self.t_at = 0  # rank 0's clock then (ns)
 
-    def due(self, ticks: int, steps: int) -> bool:
-        """An exchange now: a full batch is pending, or the agreed steps have passed (also
-        with nothing pending: the exchange is where the forecast is evaluated and early stop
-        voted)."""
-        return ticks - self.ticks_done >= self.batch_ticks or steps - self.step_at >= self.every
+    def due(self, ticks: int, steps: int, *, alone: bool = False) -> bool:
+        """An exchange now: a full batch is pending, or the agreed steps have passed with
+        ticks pending. ``alone`` (one rank, no real collective): also with nothing pending,
+        as the exchange is where the forecast is evaluated. With several ranks a batch waits
+        for a tick: the framework's own collectives are what keep ranks in step, so an
+        exchange without one could wait on a rank that left."""
+        pending = ticks - self.ticks_done
+        if pending >= self.batch_ticks:
+            return True
+        return steps - self.step_at >= self.every and (pending > 0 or alone)
 
     def propose(self, steps: int, now_ns: int) -> int:
         """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange."""

@@ -196,6 +196,10 @@ class Lens:
         self._x_rows: list[tuple[int, ...]] = []
         self._last_flush = time.monotonic()
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, self._op_names)
+        proc = self.meta["process_start_wall_ns"]
+        if proc and proc <= self.start_wall_ns:
+            self.online.process_start_wall_ns = proc
+            self.online.job_offset_s = (self.start_wall_ns - proc) / 1e9
         self._writer = writer(
             self.run_dir, self.rank, self.meta, self._fault_from_writer, self._disk_trouble
         )
@@ -226,7 +230,7 @@ class Lens:
         self._steps += 1
         self._buf.step = self._steps
         if self._exchange_due():
-            self._exchange_all(evaluate=True)
+            self._exchange_all(evaluate=self._exchange_fn is None)
 
     # ------------------------------------------------------------ public state
 
@@ -505,7 +509,7 @@ class Lens:
     # ------------------------------------------------------------ cross-rank exchange
 
     def _exchange_due(self) -> bool:
-        return self._cadence.due(self._buf.ticks, self._steps)
+        return self._cadence.due(self._buf.ticks, self._steps, alone=self._exchange_fn is None)
 
     def _exchange_all(self, *, evaluate: bool = False) -> None:
         """Send every pending tick through the exchange in batches of ``exchange_ticks``;
@@ -671,10 +675,14 @@ class Lens:
 
     def _atexit(self) -> None:
         # At interpreter exit frameworks may already be finalised: close locally, no exchange.
-        if self.closed:
-            return
-        self._exchange_fn = None
-        self.close()
+        if not self.closed:
+            self._exchange_fn = None
+            self.close()
+        if self.online is not None and self.disabled is None:
+            try:
+                self.online.on_exit(time.time_ns())  # the job's end, for its wall time
+            except Exception:  # noqa: BLE001 - at exit: nothing left to protect but quiet
+                pass
 
 
 def _process_start_wall_ns() -> int | None:

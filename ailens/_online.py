@@ -86,6 +86,9 @@ class OnlineAnalysis:
         self._last_write_step = 0
         self._last_write_time = time.monotonic()
         self._live_cache: tuple[float, LiveForecast] | None = None
+        self.job_offset_s: float | None = None  # process start -> Lens start (set by the Lens)
+        self.exit_wall_ns: int | None = None
+        self.process_start_wall_ns: int | None = None
 
     @property
     def steps(self) -> int:
@@ -299,7 +302,14 @@ class OnlineAnalysis:
         return f"{head}  {body}  {sig}"
 
     def _forecast_doc(self, *, final: bool) -> dict | None:
-        f = self.forecast(actual_total_s=self.actual_total_s if final else None)
+        job_end = None
+        if self.exit_wall_ns and self.process_start_wall_ns:
+            job_end = (self.exit_wall_ns - self.process_start_wall_ns) / 1e9
+        f = self.forecast(
+            actual_total_s=self.actual_total_s if final else None,
+            job_offset_s=self.job_offset_s,
+            actual_job_total_s=job_end,
+        )
         if f is None:
             return None
         latest = self.forecaster.predict()
@@ -324,6 +334,7 @@ class OnlineAnalysis:
                 "step_time_s": latest.step_time_s,
             },
             **({"closed_s": self.end_ns / 1e9} if final and self.end_ns is not None else {}),
+            **({"exit_wall_ns": self.exit_wall_ns} if self.exit_wall_ns else {}),
         }
 
     def _write_forecast(self, *, final: bool) -> None:
@@ -340,6 +351,13 @@ class OnlineAnalysis:
             # The forecast file is a convenience: note it once, keep training and tracing.
             self.io_failed = True
             log.warning("ailens: cannot write forecast.json (%s); live forecast off", e)
+
+    def on_exit(self, wall_ns: int) -> None:
+        """The process is exiting: the job's wall time is known now (rank 0 rewrites
+        forecast.json with it)."""
+        self.exit_wall_ns = wall_ns
+        if self.end_ns is not None:  # closed: the final document gets the job's end too
+            self._write_forecast(final=True)
 
     def finish(self, run_dir: Path) -> None:
         """Rank 0 writes the online phase table and the final forecast to the run directory."""

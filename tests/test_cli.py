@@ -323,7 +323,7 @@ def test_not_a_trace_file(tmp_path):
 def test_run_without_collectives(tmp_path):
     s = write_run(tmp_path / "run", ranks=2, steps=10, kill_rank=0, kill_step=0)
     s.files[1].unlink()
-    assert_one_line_error(cli("report", s.path), str(s.path), "no collectives")
+    assert_one_line_error(cli("report", s.path), str(s.path), "no collective and no step")
 
 
 def test_unwritable_output(syn, tmp_path):

@@ -110,10 +110,9 @@ def test_early_stop_also_stops_a_rank_where_ailens_disabled_itself(tmp_path):
 @pytest.mark.timeout(90)
 def test_single_process_fit_records_steps_and_validation(tmp_path):
     import torch
+    from ailens.integrations.lightning import LensCallback
     from lightning.pytorch import LightningModule, Trainer
     from torch.utils.data import DataLoader, TensorDataset
-
-    from ailens.integrations.lightning import LensCallback
 
     class Net(LightningModule):
         def __init__(self):

@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
+from ailens.integrations.tqdm import forecast_numbers, forecast_postfix, format_duration
 
 import ailens
-from ailens.integrations.tqdm import forecast_numbers, forecast_postfix, format_duration
 
 
 def run_steps(lens, steps: int) -> None:

@@ -7,11 +7,10 @@ import json
 import os
 
 import torch
+from ailens.integrations.lightning import LensCallback
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
-
-from ailens.integrations.lightning import LensCallback
 
 
 class Net(LightningModule):
