@@ -14,10 +14,18 @@ What the callback does:
 
 - ``on_train_begin`` builds the Lens: rank and world size from ``horovod.tensorflow`` when it
   is imported and initialised, else from the model's ``tf.distribute`` strategy, else from the
-  launcher's environment; total steps = epochs x steps per epoch when Keras knows them.
+  launcher's environment. The schedule comes from what Keras knows (``lens.set_schedule``:
+  steps per epoch, epochs, and ``validation_freq`` when ``fit`` validates); the run facts
+  (threads, parameter count, batch size) from TF and the model. ``validation_freq`` and
+  ``batch_size`` are read from ``fit``'s arguments when its frame is reachable (Keras does
+  not pass them to callbacks).
 - ``on_train_batch_end`` marks a step boundary (one per ``train_function`` call, so one per
-  ``steps_per_execution`` batches) and sets ``model.stop_training`` once ``lens.should_stop``
-  (``early_stop=True``): every rank stops at the same step.
+  ``steps_per_execution`` batches), sets ``model.stop_training`` once ``lens.should_stop``
+  (``early_stop=True``): every rank stops at the same step. With ``verbose=1`` it adds the
+  forecast to the batch logs, so Keras' own progress bar shows it: ``ailens_total_s``
+  (predicted total run time, s) and ``ailens_eta_s`` (time still to go, s), once predicted,
+  refreshed twice a second.
+- validation during ``fit`` (``on_test_begin``/``on_test_end``) is an ``"eval"`` section.
 - ``on_train_end`` closes the Lens (collective on every rank) and detaches Horovod.
 
 Collectives:
@@ -25,19 +33,14 @@ Collectives:
 - ``horovod.tensorflow.keras``: the callback attaches ``ailens.integrations.horovod``, so every
   allreduce of ``hvd.DistributedOptimizer``, the broadcast of
   ``BroadcastGlobalVariablesCallback`` and the allreduces of ``MetricAverageCallback`` are
-  recorded at run time with their bytes (see that module). Put the callback in the *first*
-  ``fit``: graphs Keras traced before ailens attached carry no recording hooks (a warning
-  says so when the first step recorded no collective).
+  recorded at run time with their bytes. Put the callback in the *first* ``fit``: graphs Keras
+  traced before ailens attached carry no recording hooks (a notice says so when the first
+  step recorded no collective).
 - ``tf.distribute.MultiWorkerMirroredStrategy``: every all-reduce that goes through the
-  strategy (``ReplicaContext.all_reduce``, ``extended.batch_reduce_to`` / ``reduce_to``: the
-  optimizer's gradient all-reduce, one batched call per step) is recorded as one
-  ``allreduce`` with the summed bytes of the local tensors, by the same run-time graph hooks
-  as for Horovod. The callback wraps those three methods on the strategy's ``extended``
-  object (``_replica_ctx_all_reduce`` is private TF API: the funnel ``all_reduce`` uses without
-  ``merge_call``) and removes the wrappers at train end. Not seen: collectives TF issues
-  without those calls (``SyncOnRead`` variable reads, ``tf.raw_ops`` collectives), and how
-  TF splits one batched all-reduce into packs. The ranks exchange through the strategy's own
-  all-reduce (not recorded).
+  strategy (the optimizer's gradient all-reduce: one batched call per step) is recorded as
+  one ``allreduce`` with the summed bytes of the local tensors, by the same run-time graph
+  hooks (see ``ailens.integrations._tfdistribute``); the wrappers go at train end. The ranks
+  exchange through the strategy's own all-reduce.
 - plain Keras (one process): steps and step times only.
 """
 
@@ -46,15 +49,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from ailens import Lens, LensConfig
 
-from .horovod import _active, _Recorder
-
-log = logging.getLogger("ailens")
+from . import _tfdistribute, _tfhooks
+from ._base import Attachment, log, open_lens
 
 __all__ = ["LensCallback"]
+
+PROGBAR_KEYS = ("ailens_total_s", "ailens_eta_s")
+PROGBAR_REFRESH_S = 0.5
 
 
 def _callback_base() -> type:
@@ -82,77 +88,153 @@ class LensCallback(_callback_base()):
         LensConfig(**config)  # a misspelt or invalid setting fails here, at the user's line
         self._config = config
         self.lens: Lens | None = None
-        self._horovod = None
-        self._strategy_rec: _StrategyRecorder | None = None
-        # tf-keras: logs may stay tensors for us (we never read them), so this callback does
-        # not force a device-to-host sync of the logs after every batch.
+        self._att: Attachment | None = None
+        self._hvd = False
+        self._progbar = False
+        self._refresh_at = 0.0
+        self._shown: dict[str, float] = {}
+        self._in_fit = False
+        # tf-keras: logs may stay tensors for us (we only add to them), so this callback
+        # does not force a device-to-host sync of the logs after every batch.
         self._supports_tf_logs = True
 
     def on_train_begin(self, logs=None) -> None:
+        self._in_fit = True
         try:
-            self._start()
+            self._start(sys._getframe(1))
         except Exception as e:  # noqa: BLE001 - never break training
-            log.warning("ailens: LensCallback could not start (%s: %s); training goes on "
-                        "without it", type(e).__name__, e)
+            log.warning(
+                "ailens: LensCallback could not start (%s: %s); training goes on without it",
+                type(e).__name__,
+                e,
+            )
             if self.lens is None:
-                self.lens = Lens(rank=0, world_size=1, **{**self._config, "enabled": False})
+                self._att = Attachment(
+                    Lens(rank=0, world_size=1, **{**self._config, "enabled": False})
+                )
+                self.lens = self._att.lens
             else:
-                self.lens._fault(e)
+                self.lens.disable(e)
 
     def on_train_batch_end(self, batch, logs=None) -> None:
-        lens = self.lens
-        if lens is None:
+        att, lens = self._att, self.lens
+        if att is None:
             return
-        try:
-            lens.step_end()
-            if lens.steps == 1 and self._horovod is not None and lens.ticks == 0:
-                log.warning("ailens: the first step recorded no Horovod collective; was the model "
-                            "trained before LensCallback attached? Its graph has no hooks.")
-        except Exception as e:  # noqa: BLE001
-            lens._fault(e)
+        att.step_end()
+        if self._hvd and lens.steps == 1 and lens.ticks == 0:
+            att.notice(
+                "ailens: the first step recorded no Horovod collective; was the model "
+                "trained before LensCallback attached? Its graph has no hooks.",
+                level=logging.WARNING,
+            )
+        if self._progbar and logs is not None:
+            self._show_forecast(logs)
         if lens.should_stop:
             self.model.stop_training = True
 
+    def _show_forecast(self, logs: dict) -> None:
+        # Reading the forecast costs ~40 us: refresh it twice a second, not every batch.
+        now = time.monotonic()
+        if now >= self._refresh_at:
+            f = self.lens.forecast
+            if f is not None and f.predicted_total_s is not None:
+                self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}
+                self._refresh_at = now + PROGBAR_REFRESH_S
+        logs.update(self._shown)
+
+    def on_test_begin(self, logs=None) -> None:
+        if self._in_fit and self.lens is not None:
+            self.lens.section_begin("eval")
+
+    def on_test_end(self, logs=None) -> None:
+        if self._in_fit and self.lens is not None:
+            self.lens.section_end()
+
     def on_train_end(self, logs=None) -> None:
-        if self.lens is None:
-            return
-        try:
-            if self._horovod is not None:
-                self._horovod.close()
-            else:
-                self.lens.close()
-        except Exception as e:  # noqa: BLE001
-            self.lens._fault(e)
-        if self._strategy_rec is not None:
-            self._strategy_rec.detach()
+        self._in_fit = False
+        if self._att is not None:
+            self._att.close()
 
     # ------------------------------------------------------------ setup
 
-    def _start(self) -> None:
-        config = dict(self._config)
-        params = self.params or {}
-        if params.get("epochs") and params.get("steps") and "total_steps" not in config:
-            config["total_steps"] = int(params["epochs"]) * int(params["steps"])
+    def _start(self, caller) -> None:
+        config, params = dict(self._config), self.params or {}
+        fit = _fit_arguments(caller)
+        meta = _run_facts(self.model, fit.get("batch_size"))
         hvd = _horovod_tensorflow()
+        strategy, rank, world = _tfdistribute.multi_worker(self.model)
         if hvd is not None:
             from . import horovod as ailens_hvd
 
             config.setdefault("framework", "keras+horovod")
-            self._horovod = ailens_hvd.attach(hvd, **config)
-            self.lens = self._horovod.lens
-            return
-        strategy, rank, world = _multi_worker(self.model)
-        if strategy is None:
+            self._att = ailens_hvd.attach(hvd, steps="manual", meta=meta, **config)
+            self._hvd = True
+        elif strategy is not None:
+            config.setdefault("framework", "keras+tf.distribute")
+            config.setdefault("backend", "tf.distribute")
+            self._att = _tfdistribute.StrategyAttachment(strategy, rank, world, meta, config)
+        else:
             config.setdefault("framework", "keras")
-            self.lens = Lens(**config)
-            return
-        config.setdefault("framework", "keras+tf.distribute")
-        config.setdefault("backend", "tf.distribute")
-        rec = _StrategyRecorder(strategy)
-        self.lens = rec.lens = Lens(rank=rank, world_size=world, exchange=rec.exchange, **config)
-        if self.lens.config.enabled:
-            rec.attach()
-            self._strategy_rec = rec
+            self._att = Attachment(open_lens(meta=meta, **config))
+        self.lens = lens = self._att.lens
+        freq = fit.get("validation_freq") if fit.get("validates") else None
+        lens.set_schedule(
+            total_steps=config.get("total_steps"),
+            steps_per_epoch=params.get("steps"),
+            epochs=params.get("epochs"),
+            eval_every_epochs=freq if isinstance(freq, int) else None,
+        )
+        self._progbar = params.get("verbose") == 1 and _progbar_shows_values(caller)
+
+
+def _fit_arguments(caller) -> dict:
+    """``validation_freq``, whether ``fit`` validates, and ``batch_size``, from the arguments of
+    the ``Model.fit`` call that is running (its frame is a few above ``on_train_begin``)."""
+    frame = caller
+    for _ in range(6):
+        if frame is None:
+            break
+        args = frame.f_locals
+        if frame.f_code.co_name == "fit" and "validation_freq" in args:
+            split = args.get("validation_split") or 0
+            batch = args.get("batch_size")
+            return {
+                "validation_freq": args.get("validation_freq"),
+                "validates": args.get("validation_data") is not None or split > 0,
+                "batch_size": batch if isinstance(batch, int) else None,
+            }
+        frame = frame.f_back
+    return {}
+
+
+def _progbar_shows_values(caller) -> bool:
+    """Whether Keras' progress bar shows our logs as they are. Keras 3's shows every value
+    as is; tf-keras' averages all but its "stateful metrics", so ours join that set (on the
+    ProgbarLogger of the CallbackList calling us). Otherwise we add nothing to the logs."""
+    progbar = getattr(caller.f_locals.get("self"), "_progbar", None)
+    if progbar is None:
+        return False
+    if not hasattr(progbar, "stateful_metrics"):
+        return True  # Keras 3
+    progbar.stateful_metrics = set(progbar.stateful_metrics) | set(PROGBAR_KEYS)
+    return True
+
+
+def _run_facts(model, batch_size: int | None) -> dict:
+    import tensorflow as tf
+
+    base = _callback_base().__module__.split(".")[0]
+    facts: dict[str, Any] = {
+        "framework_version": f"{base} {sys.modules[base].__version__}, tensorflow {tf.__version__}",
+        **_tfhooks.tf_threads(tf),
+    }
+    if batch_size:
+        facts["batch_size"] = batch_size
+    try:
+        facts["param_count"] = int(model.count_params())
+    except Exception:  # noqa: BLE001 - a model not built yet: unknown
+        pass
+    return facts
 
 
 def _horovod_tensorflow():
@@ -162,108 +244,3 @@ def _horovod_tensorflow():
         return hvd if hvd is not None and hvd.is_initialized() else None
     except Exception:  # noqa: BLE001 - an old Horovod without is_initialized
         return None
-
-
-def _multi_worker(model) -> tuple[Any, int | None, int | None]:
-    """(strategy, rank, world) for a multi-worker tf.distribute strategy, else (None, None,
-    None): rank and world then come from the launcher's environment."""
-    strategy = getattr(model, "distribute_strategy", None)
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or "tensorflow" not in sys.modules:
-        return None, None, None
-    spec = resolver.cluster_spec().as_dict()
-    tasks = [(t, i) for t in ("chief", "worker") for i in range(len(spec.get(t, [])))]
-    if len(tasks) <= 1 or (resolver.task_type, resolver.task_id) not in tasks:
-        return None, None, None
-    return strategy, tasks.index((resolver.task_type, resolver.task_id)), len(tasks)
-
-
-class _StrategyRecorder(_Recorder):
-    """Records the all-reduces of one tf.distribute strategy and exchanges through it."""
-
-    # The methods of strategy.extended every strategy all-reduce goes through; the value
-    # reduced is their second argument.
-    _FUNNELS = ("_replica_ctx_all_reduce", "batch_reduce_to", "reduce_to")
-
-    def __init__(self, strategy) -> None:
-        super().__init__("tf.distribute")
-        self.strategy = strategy
-        self._ext = strategy.extended
-        self._patched: list[str] = []
-
-    def attach(self) -> None:
-        import tensorflow as tf
-
-        try:
-            for name in self._FUNNELS:
-                real = getattr(self._ext, name, None)
-                if real is not None:
-                    setattr(self._ext, name, self._wrap(tf, name, real))
-                    self._patched.append(name)
-            _active[self.key] = self
-        except Exception as e:  # noqa: BLE001
-            self.detach()
-            self.lens._fault(e)
-
-    def detach(self) -> None:
-        for name in self._patched:
-            if name in vars(self._ext):
-                delattr(self._ext, name)  # the class's own method shows through again
-        self._patched = []
-        if _active.get(self.key) is self:
-            del _active[self.key]
-
-    def _wrap(self, tf, name: str, real):
-        def wrapper(*args, **kwargs):
-            nested = getattr(self._local, "depth", 0)
-            if self._bypass or nested or _active.get(self.key) is not self:
-                return real(*args, **kwargs)
-            try:
-                payload = self._local_tensors(tf, name, args, kwargs)
-            except Exception:  # noqa: BLE001 - an unexpected signature: the same on every rank
-                return real(*args, **kwargs)
-            self._local.depth = 1
-            try:
-                return self._tf_call(tf, real, "allreduce", payload, args, kwargs)
-            finally:
-                self._local.depth = 0
-
-        return tf.autograph.experimental.do_not_convert(wrapper)
-
-    def _local_tensors(self, tf, name: str, args, kwargs) -> list:
-        """This worker's part of the value being reduced, as a list of tensors."""
-        if name == "batch_reduce_to":
-            pairs = args[1] if len(args) > 1 else kwargs["value_destination_pairs"]
-            values = [v for v, _ in pairs]
-        else:
-            values = [args[1] if len(args) > 1 else kwargs["value"]]
-        out = []
-        for v in tf.nest.flatten(values, expand_composites=False):
-            local = self.strategy.experimental_local_results(v)[0]
-            if isinstance(local, tf.IndexedSlices):
-                out += [local.values, local.indices]
-            else:
-                out.append(local)
-        return out
-
-    def exchange(self, a):
-        """Cross-worker elementwise SUM through the strategy's own all-reduce (not recorded):
-        each worker's first local replica contributes the array, the others zeros."""
-        import numpy as np
-        import tensorflow as tf
-
-        strategy = self.strategy
-        local = max(len(getattr(strategy.extended, "worker_devices", ())), 1)
-        value = tf.constant(np.asarray(a, dtype=np.int64))
-
-        def contribute():
-            ctx = tf.distribute.get_replica_context()
-            first = ctx.replica_id_in_sync_group % local == 0
-            return value if first else tf.zeros_like(value)
-
-        self._bypass = True
-        try:
-            per_replica = strategy.run(contribute)
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None).numpy()
-        finally:
-            self._bypass = False

@@ -9,9 +9,9 @@
     for it in range(iterations):
         ...                                       # local work
         comm.Allreduce(local_sums, sums)          # recorded (op, bytes, time, work before it)
-        if comm.lens.should_stop:                 # with early_stop=True
+        if comm.should_stop:                      # with early_stop=True
             break
-    comm.close()                                  # collective: every rank calls it
+    comm.close()            # optional (else at exit); collective: every rank calls it
 
 ``wrap(comm)`` returns a :class:`LensComm`, a proxy that forwards every attribute to the real
 communicator (``.comm``) and records, once per call on every rank:
@@ -31,47 +31,43 @@ communicator (``.comm``) and records, once per call on every rank:
   request completes. They return a :class:`TimedRequest` (a real ``MPI.Request`` subclass
   sharing the handle) whose ``Wait/wait/Test/test`` end the tick. ``MPI.Request.Waitall``
   and friends work on them too; the tick then ends when this communicator next records
-  something (the next collective, step end or close), a little late.
+  something (the next collective, or close), a little late.
 
 Persistent (``*_init``) and point-to-point operations are not recorded.
 
 Step boundaries (``steps=``):
 
-- ``"infer"`` (default): a plain mpi4py loop has no step boundary, so the adapter looks for
-  the repeating (op, bytes) sequence of the collectives. Every 4 collectives until it is
-  found, the ranks agree through one small ``Allreduce`` on the real communicator (not
-  recorded) on the shortest period repeated at least 3 times over >= 12 collectives, and
-  commit once two checks in a row agree. From then on ``lens.step_end()`` is called every
-  period. Iterations before the commit merge into the first step (``steps_merged`` says how
-  many; a ``total_steps`` given is reduced by it). Assumes every iteration issues the same
-  collectives; if none repeats within 1024 collectives it gives up (call
-  ``comm.lens.step_end()`` yourself).
-- ``"manual"``: no inference; call ``comm.lens.step_end()`` at the end of each iteration.
+- ``"infer"`` (default): a plain mpi4py loop has no step boundary, so steps are inferred from
+  the repeating collectives (``ailens._steps``), keyed by op, bytes and the calling line: the
+  loop body is found at its second iteration, so even a 4-iteration loop records its 4
+  steps, and the last one is ended when the run ends. Until found, the ranks vote through a
+  small ``Allreduce`` on the real communicator (not recorded). Iterations that ran before a
+  late commit go into the first step (``steps_merged``; a ``total_steps`` given is reduced by
+  it). Calling ``comm.step_end()`` (or ``comm.lens.step_end()``) stops the inference.
+- ``"manual"``: no inference; call ``comm.step_end()`` at the end of each iteration.
 
-The cross-rank phase exchange uses the real communicator's ``Allreduce`` (int64, SUM; not
-recorded). An exception inside this adapter disables ailens on that rank (``Lens._fault``)
-and the MPI call still runs exactly once.
+``comm.close()`` (collective) ends the run; without it the Lens closes at interpreter exit
+(without the last cross-rank exchange) and still ends the last inferred step. The cross-rank
+exchange uses the real communicator's ``Allreduce`` (int64, SUM; not recorded).
 """
 
 from __future__ import annotations
 
-import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
+import mpi4py
 import numpy as np
 from mpi4py import MPI
 
 from ailens import Lens
 
-log = logging.getLogger("ailens")
+from ._base import Attachment
 
 __all__ = ["wrap", "LensComm", "TimedRequest"]
 
 _IN_PLACE = MPI.IN_PLACE
-
-
-# --------------------------------------------------------------------------- bytes
 
 
 def buffer_nbytes(spec: Any) -> int | None:
@@ -84,7 +80,7 @@ def buffer_nbytes(spec: Any) -> int | None:
         counts = [x for x in rest if not isinstance(x, MPI.Datatype)]
         if dtype is not None and counts:
             count = counts[0]
-            if isinstance(count, tuple):      # [buf, (count, displ), datatype]
+            if isinstance(count, tuple):  # [buf, (count, displ), datatype]
                 count = count[0]
             if isinstance(count, (list, np.ndarray)):  # [buf, counts, displs, datatype]
                 count = int(np.sum(count))
@@ -169,20 +165,12 @@ _BUFFER_OPS: dict[str, tuple[str, Callable]] = {
     "Barrier": ("barrier", _zero),
 }
 _OBJECT_OPS: dict[str, tuple[str, Callable]] = {
-    "allreduce": ("allreduce", _obj("sendobj")),
-    "reduce": ("reduce", _obj("sendobj")),
-    "allgather": ("allgather", _obj("sendobj")),
-    "gather": ("gather", _obj("sendobj")),
-    "scatter": ("scatter", _obj("sendobj")),
-    "alltoall": ("alltoall", _obj("sendobj")),
-    "scan": ("scan", _obj("sendobj")),
-    "exscan": ("exscan", _obj("sendobj")),
-    "bcast": ("broadcast", _obj("obj")),
-    "barrier": ("barrier", _zero),
+    name: (name, _obj("sendobj"))
+    for name in ("allreduce", "reduce", "allgather", "gather", "scatter", "alltoall", "scan")
 }
-
-
-# --------------------------------------------------------------------------- requests
+_OBJECT_OPS.update(
+    exscan=("exscan", _obj("sendobj")), bcast=("broadcast", _obj("obj")), barrier=("barrier", _zero)
+)
 
 
 class TimedRequest(MPI.Request):
@@ -190,9 +178,9 @@ class TimedRequest(MPI.Request):
     completion ends the collective's tick. Built by :class:`LensComm`, not by users."""
 
     def _ailens_end(self) -> None:
-        owner = self.__dict__.pop("_ailens_owner", None)
-        if owner is not None:
-            owner._end_request(self)
+        done = self.__dict__.pop("_ailens_done", None)
+        if done is not None:
+            done()
 
     def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802 - mpi4py's name
         result = super().Wait(status)
@@ -217,199 +205,61 @@ class TimedRequest(MPI.Request):
         return flag, msg
 
 
-# --------------------------------------------------------------------------- step inference
-
-
-class _StepInference:
-    """Finds the period of the collective sequence, agreed on by all ranks (see module doc)."""
-
-    CHECK_EVERY = 4
-    MIN_REPS = 3
-    MIN_TICKS = 12
-    MAX_HISTORY = 1024
-
-    def __init__(self, real_comm) -> None:
-        self.comm = real_comm
-        self.keys: list[tuple[str, int]] = []
-        self.period = 0
-        self.start = 0
-        self.active = True       # still looking
-        self.broken = False      # local failure: vote to give up so no rank waits
-        self._last: tuple[int, int] | None = None
-        self.merged = 0
-
-    def find(self) -> tuple[int, int]:
-        """(period, start) of the shortest repeating suffix, or (0, 0)."""
-        keys, n = self.keys, len(self.keys)
-        for p in range(1, n // self.MIN_REPS + 1):
-            if keys[n - 3 * p : n - p] == keys[n - 2 * p : n]:
-                s = n - 3 * p
-                while s > 0 and keys[s - 1] == keys[s - 1 + p]:
-                    s -= 1
-                if n - s >= self.MIN_TICKS:
-                    return (p, s)
-        return (0, 0)
-
-    def check(self, tick: int) -> bool:
-        """Collective (same ticks on every rank): agree on a period; True once committed."""
-        try:
-            p, s = (0, 0) if self.broken else self.find()
-        except Exception:  # noqa: BLE001 - still join the vote below
-            p, s, self.broken = 0, 0, True
-        give_up = self.broken or len(self.keys) >= self.MAX_HISTORY
-        mine = np.array([p, s, -p, -s, int(give_up)], dtype=np.int64)
-        agreed = np.empty_like(mine)
-        self.comm.Allreduce(mine, agreed, op=MPI.MAX)
-        same = agreed[0] == -agreed[2] and agreed[1] == -agreed[3]
-        cand = (int(agreed[0]), int(agreed[1])) if same and agreed[0] > 0 else None
-        if cand is not None and cand == self._last:
-            self.period, self.start = cand
-            self.active = False
-            self.keys = []
-            return True
-        self._last = cand
-        if agreed[4]:
-            self.active = False
-            self.keys = []
-            log.info("ailens: no repeating collective sequence found in the first %d "
-                     "collectives; call lens.step_end() to mark iterations", tick)
-        return False
-
-
-# --------------------------------------------------------------------------- communicator
-
-
-class LensComm:
+class LensComm(Attachment):
     """An mpi4py communicator proxy that records collectives; ``.lens`` is the Lens and
     ``.comm`` the real communicator. Everything not listed in the module docstring is
     forwarded unchanged."""
 
-    def __init__(self, comm, lens: Lens, steps: str) -> None:
+    def __init__(self, comm, lens: Lens, steps: str, exchange) -> None:
         self.comm = comm
-        self.lens = lens
         self._open: list[TimedRequest] = []
-        self._infer = _StepInference(comm) if steps == "infer" else None
-
-    # ---- public
-
-    @property
-    def should_stop(self) -> bool:
-        """True on every rank at the same iteration once ``early_stop=True`` and the
-        signature is ready; check it in your loop and break."""
-        return self.lens.should_stop
+        super().__init__(lens, infer_steps=steps == "infer", agree=exchange)
 
     @property
     def steps_merged(self) -> int:
         """Iterations that ran before the period was inferred (counted in the first step)."""
-        return self._infer.merged if self._infer is not None else 0
-
-    def close(self) -> None:
-        """End the last inferred step, then close the Lens (collective: every rank calls it)."""
-        lens = self.lens
-        if lens.closed:
-            return
-        try:
-            self._sweep()
-        except Exception as e:  # noqa: BLE001
-            lens._fault(e)
-        inf = self._infer
-        if inf is not None and inf.period and lens.ticks > inf.start and (
-            (lens.ticks - inf.start) % inf.period == 0
-        ):
-            lens.step_end()  # the last iteration's end (step_end never raises)
-        lens.close()
-
-    def __enter__(self) -> LensComm:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+        return self._merged
 
     def __getattr__(self, name: str) -> Any:
+        if name == "comm":  # not set yet: no recursion through the proxy
+            raise AttributeError(name)
         return getattr(self.comm, name)
 
     def __repr__(self) -> str:
         return f"<ailens LensComm of {self.comm!r}>"
 
-    # ---- internals
-
-    def _before(self, op: str, nbytes: int) -> None:
-        """Runs before every recorded collective: late request ends, inferred step ends."""
-        if self._open:
-            try:
-                self._sweep()
-            except Exception as e:  # noqa: BLE001 - must not skip the inference below
-                self.lens._fault(e)
-        # Step inference runs on every rank even with ailens disabled there: its agreement
-        # Allreduce and the step ends (which drive the Lens exchange) are collective.
-        inf = self._infer
-        if inf is None:
-            return
-        tick = self.lens.ticks
-        if inf.period:
-            if tick > inf.start and (tick - inf.start) % inf.period == 0:
-                self.lens.step_end()
-            return
-        if not inf.active:
-            return
-        if tick and tick % inf.CHECK_EVERY == 0 and inf.check(tick):
-            self._committed(tick)
-            if tick > inf.start and (tick - inf.start) % inf.period == 0:
-                self.lens.step_end()
-            return
-        if inf.active:
-            inf.keys.append((op, nbytes))
-
-    def _committed(self, tick: int) -> None:
-        inf = self._infer
-        inf.merged = max(0, (tick - inf.start - 1) // inf.period)
-        total = self.lens.config.total_steps
-        if total and inf.merged:
-            self.lens.set_total_steps(max(1, total - inf.merged))
-        log.info("ailens: one iteration = %d collectives (found at collective %d)",
-                 inf.period, tick)
-
     def _record(self, name: str, op: str, nbytes_of: Callable, nonblocking: bool, args, kwargs):
         real = getattr(self.comm, name)
-        lens = self.lens
-        if lens.closed:
+        if not self.recording:
             return real(*args, **kwargs)
+        if self._open:
+            self._before_close()  # end the ticks of requests completed behind our back
         try:
-            try:
-                nbytes = int(nbytes_of(self.comm, args, kwargs))
-            except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
-                nbytes = 0
-            self._before(op, nbytes)
-            tick = lens.collective_begin(op, nbytes)
-        except Exception as e:  # noqa: BLE001 - fail open: the call still runs once
-            lens._fault(e)
-            return real(*args, **kwargs)
-        try:
-            result = real(*args, **kwargs)
-        except BaseException:
-            lens.collective_end(tick)
-            raise
-        if nonblocking:
-            try:
-                req = TimedRequest(result)
-                req._ailens_owner = self
-                req._ailens_tick = tick
-                self._open.append(req)
-                return req
-            except Exception as e:  # noqa: BLE001
-                lens._fault(e)
-                return result
-        lens.collective_end(tick)
-        return result
+            nbytes = int(nbytes_of(self.comm, args, kwargs))
+        except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
+            nbytes = 0
+        key = None
+        if self.wants_step_keys:  # the script's line tells equal collectives apart
+            caller = sys._getframe(2)
+            key = (op, nbytes, caller.f_code.co_filename, caller.f_lineno)
+        pending = self._timed if nonblocking else None
+        return self.call(real, op, nbytes, args, kwargs, step_key=key, pending=pending)
 
-    def _end_request(self, req: TimedRequest) -> None:
-        # By identity: MPI.Request's == compares handles, and completed ones are all null.
-        self._open = [r for r in self._open if r is not req]
-        self.lens.collective_end(req._ailens_tick)
+    def _timed(self, request, end: Callable[[], None]) -> TimedRequest:
+        req = TimedRequest(request)
 
-    def _sweep(self) -> None:
+        def done() -> None:
+            # By identity: MPI.Request's == compares handles, and completed ones are all null.
+            self._open = [r for r in self._open if r is not req]
+            end()
+
+        req._ailens_done = done
+        self._open.append(req)
+        return req
+
+    def _before_close(self) -> None:
         """Requests completed behind our back (MPI.Request.Waitall...) now have a null
-        handle: end their ticks now."""
+        handle: end their ticks now (a little late)."""
         for req in [r for r in self._open if not r]:
             req._ailens_end()
 
@@ -450,5 +300,25 @@ def wrap(comm: Any = None, *, steps: str = "infer", **config: Any) -> LensComm:
     config.setdefault("framework", "mpi4py")
     vendor, version = MPI.get_vendor()
     config.setdefault("backend", f"{vendor} {'.'.join(map(str, version))}")
-    lens = Lens(rank=comm.Get_rank(), world_size=comm.Get_size(), exchange=exchange, **config)
-    return LensComm(comm, lens, steps)
+    lens = Lens(
+        rank=comm.Get_rank(),
+        world_size=comm.Get_size(),
+        exchange=exchange,
+        meta=_run_facts(),
+        **config,
+    )
+    return LensComm(comm, lens, steps, exchange)
+
+
+def _run_facts() -> dict:
+    """mpi4py's version and, when threadpoolctl is installed, numpy's BLAS threads."""
+    facts: dict[str, Any] = {"framework_version": f"mpi4py {mpi4py.__version__}"}
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+        if blas:
+            facts["threads"] = max(blas)
+    except Exception:  # noqa: BLE001 - optional: unknown without it
+        pass
+    return facts

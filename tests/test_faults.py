@@ -60,9 +60,9 @@ def _assert_prefix(trace, ticks: int | None = None) -> None:
         assert n <= ticks
 
 
-def _train(run_dir: str, steps: int, env: dict | None = None) -> dict[int, dict]:
+def _train(run_dir: str, steps: int, *args: str) -> dict[int, dict]:
     out = run_ranks(
-        [mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps)], timeout=60, env=env
+        [mpiexec(), "-n", "2", sys.executable, TRAIN, run_dir, str(steps), *args], timeout=60
     )
     assert out.returncode == 0, out.stderr
     results = _by_rank(out.stdout)
@@ -78,7 +78,7 @@ def test_injected_fault_on_one_rank_leaves_training_unchanged(tmp_path):
     steps = 60
     reference = _train("-", steps)
     clean = _train(str(tmp_path / "clean"), steps)
-    faulty = _train(str(tmp_path / "faulty"), steps, env={"AILENS_INJECT_FAULT": "1:5"})
+    faulty = _train(str(tmp_path / "faulty"), steps, "--fault=1:5")
     for rank in (0, 1):  # same weights, bit for bit, with and without ailens
         assert reference[rank]["weights"] == clean[rank]["weights"] == faulty[rank]["weights"]
         assert reference[rank]["loss"] == faulty[rank]["loss"]

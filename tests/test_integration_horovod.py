@@ -1,9 +1,11 @@
 """ailens.integrations.horovod with two real Horovod ranks (horovodrun --gloo) for
 horovod.torch and horovod.tensorflow: every collective once with its bytes, identical phase
-tables on both ranks, unchanged weights, and a fault inside ailens that training survives."""
+tables on both ranks, unchanged weights, a fault inside ailens that training survives, and a
+TensorFlow custom loop with only the attach line (steps inferred, the run ended at exit)."""
 
 import json
 import re
+import subprocess
 import sys
 
 import pytest
@@ -30,10 +32,21 @@ def _launcher(module: str):
     def get(script: str, tmp_path_factory, mode: str, fault: bool = False):
         if (mode, fault) not in cache:
             run_dir = tmp_path_factory.mktemp(f"{mode}{'-fault' if fault else ''}")
-            env = {**QUIET, "AILENS_INJECT_FAULT": "1:5" if fault else ""}
-            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
-                   str(REPO / "tests/parallel" / script), str(run_dir), str(STEPS), mode]
-            out = run_ranks(cmd, timeout=150, env=env)
+            cmd = [
+                tool,
+                "--gloo",
+                "-np",
+                "2",
+                "-H",
+                "localhost:2",
+                sys.executable,
+                str(REPO / "tests/parallel" / script),
+                str(run_dir),
+                str(STEPS),
+                mode,
+                "1:5" if fault else "",
+            ]
+            out = run_ranks(cmd, timeout=150, env=QUIET)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             docs = [json.loads(m) for m in re.findall(r"RESULT (\{.*\})", out.stdout)]
             res = {d["rank"]: d for d in docs}
@@ -139,3 +152,39 @@ def test_horovod_tensorflow_fault_in_ailens_leaves_training_intact(tf_runs):
     assert "injected" in res[1]["disabled"] and res[0]["disabled"] is None
     assert res[0]["ticks"] == res[1]["ticks"]
     assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
+
+
+def test_horovod_tensorflow_custom_loop_needs_only_the_attach_line(tf_runs):
+    """A tf.function loop with DistributedGradientTape, no step_end, no close: each call of
+    the training function is a step, the last one ended and the run closed at exit."""
+    res, run_dir = tf_runs("oneline")
+    plain, _ = tf_runs("nolens")
+    assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
+    run = load_run(run_dir)
+    assert run.complete and run.meta["framework"] == "horovod.tensorflow"
+    for rank in run.ranks:
+        ev, names = rank.events, _names(rank)
+        assert rank.info["closed"] and rank.n_events == 3 + 3 * STEPS + 4
+        assert len(rank.steps["step"]) == STEPS
+        # The broadcasts and the first call in step 0, then one step per call: every step's
+        # collectives are its gradients' allreduces; the eager ones after the loop in the last.
+        assert ev["step"][: 3 + 3].tolist() == [0] * 6
+        grads = ev["step"][3:-4]
+        for step in range(STEPS):
+            assert sorted(ev["nbytes"][3:-4][grads == step].tolist()) == TF_GRADS, step
+        assert names[-4:] == ["allreduce", "allgather", "broadcast", "allreduce"]
+        assert ev["step"][-4:].tolist() == [STEPS - 1] * 4
+        facts = rank.meta["run"]
+        assert facts["threads"] == 1 and facts["interop_threads"] == 1
+        assert facts["framework_version"].startswith("horovod ")
+    forecast = json.loads((run_dir / "forecast.json").read_text())
+    assert forecast["total_steps"] == STEPS  # learned when the run ended
+    report = subprocess.run(
+        [sys.executable, "-m", "ailens", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert report.returncode == 0, report.stderr
+    assert "Actual total time" in report.stdout and "has not finished" not in report.stdout

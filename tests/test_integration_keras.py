@@ -38,7 +38,38 @@ def test_plain_keras_marks_every_step_and_keeps_the_weights(tmp_path, flavour):
     assert r["closed"] and r["disabled"] is None and r["framework"] == "keras"
     assert r["ticks"] == 0 and r["world_size"] == 1  # one process: no collective
     run = load_run(tmp_path)
-    assert run.complete and list(run.ranks[0].steps["step"]) == list(range(24))
+    rank = run.ranks[0]
+    assert run.complete and list(rank.steps["step"]) == list(range(24))
+    # What Keras knows: the schedule (validation_freq=2 read from fit's arguments), the
+    # validation after epoch 2 as an "eval" section, the run facts.
+    marks = rank.marks
+    sched = [m for m in marks if m["kind"] == "schedule"]
+    assert len(sched) == 1 and sched[0]["steps_per_epoch"] == 8 and sched[0]["epochs"] == 3
+    assert sched[0]["eval_every_epochs"] == 2 and sched[0]["total_steps"] == 24
+    evals = [m for m in marks if m["kind"] == "section"]
+    assert [(m["name"], m["step"]) for m in evals] == [("eval", 16)]
+    assert evals[0]["t_end_ns"] > evals[0]["t_begin_ns"]
+    facts = rank.meta["run"]
+    assert facts["param_count"] == 16 * 32 + 32 + 32 * 4 + 4 and facts["batch_size"] == 8
+    assert facts["threads"] >= 1 and facts["interop_threads"] >= 1
+    assert facts["framework_version"].startswith("tf_keras" if flavour == "legacy" else "keras")
+
+
+@pytest.mark.parametrize("flavour", ["legacy", "keras3"])
+def test_the_forecast_shows_in_keras_progress_bar(tmp_path, flavour):
+    pytest.importorskip("tensorflow")
+    pytest.importorskip("tf_keras" if flavour == "legacy" else "keras")
+    cmd = [sys.executable, str(PLAIN), str(tmp_path), flavour, "0", "1"]
+    out = run_ranks(cmd, timeout=120, env=QUIET)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = _results(out)[0]
+    assert r["lensed"] == r["plain"] and r["steps"] == 24
+    # Keras' own bar (one per epoch), with the forecast once there is one: shown as is,
+    # the predicted total constant between predictions (not averaged over the epoch).
+    bars = re.findall(r"ailens_total_s: ([\d.]+) - ailens_eta_s: ([\d.]+)", out.stdout)
+    assert bars, out.stdout[-2000:]
+    last_total, last_eta = map(float, bars[-1])
+    assert last_eta <= last_total and last_eta < 1.0  # the last bar: the run about done
 
 
 def test_keras_stops_training_when_the_lens_says_so(tmp_path):
@@ -70,10 +101,22 @@ def hvd_runs(tmp_path_factory):
         key = mode, fault, epochs, config
         if key not in cache:
             run_dir = tmp_path_factory.mktemp(f"keras-hvd-{mode}{'-fault' if fault else ''}")
-            env = {**QUIET, "TF_USE_LEGACY_KERAS": "1",
-                   "AILENS_INJECT_FAULT": "1:5" if fault else ""}
-            cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2",
-                   sys.executable, str(HVD), str(run_dir), str(epochs), mode, config]
+            env = {**QUIET, "TF_USE_LEGACY_KERAS": "1"}
+            cmd = [
+                tool,
+                "--gloo",
+                "-np",
+                "2",
+                "-H",
+                "localhost:2",
+                sys.executable,
+                str(HVD),
+                str(run_dir),
+                str(epochs),
+                mode,
+                config,
+                "1:5" if fault else "",
+            ]
             out = run_ranks(cmd, timeout=150, env=env)
             assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
             res = _results(out)
@@ -164,11 +207,22 @@ def _run_workers(run_dir, mode: str, timeout: float = 120) -> dict[int, dict]:
     cluster = {"worker": [f"localhost:{p}" for p in _free_ports(2)]}
     procs = []
     for i in range(2):
-        env = {**os.environ, **QUIET, "TF_CONFIG": json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": i}})}
-        procs.append(subprocess.Popen([sys.executable, str(MWMS), str(run_dir), mode],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=env, start_new_session=True, cwd=REPO))
+        env = {
+            **os.environ,
+            **QUIET,
+            "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+        }
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(MWMS), str(run_dir), mode],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+                cwd=REPO,
+            )
+        )
     outs = []
     try:
         for p in procs:
@@ -229,7 +283,7 @@ def test_idx_reader_reads_what_was_written(tmp_path, mnist_data, suffix):
     images = rng.integers(0, 256, (7, 28, 28), dtype=np.uint8)
     path = tmp_path / f"train-images-idx3-ubyte{suffix}"
     mnist_data.write_idx(path, images)
-    raw = (path.read_bytes() if not suffix else __import__("gzip").decompress(path.read_bytes()))
+    raw = path.read_bytes() if not suffix else __import__("gzip").decompress(path.read_bytes())
     assert raw[:4] == bytes([0, 0, 0x08, 3]) and raw[4:8] == (7).to_bytes(4, "big")
     back = mnist_data.read_idx(path)
     assert back.dtype == np.uint8 and back.shape == (7, 28, 28) and (back == images).all()
@@ -261,7 +315,7 @@ def _write_fake_mnist(mnist_data, root, n_train=256, n_test=64):
         labels = rng.integers(0, 10, n).astype(np.uint8)
         images = rng.integers(0, 40, (n, 28, 28)).astype(np.uint8)
         for i, lab in enumerate(labels):
-            images[i, 2 + 2 * lab:6 + 2 * lab, 10:18] = 255
+            images[i, 2 + 2 * lab : 6 + 2 * lab, 10:18] = 255
         mnist_data.write_idx(root / f"{prefix}-images-idx3-ubyte.gz", images)
         mnist_data.write_idx(root / f"{prefix}-labels-idx1-ubyte.gz", labels)
 
@@ -284,8 +338,20 @@ def test_mnist_example_runs_two_ranks(tmp_path, mnist_data, framework):
     idx.mkdir()
     _write_fake_mnist(mnist_data, idx)
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, str(MNIST / "run"), "--ranks", "2", "--framework", framework,
-           "--epochs", "2", "--idx-dir", str(idx), "--run-dir", str(run_dir)]
+    cmd = [
+        sys.executable,
+        str(MNIST / "run"),
+        "--ranks",
+        "2",
+        "--framework",
+        framework,
+        "--epochs",
+        "2",
+        "--idx-dir",
+        str(idx),
+        "--run-dir",
+        str(run_dir),
+    ]
     out = run_ranks(cmd, timeout=150, env=QUIET)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert re.search(r"mean step time \(lens, .*\): [\d.]+ ms over \d+ steps", out.stdout)

@@ -1,19 +1,22 @@
-"""ailens.integrations.mpi: buffer-spec bytes and period finding in-process, and the
-parallel tier on 2 real mpiexec ranks (tests/parallel/mpi_script.py prints one
-``RESULT {json}`` line per rank)."""
+"""ailens.integrations.mpi: buffer-spec bytes in-process, and the parallel tier on 2 real
+mpiexec ranks: tests/parallel/mpi_script.py (every kind of collective; one ``RESULT {json}``
+line per rank) and tests/parallel/mpi_kmeans.py (a short k-means loop with only the wrap
+line: its steps inferred, its run ended at exit)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import rank_results
+from conftest import REPO, rank_results
 
 MPI = pytest.importorskip("mpi4py.MPI")
-from ailens.integrations.mpi import _StepInference, buffer_nbytes, object_nbytes  # noqa: E402
+from ailens import load_run  # noqa: E402
+from ailens.integrations.mpi import buffer_nbytes, object_nbytes  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "parallel" / "mpi_script.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
@@ -35,25 +38,19 @@ def test_buffer_specs():
     assert object_nbytes({"not": "known"}) == 0
 
 
-def infer(keys):
-    inf = _StepInference(None)
-    inf.keys = list(keys)
-    return inf.find()
-
-
-def test_period_found_after_prologue():
-    cycle = [("allreduce", 8), ("allreduce", 8), ("allreduce", 8), ("broadcast", 4)]
-    assert infer([("broadcast", 0)] + cycle * 4) == (4, 1)
-    # Three identical collectives in a row are not an iteration: too short to be trusted.
-    assert infer([("broadcast", 0)] + cycle * 2 + cycle[:3]) == (0, 0)
-    assert infer([("allreduce", i) for i in range(40)]) == (0, 0)
-
-
 def run_mpi(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if not MPIEXEC.exists():
         pytest.skip("mpiexec not found next to the interpreter")
-    cmd = [str(MPIEXEC), "-n", "2", sys.executable, str(SCRIPT), "--run-dir",
-           str(tmp_path / "run"), *args]
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        "2",
+        sys.executable,
+        str(SCRIPT),
+        "--run-dir",
+        str(tmp_path / "run"),
+        *args,
+    ]
     return rank_results(cmd, cwd=tmp_path, env=env, timeout=TIMEOUT)
 
 
@@ -71,9 +68,10 @@ def test_every_collective_recorded_once_with_its_bytes(tmp_path, baseline):
         assert r["recorded_bytes"] == r["expected_bytes"]
         assert r["events"] == r["ticks"] == sum(r["expected_counts"].values())
         assert r["open_events"] == 0, "Wait, Test and Waitall must all end their ticks"
-        # Inferred iterations: 12 collectives each, the early ones merged into step 0.
-        assert r["period"] == 12
-        assert r["lens_steps"] + r["merged"] == r["iterations"]
+        # Inferred iterations: 12 collectives each, found in the second iteration, so every
+        # iteration is a step (the last one ended at close).
+        assert r["period"] == 12 and r["merged"] == 0
+        assert r["lens_steps"] == r["iterations"]
         assert r["trace_steps"] == r["lens_steps"]
         assert r["checksum"] == base["checksum"], "ailens changed the computation"
     a, b = results
@@ -94,7 +92,7 @@ def test_manual_steps(tmp_path):
 
 @pytest.mark.parallel
 def test_fault_in_ailens_leaves_the_job_intact(tmp_path, baseline):
-    results = run_mpi(tmp_path, "--lens", env={"AILENS_INJECT_FAULT": "1:5"})
+    results = run_mpi(tmp_path, "--lens", "--fault", "1:5")
     assert results[0]["disabled"] is None
     assert "injected fault" in results[1]["disabled"]
     # The disabled rank keeps counting and inferring, so both agree and nobody waits.
@@ -102,3 +100,71 @@ def test_fault_in_ailens_leaves_the_job_intact(tmp_path, baseline):
     assert results[0]["lens_steps"] == results[1]["lens_steps"]
     for r, base in zip(results, baseline, strict=True):
         assert r["checksum"] == base["checksum"]
+
+
+# ---------------------------------------------------------------- one line is enough
+
+KMEANS = Path(__file__).parent / "parallel" / "mpi_kmeans.py"
+
+
+def run_kmeans(run_dir: Path, iterations: int, *flags: str):
+    """k-means with only the wrap line; returns the run read back from its trace files."""
+    if not MPIEXEC.exists():
+        pytest.skip("mpiexec not found next to the interpreter")
+    cmd = [
+        str(MPIEXEC),
+        "-n",
+        "2",
+        sys.executable,
+        str(KMEANS),
+        str(run_dir),
+        str(iterations),
+        *flags,
+    ]
+    rank_results(cmd, cwd=run_dir.parent, timeout=TIMEOUT)
+    return load_run(run_dir)
+
+
+def report_text(run_dir: Path) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "ailens", "report", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def check_steps(run, iterations: int) -> None:
+    """Every iteration a step, on both ranks, and the run closed (the last step too)."""
+    assert run.complete and run.world_size == 2
+    for rank in run.ranks:
+        assert rank.n_events == 1 + 3 * iterations  # the Bcast, then 3 collectives each
+        assert len(rank.steps["step"]) == iterations
+        # Steps end before each iteration's first collective (the first one a collective
+        # late, when the loop was found in iteration 2); the last one at the end of the run.
+        first = rank.events["step"][1 + 3 * np.arange(2, iterations)]
+        assert first.tolist() == list(range(2, iterations))
+
+
+@pytest.mark.parallel
+def test_short_loop_records_every_iteration_as_a_step(tmp_path):
+    run = run_kmeans(tmp_path / "run", 4)
+    check_steps(run, 4)
+    assert "has not finished" not in report_text(tmp_path / "run")
+
+
+@pytest.mark.parallel
+@pytest.mark.parametrize("total", [True, False])
+def test_run_without_close_ends_at_exit(tmp_path, total):
+    """The issue's case: 40 iterations, no comm.close(): the last step is ended and the run
+    closed at interpreter exit; the forecast's actual total is known (given or learned)."""
+    run = run_kmeans(tmp_path / "run", 40, "--no-close", *(["--total"] if total else []))
+    check_steps(run, 40)
+    assert all(r.info.get("closed") for r in run.ranks)
+    forecast = json.loads((tmp_path / "run" / "forecast.json").read_text())
+    assert forecast["total_steps"] == 40 and forecast["actual_total_s"] > 0
+    text = report_text(tmp_path / "run")
+    assert "Actual total time" in text and "has not finished" not in text

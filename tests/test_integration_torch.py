@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import rank_results
 
+from ailens import load_run
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch.distributed")
 
@@ -26,10 +28,18 @@ def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
     if not TORCHRUN.exists():
         pytest.skip("torchrun not found next to the interpreter")
     # --standalone: a free rendezvous port, so concurrent runs never collide.
-    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(SCRIPT),
-           "--run-dir", str(tmp_path / "run"), *args]
-    return rank_results(cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})},
-                        timeout=TIMEOUT)
+    cmd = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node=2",
+        str(SCRIPT),
+        "--run-dir",
+        str(tmp_path / "run"),
+        *args,
+    ]
+    return rank_results(
+        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +76,16 @@ def test_ddp_default_hook_records_each_collective_once(tmp_path, baseline):
     assert baseline[0]["checksum"] == baseline[1]["checksum"]
     online = json.loads((tmp_path / "run" / "phases-online.json").read_text())
     assert online["table"] == results[0]["table"]
+    # What the adapter knows of the run: threads, model size, the batch of the first forward,
+    # the schedule given to attach().
+    for rank in load_run(tmp_path / "run").ranks:
+        facts = rank.meta["run"]
+        assert facts["threads"] == 1 and facts["interop_threads"] >= 1
+        assert facts["param_count"] == results[0]["param_count"] > 0
+        assert facts["framework_version"] == f"torch {torch.__version__}"
+        kinds = {m["kind"]: m for m in rank.marks}
+        assert kinds["info"]["batch_size"] == 32
+        assert kinds["schedule"]["total_steps"] == results[0]["steps"]
 
 
 @pytest.mark.parallel
@@ -82,7 +102,7 @@ def test_ddp_user_comm_hook_is_composed(tmp_path, baseline):
 
 @pytest.mark.parallel
 def test_fault_in_ailens_leaves_training_intact(tmp_path, baseline):
-    results = run_ddp(tmp_path, "--lens", env={"AILENS_INJECT_FAULT": "1:5"})
+    results = run_ddp(tmp_path, "--lens", "--fault", "1:5")
     assert results[0]["disabled"] is None
     assert "injected fault" in results[1]["disabled"]
     # The disabled rank still counts ticks and steps, so both ranks agree.

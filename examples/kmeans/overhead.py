@@ -56,7 +56,7 @@ def main() -> None:
         print(f"ailens adds {statistics.median(added):.0f} us per k-means iteration (median; "
               f"quartiles {q1:.0f}..{q3:.0f} us; {args.pairs} pairs of {args.block}-iteration "
               f"blocks, {world.Get_size()} ranks, period inferred: "
-              f"{lens_comm._infer.period} collectives)")
+              f"{lens_comm.inferred_period} collectives)")
 
 
 if __name__ == "__main__":

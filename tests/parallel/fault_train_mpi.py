@@ -1,11 +1,12 @@
 """Deterministic data-parallel training on real MPI ranks, with or without ailens.
 
-    mpiexec -n 2 python fault_train_mpi.py RUN_DIR|- STEPS [CHUNK_EVENTS]
+    mpiexec -n 2 python fault_train_mpi.py RUN_DIR|- STEPS [CHUNK_EVENTS] [--fault=RANK:TICK]
 
 ``-`` runs without ailens (the reference). Each rank prints one ``RESULT {json}`` line: a hash
 of the final weights, the loss, and what ailens saw (disabled reason, ticks, steps) plus every
 record the ``ailens`` logger emitted on that rank. Launched by tests/test_faults.py, which
-sets AILENS_INJECT_FAULT or points RUN_DIR at a full disk.
+injects a fault inside ailens (``--fault``, tests/parallel/inject_fault.py) or points RUN_DIR
+at a full disk.
 """
 
 import hashlib
@@ -16,8 +17,10 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-run_dir, steps = sys.argv[1], int(sys.argv[2])
-chunk_events = int(sys.argv[3]) if len(sys.argv) > 3 else 64
+fault = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--fault=")), "")
+argv = [a for a in sys.argv if not a.startswith("--fault=")]
+run_dir, steps = argv[1], int(argv[2])
+chunk_events = int(argv[3]) if len(argv) > 3 else 64
 world = MPI.COMM_WORLD
 
 
@@ -39,11 +42,20 @@ logging.getLogger("ailens").setLevel(logging.INFO)
 if run_dir == "-":
     comm, lens = world, None
 else:
+    from inject_fault import inject
+
     from ailens.integrations.mpi import wrap
 
-    comm = wrap(world, steps="manual", run_dir=run_dir, chunk_events=chunk_events,
-                exchange_ticks=16, framework="fault-test")
+    comm = wrap(
+        world,
+        steps="manual",
+        run_dir=run_dir,
+        chunk_events=chunk_events,
+        exchange_ticks=16,
+        framework="fault-test",
+    )
     lens = comm.lens
+    inject(lens, fault)
 
 # Linear regression, a different data shard per rank; gradients summed with Allreduce.
 rng = np.random.default_rng(100 + world.rank)
@@ -66,12 +78,18 @@ for step in range(steps):
 if lens is not None:
     comm.close()
 
-print("RESULT " + json.dumps({
-    "rank": world.rank,
-    "weights": hashlib.sha256(w.tobytes()).hexdigest(),
-    "loss": float(loss[0]),
-    "disabled": None if lens is None else lens.disabled,
-    "ticks": None if lens is None else lens.ticks,
-    "steps": None if lens is None else lens.steps,
-    "logs": logs.records,
-}), flush=True)
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "rank": world.rank,
+            "weights": hashlib.sha256(w.tobytes()).hexdigest(),
+            "loss": float(loss[0]),
+            "disabled": None if lens is None else lens.disabled,
+            "ticks": None if lens is None else lens.ticks,
+            "steps": None if lens is None else lens.steps,
+            "logs": logs.records,
+        }
+    ),
+    flush=True,
+)

@@ -2,7 +2,9 @@
 tf.function, then issue a few eager collectives, and print per rank what ailens recorded.
 Launched by tests/test_integration_horovod.py under horovodrun.
 
-argv: RUN_DIR STEPS MODE   (MODE: lens | nolens). Prints one ``RESULT {json}`` line per rank.
+argv: RUN_DIR STEPS MODE [FAULT]   (MODE: lens | nolens | oneline; FAULT: RANK:TICK, a fault
+injected inside ailens). ``oneline``: only the attach line, no ``step_end`` and no ``close``:
+the steps are inferred and the run ends at exit. Prints one ``RESULT {json}`` line per rank.
 """
 
 import json
@@ -16,6 +18,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 run_dir, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+fault = sys.argv[4] if len(sys.argv) > 4 else ""
 hvd.init()
 tf.config.threading.set_inter_op_parallelism_threads(1)
 tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -26,10 +29,17 @@ w2 = tf.Variable(tf.random.normal([32, 4], seed=2), name="w2")
 variables = [w1, b1, w2]
 
 lens = None
-if mode == "lens":
+if mode == "oneline":
+    from ailens.integrations import horovod as ailens_hvd
+
+    ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)  # the one line
+elif mode == "lens":
+    from inject_fault import inject
+
     from ailens.integrations import horovod as ailens_hvd
 
     lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)
+    inject(lens.lens, fault)
 
 hvd.broadcast_variables(variables, root_rank=0)
 
@@ -66,7 +76,12 @@ result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).t
 if lens is not None:
     lens.close()
     table = lens.lens.online.table().to_dict() if lens.lens.online else None
-    result.update(ticks=lens.lens.ticks, steps=lens.lens.steps, disabled=lens.lens.disabled,
-                  table=table, restored=not hasattr(hvd.mpi_ops._allreduce, "__wrapped__")
-                  and not hasattr(hvd._allreduce, "__wrapped__"))
+    result.update(
+        ticks=lens.lens.ticks,
+        steps=lens.lens.steps,
+        disabled=lens.lens.disabled,
+        table=table,
+        restored=not hasattr(hvd.mpi_ops._allreduce, "__wrapped__")
+        and not hasattr(hvd._allreduce, "__wrapped__"),
+    )
 print("RESULT", json.dumps(result), flush=True)

@@ -1,7 +1,8 @@
 """Two Horovod ranks train a tiny torch model with hvd.DistributedOptimizer and print, per
 rank, what ailens recorded. Launched by tests/test_integration_horovod.py under horovodrun.
 
-argv: RUN_DIR STEPS MODE   (MODE: lens | nolens)
+argv: RUN_DIR STEPS MODE [FAULT]   (MODE: lens | nolens; FAULT: RANK:TICK, a fault injected
+inside ailens)
 Prints one ``RESULT {json}`` line per rank.
 """
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 run_dir, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+fault = sys.argv[4] if len(sys.argv) > 4 else ""
 hvd.init()
 torch.manual_seed(0)
 torch.set_num_threads(1)
@@ -24,9 +26,12 @@ opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 
 lens = None
 if mode == "lens":
+    from inject_fault import inject
+
     from ailens.integrations import horovod as ailens_hvd
 
     lens = ailens_hvd.attach(hvd, optimizer=opt, run_dir=run_dir, exchange_ticks=16)
+    inject(lens.lens, fault)
 
 gen = torch.Generator().manual_seed(1 + hvd.rank())
 for _ in range(steps):
@@ -50,7 +55,12 @@ result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).t
 if lens is not None:
     lens.close()
     table = lens.lens.online.table().to_dict() if lens.lens.online else None
-    result.update(ticks=lens.lens.ticks, steps=lens.lens.steps, disabled=lens.lens.disabled,
-                  table=table, restored=not hasattr(hvd.mpi_ops._allreduce_async, "__wrapped__")
-                  and not hasattr(hvd.optimizer.synchronize, "__wrapped__"))
+    result.update(
+        ticks=lens.lens.ticks,
+        steps=lens.lens.steps,
+        disabled=lens.lens.disabled,
+        table=table,
+        restored=not hasattr(hvd.mpi_ops._allreduce_async, "__wrapped__")
+        and not hasattr(hvd.optimizer.synchronize, "__wrapped__"),
+    )
 print("RESULT", json.dumps(result), flush=True)

@@ -1,9 +1,10 @@
 """One process fits the same tiny Keras model twice from the same seed, without and with
 LensCallback, and prints what ailens recorded. Run by tests/test_integration_keras.py.
 
-argv: RUN_DIR FLAVOUR STOP_AT   (FLAVOUR: legacy = tf-keras, keras3; STOP_AT: 0 or the step
-at which the test forces the Lens's stop vote, to check the callback stops training)
-Prints one ``RESULT {json}`` line.
+argv: RUN_DIR FLAVOUR STOP_AT [VERBOSE]   (FLAVOUR: legacy = tf-keras, keras3; STOP_AT: 0 or
+the step at which the test forces the Lens's stop vote, to check the callback stops training;
+VERBOSE: fit's verbose for the run with the callback, default 0). Both fits validate after
+every 2nd epoch. Prints one ``RESULT {json}`` line (after the progress bar, if any).
 """
 
 import json
@@ -12,6 +13,7 @@ import sys
 import zlib
 
 run_dir, flavour, stop_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+verbose = int(sys.argv[4]) if len(sys.argv) > 4 else 0
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 if flavour == "legacy":
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
@@ -29,12 +31,27 @@ x = rng.standard_normal((64, 16)).astype(np.float32)
 y = rng.standard_normal((64, 4)).astype(np.float32)
 
 
-def fit(callbacks):
+def fit(callbacks, verbose=0):
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(4)])
+    model = keras.Sequential(
+        [
+            keras.layers.Input((16,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(4),
+        ]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-    hist = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, callbacks=callbacks, verbose=0)
+    hist = model.fit(
+        x,
+        y,
+        batch_size=8,
+        epochs=3,
+        shuffle=False,
+        callbacks=callbacks,
+        verbose=verbose,
+        validation_data=(x[:16], y[:16]),
+        validation_freq=2,
+    )
     params = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float32)
     return zlib.crc32(params.tobytes()), len(hist.history["loss"])
 
@@ -55,11 +72,24 @@ class ForceStop(keras.callbacks.Callback):
 plain, _ = fit([])
 cb = LensCallback(run_dir=run_dir)
 callbacks = [ForceStop(cb), cb] if stop_at else [cb]
-lensed, epochs_run = fit(callbacks)
+lensed, epochs_run = fit(callbacks, verbose)
 lens = cb.lens
-print("RESULT", json.dumps({
-    "base": type(cb).__mro__[1].__module__, "plain": plain, "lensed": lensed,
-    "steps": lens.steps, "ticks": lens.ticks, "total_steps": lens.online.total_steps,
-    "closed": lens.closed, "disabled": lens.disabled, "framework": lens.config.framework,
-    "world_size": lens.world_size, "epochs_run": epochs_run,
-}), flush=True)
+print(
+    "RESULT",
+    json.dumps(
+        {
+            "base": type(cb).__mro__[1].__module__,
+            "plain": plain,
+            "lensed": lensed,
+            "steps": lens.steps,
+            "ticks": lens.ticks,
+            "total_steps": lens.online.total_steps,
+            "closed": lens.closed,
+            "disabled": lens.disabled,
+            "framework": lens.config.framework,
+            "world_size": lens.world_size,
+            "epochs_run": epochs_run,
+        }
+    ),
+    flush=True,
+)

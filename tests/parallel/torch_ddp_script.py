@@ -17,6 +17,7 @@ def main() -> None:
     ap.add_argument("--run-dir", default="")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--user-hook", action="store_true", help="pass our own comm hook to attach")
+    ap.add_argument("--fault", default="", help="RANK:TICK: make ailens fail there")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -24,8 +25,12 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     net = torch.nn.Sequential(
-        torch.nn.Linear(16, 64), torch.nn.BatchNorm1d(64), torch.nn.ReLU(),
-        torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4),
+        torch.nn.Linear(16, 64),
+        torch.nn.BatchNorm1d(64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 4),
     )
     # A small bucket cap gives several buckets per step.
     model = DDP(net, bucket_cap_mb=0.002)
@@ -33,16 +38,27 @@ def main() -> None:
     hook_calls = [0]
     handle = None
     if args.lens:
-        from ailens.integrations.torch import attach
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        from ailens.integrations.torch import attach
 
         def my_hook(state, bucket):
             hook_calls[0] += 1
             return allreduce_hook(state, bucket)
 
         extra = {"comm_hook": my_hook, "state": None} if args.user_hook else {}
-        handle = attach(model, opt, run_dir=args.run_dir, exchange_ticks=16,
-                        steps_per_epoch=args.steps, epochs=1, **extra)
+        from inject_fault import inject
+
+        handle = attach(
+            model,
+            opt,
+            run_dir=args.run_dir,
+            exchange_ticks=16,
+            steps_per_epoch=args.steps,
+            epochs=1,
+            **extra,
+        )
+        inject(handle.lens, args.fault)
 
     gen = torch.Generator().manual_seed(100 + rank)
     expected = {"allreduce": 0, "allgather": 0, "broadcast": 0, "barrier": 0}
@@ -65,7 +81,7 @@ def main() -> None:
         expected["broadcast"] += buf_bytes
         expected["allreduce"] += grad_bytes
         stat = loss.detach().reshape(1).clone()
-        dist.all_reduce(stat)                          # sync
+        dist.all_reduce(stat)  # sync
         counts["allreduce"] += 1
         expected["allreduce"] += stat.nbytes
         work = dist.all_reduce(stat.clone(), async_op=True)  # async, timed to wait()
@@ -86,8 +102,15 @@ def main() -> None:
     digest = hashlib.sha256()
     for p in model.parameters():
         digest.update(p.detach().numpy().tobytes())
-    result = {"rank": rank, "checksum": digest.hexdigest(), "steps": args.steps,
-              "expected_bytes": expected, "direct_counts": counts, "hook_calls": hook_calls[0]}
+    result = {
+        "rank": rank,
+        "checksum": digest.hexdigest(),
+        "steps": args.steps,
+        "expected_bytes": expected,
+        "direct_counts": counts,
+        "hook_calls": hook_calls[0],
+        "param_count": sum(p.numel() for p in model.parameters()),
+    }
     if handle is not None:
         lens = handle.lens
         handle.close()
