@@ -312,7 +312,11 @@ def format_whatif(rows, *, mode: str = "weak", ranks_now: int | None = None) -> 
     note = f"{mode} scaling, speedup against 1 rank" + (
         " (* = this run)" if ranks_now is not None else ""
     )
-    return note + "\n" + grid([head, *body], [True] * 6 + [False] * links)
+    from ._whatif import format_assumptions
+
+    text = note + "\n" + grid([head, *body], [True] * 6 + [False] * links)
+    extra = format_assumptions(rows)
+    return text + ("\n" + extra if extra else "")
 
 
 def _counter_line(a) -> str:

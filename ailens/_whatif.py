@@ -1,0 +1,922 @@
+"""Scaling what-if: a run's step time on another layout of ranks, threads, cores and links.
+
+The model (docs/whatif.md has the derivation and the measured accuracy)::
+
+    step'  = f * (compute_mean + imbalance(q)) + sum over collective groups of exposed'(g)
+    f      = work_scale * speed(source layout) / speed(target layout)
+    speed  = S(cores one rank's threads get) / I(cores busy on the node)
+
+* ``RunFeatures`` (``features(a)``) is everything the model reads from one run: its
+  ``Layout`` (ranks, ranks per node, threads per rank, usable cores per node, and where each
+  came from), the per-step compute / exposed-comm split, the CPU-time parallelism, the
+  collective groups and the link fit. It is also the feature record the learned predictor
+  (issue 16) trains on: ``to_dict()`` is flat JSON.
+* Compute: the time a rank is not waiting on a collective, overlapped collectives (DDP
+  buckets, Horovod's background allreduces) included, so comm that hides under backward
+  never "scales away" at 1 rank. ``S`` is the intra-op thread speedup (measured by
+  ``ailens calibrate``'s compute probe, else from the run's CPU-time parallelism, else
+  ideal, each labelled); ``I`` the slowdown of a core when others on the node compute too
+  (memory bandwidth, shared caches; measured by the probe or named as not modelled).
+* Collectives: each one's pure duration (exclusive, fastest rank) moves to the target by
+  the cost model of the run's transport, ``d' = d + T(q, link') - T(p, link)``, the run's
+  own overhead kept; groups of overlapping collectives are replayed through one serial
+  comm queue against the (scaled) compute that overlapped them.
+* Every input not measured is an entry of ``assumptions``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+from ._collectives import (
+    DEFAULT_INTER,
+    DEFAULT_INTRA,
+    CostParams,
+    Fit,
+    canonical_op,
+    collective_time,
+    fit_cost_params,
+    params_from_dict,
+    transport_of,
+)
+
+__all__ = [
+    "Layout",
+    "CommGroup",
+    "ComputeModel",
+    "RunFeatures",
+    "ScalingModel",
+    "WhatIfRow",
+    "features",
+    "format_assumptions",
+    "measured_step_s",
+    "scaling_model",
+    "whatif",
+]
+
+# Frameworks whose gradient allreduces run asynchronously under the backward pass.
+_ASYNC_FRAMEWORKS = ("torch-ddp", "horovod", "keras+horovod")
+
+
+# --------------------------------------------------------------------------- layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the ranks of a run sit: the what-if's inputs for one configuration.
+
+    ``cores_per_node``: cores the ranks of one node may use (affinity and CPU quota).
+    """
+
+    ranks: int
+    ranks_per_node: int
+    threads_per_rank: int
+    cores_per_node: float
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.ranks_per_node < 1 or self.threads_per_rank < 1:
+            raise ValueError(f"{self}: ranks, ranks per node and threads must be >= 1")
+        if not self.cores_per_node > 0:
+            raise ValueError(f"{self}: cores per node must be > 0")
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.ranks // self.ranks_per_node)
+
+    @property
+    def ranks_on_node(self) -> int:
+        """Ranks computing side by side on one (full) node."""
+        return min(self.ranks, self.ranks_per_node)
+
+    @property
+    def cores_per_rank(self) -> float:
+        """Cores one rank's threads get: its threads, or its share when they do not fit."""
+        return min(float(self.threads_per_rank), self.cores_per_node / self.ranks_on_node)
+
+    @property
+    def busy_cores(self) -> float:
+        """Cores of a node computing at once."""
+        return min(float(self.ranks_on_node * self.threads_per_rank), self.cores_per_node)
+
+    @property
+    def oversubscribed(self) -> bool:
+        return self.ranks_on_node * self.threads_per_rank > self.cores_per_node + 1e-9
+
+    @property
+    def links(self) -> str:
+        """What the collectives cross: "none" (1 rank), "intra" or "inter" node."""
+        if self.ranks == 1:
+            return "none"
+        return "inter" if self.nodes > 1 else "intra"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(
+            nodes=self.nodes,
+            cores_per_rank=self.cores_per_rank,
+            busy_cores=self.busy_cores,
+            oversubscribed=self.oversubscribed,
+            links=self.links,
+        )
+        return d
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class CommGroup:
+    """One kind of collective of the training steps: op, bytes, how often per step, its
+    pure duration (median over occurrences of the exclusive time on the fastest rank), and
+    whether it overlaps compute (began while the next computation went on)."""
+
+    op: str
+    nbytes: int
+    per_step: float
+    seconds: float
+    overlapped: bool
+
+
+@dataclass(frozen=True)
+class RunFeatures:
+    """What the what-if reads from one run (and the learned predictor's features).
+
+    Times are seconds per training step (post-warm-up steps without evaluation or
+    checkpoint sections); ``compute_s`` is the mean over ranks of the time a rank is not
+    waiting on a collective, ``imbalance_s`` the slowest rank's excess over that mean,
+    ``comm_s`` the exposed collective time of the fastest rank, ``overlap_s`` compute that
+    ran while a collective was in flight. ``parallelism`` = CPU time / compute wall time.
+    """
+
+    layout: Layout
+    layout_sources: dict
+    framework: str
+    backend: str
+    transport: str
+    counter: str
+    hosts: tuple[str, ...]
+    cpu_model: str
+    mem_total_bytes: int | None
+    steps: int
+    warmup_steps: int
+    step_s: float
+    step_sd_s: float
+    compute_s: float
+    compute_sd_s: float
+    imbalance_s: float
+    comm_s: float
+    overlap_s: float
+    cpu_s: float | None
+    parallelism: float | None
+    groups: tuple[CommGroup, ...]
+    link_fit: Fit
+    model_error_pct: float  # the model replayed on the run itself vs its measured step time
+    batch_size: int | None = None
+    param_count: int | None = None
+    framework_version: str | None = None
+    sections_s: float = 0.0  # evaluation/checkpoint time per step (mean over the run)
+
+    def to_dict(self) -> dict:
+        """Flat JSON-ready dict (the learned predictor's feature record)."""
+        d = asdict(self)
+        d["layout"] = self.layout.to_dict()
+        d["hosts"] = list(self.hosts)
+        d["groups"] = [asdict(g) for g in self.groups]
+        d["link_fit"] = self.link_fit.to_dict()
+        return d
+
+
+def _threads(meta: dict, run_meta: dict, framework: str) -> tuple[int | None, str]:
+    """Intra-op threads per rank and where the figure came from."""
+    t = run_meta.get("threads")
+    if isinstance(t, int) and t >= 1:
+        return t, "recorded by the integration"
+    env = (meta.get("node") or {}).get("thread_env") or {}
+    keys = ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"]
+    if "keras" in framework or "tensorflow" in framework:
+        keys.insert(0, "TF_NUM_INTRAOP_THREADS")
+    for k in keys:
+        try:
+            v = int(str(env.get(k, "")).split(",")[0])
+        except ValueError:
+            continue
+        if v >= 1:
+            return v, f"from {k} (not recorded by the integration)"
+    return None, ""
+
+
+def _node_cores(traces) -> tuple[float | None, str]:
+    """Usable cores of the busiest node: the union of its ranks' affinity, capped by the
+    CPU quota."""
+    by_host: dict[str, set] = {}
+    quota: dict[str, float] = {}
+    for t in traces:
+        node = t.meta.get("node") or {}
+        host = str(t.meta.get("host", ""))
+        aff = node.get("affinity")
+        cpus = set(aff) if isinstance(aff, list) and aff else set(range(int(node.get("cores") or 0)))
+        by_host.setdefault(host, set()).update(cpus)
+        q = node.get("cpu_quota")
+        if isinstance(q, (int, float)) and q > 0:
+            quota[host] = min(quota.get(host, math.inf), float(q))
+    if not any(by_host.values()):
+        return None, ""
+    host = max(by_host, key=lambda h: sum(1 for t in traces if str(t.meta.get("host")) == h))
+    cores = float(len(by_host[host]))
+    if host in quota and quota[host] < cores:
+        return quota[host], "CPU quota of the node's cgroup"
+    return cores, "affinity of the ranks"
+
+
+def _training_steps(a, warmup: int) -> np.ndarray:
+    """Indices of post-warm-up steps (0-based; step s spans step_end[s-1]..step_end[s]) that
+    hold no evaluation/checkpoint section on any rank."""
+    n = len(a.step_end_s)
+    keep = np.zeros(n, dtype=bool)
+    keep[max(warmup, 1) :] = True
+    for t in a.run.ranks:
+        for m in t.marks:
+            if m.get("kind") == "section":
+                s = int(m.get("step", -1))
+                if 0 <= s < n:
+                    keep[s] = False
+    return np.flatnonzero(keep)
+
+
+def measured_step_s(a, warmup: int | None = None) -> float:
+    """Mean duration of the post-warm-up training steps on rank 0's clock (steps holding an
+    evaluation or checkpoint section left out): what the what-if predicts."""
+    warm = a.config.warmup_steps if warmup is None else int(warmup)
+    idx = _training_steps(a, warm)
+    if not len(idx):
+        raise ValueError(f"{a.run.path}: no training step after {warm} warm-up steps")
+    t = np.asarray(a.run.ranks[0].steps["t_ns"], dtype=np.int64)
+    return float(np.mean(t[idx] - t[idx - 1])) / 1e9
+
+
+def _async_ticks(a, begin: np.ndarray, end: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, str]:
+    """Per tick: True when the next tick began while it was in flight (the caller computed on
+    meanwhile). Observed on multi-rank runs; at 1 rank collectives take no time, so the
+    framework's known behaviour is assumed."""
+    n = begin.shape[0]
+    flag = np.zeros(n, dtype=bool)
+    if n < 2:
+        return flag, ""
+    if a.ranks > 1:
+        gap = np.median(begin[1:] - end[:-1], axis=1)
+        flag[:-1] = gap < 0
+        return flag, ""
+    fw = str(a.run.meta.get("framework", ""))
+    if not fw.startswith(_ASYNC_FRAMEWORKS):
+        return flag, ""
+    ar = np.array([canonical_op(str(o)) in ("allreduce", None) for o in ops])
+    same_step = a.tick_step[1:] == a.tick_step[:-1]
+    flag[:-1] = ar[:-1] & ar[1:] & same_step
+    note = (
+        f"1-rank run: a step's consecutive allreduces are assumed to overlap the backward pass "
+        f"as {fw} runs them (not observable at 1 rank)"
+    )
+    return flag, note if flag.any() else ""
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """Per training step (rows) the arrays the prediction replays."""
+
+    idx: np.ndarray  # step indices
+    wall0: np.ndarray  # rank 0's step duration (s)
+    comp_mean: np.ndarray  # mean over ranks of compute (s)
+    comp_max: np.ndarray
+    groups: list  # per step: list of (tick indices, begin offsets s)
+
+
+def _per_step(a, warm: int):
+    """Split every training step into compute and exposed comm, per rank."""
+    traces = a.run.ranks
+    n = a.n_ticks
+    R = len(traces)
+    begin = np.zeros((n, R))
+    end = np.zeros((n, R))
+    work = np.zeros((n, R))
+    for j, t in enumerate(traces):
+        b = t.events["t_begin"][:n].astype(np.float64)
+        e = t.events["t_end"][:n].astype(np.float64)
+        begin[:, j] = b / 1e9
+        end[:, j] = np.where(e >= 0, e, b) / 1e9
+        work[:, j] = t.events["work"][:n]
+    names = np.asarray(a.op_names, dtype=object)
+    ops = names[a.tick_op] if n else np.zeros(0, dtype=object)
+    flag, note = _async_ticks(a, begin, end, ops)
+    # Group = a run of ticks each overlapped by the next, plus the tick that closes it.
+    gid = np.concatenate(([0], np.cumsum(~flag[:-1]))) if n else np.zeros(0, dtype=np.int64)
+    idx = _training_steps(a, warm)
+    nsteps = len(a.step_end_s)
+    steps_t = np.zeros((nsteps, R))
+    for j, t in enumerate(traces):
+        st = np.asarray(t.steps["t_ns"][:nsteps], dtype=np.float64) / 1e9
+        steps_t[: len(st), j] = st
+    # Exposed comm of a group on a rank: from its last begin to its last end.
+    exposed = np.zeros((nsteps, R))
+    group_rows: dict[int, list] = {}
+    if n:
+        starts = np.flatnonzero(np.concatenate(([True], gid[1:] != gid[:-1])))
+        stops = np.concatenate((starts[1:], [n]))
+        for s0, s1 in zip(starts.tolist(), stops.tolist(), strict=True):
+            step = int(a.tick_step[s1 - 1])
+            if step >= nsteps:
+                continue
+            last_b = begin[s1 - 1]
+            exp = np.maximum(end[s0:s1].max(axis=0) - last_b, 0.0)
+            exposed[step] += exp
+            offsets = (begin[s0:s1] - begin[s0]).mean(axis=1)
+            group_rows.setdefault(step, []).append((np.arange(s0, s1), offsets))
+    wall = np.zeros((nsteps, R))
+    wall[1:] = np.diff(steps_t, axis=0)
+    comp = wall - exposed
+    sel = idx[idx < nsteps]
+    steps = _Steps(
+        idx=sel,
+        wall0=wall[sel, 0],
+        comp_mean=comp[sel].mean(axis=1),
+        comp_max=comp[sel].max(axis=1),
+        groups=[group_rows.get(int(s), []) for s in sel],
+    )
+    # CPU time per step per rank (counter at step ends), when the counter is CPU time.
+    cpu = None
+    if a.counter == "cpu-ns":
+        per = []
+        for t in traces:
+            w = np.asarray(t.steps["work"][:nsteps], dtype=np.float64) / 1e9
+            if len(w) == nsteps and len(sel):
+                per.append(w[sel] - w[sel - 1])
+        cpu = float(np.mean(per)) if per else None
+    return steps, exposed[sel], flag, note, cpu
+
+
+def _pure_durations(a) -> np.ndarray:
+    """Per tick: exclusive comm time on the fastest rank (queueing behind an earlier
+    collective and waiting for late ranks removed)."""
+    return np.asarray(a.comm_min_s, dtype=np.float64)
+
+
+def features(a, *, warmup: int | None = None) -> RunFeatures:
+    """Everything the what-if reads from a ``RunAnalysis`` (see :class:`RunFeatures`)."""
+    feats, _ = _features(a, warmup)
+    return feats
+
+
+def _features(a, warmup: int | None):
+    warm = a.config.warmup_steps if warmup is None else int(warmup)
+    meta = a.run.meta
+    run_meta = meta.get("run") or {}
+    framework = str(meta.get("framework", ""))
+    backend = str(meta.get("backend", ""))
+    notes: list[str] = []
+    hosts = tuple(a.hosts)
+    named = [h for h in hosts if h]
+    rpn = max(named.count(h) for h in set(named)) if named else a.ranks
+    sources = {"ranks": "the run", "ranks_per_node": "hostnames of the ranks"}
+    threads, t_src = _threads(meta, run_meta, framework)
+    cores, c_src = _node_cores(a.run.ranks)
+    if cores is None:
+        cores, c_src = float(os.cpu_count() or 1), "assumed: this machine's cores (not recorded)"
+        notes.append(f"cores per node not recorded: assumed {cores:g} (this machine)")
+    if threads is None:
+        threads = max(1, int(cores // max(rpn, 1)))
+        t_src = "assumed: the node's cores divided among its ranks (not recorded)"
+        notes.append(f"threads per rank not recorded: assumed {threads} (cores / ranks per node)")
+    sources.update(threads_per_rank=t_src, cores_per_node=c_src)
+    layout = Layout(a.ranks, max(rpn, 1), int(threads), float(cores))
+
+    steps, exposed, flag, async_note, cpu = _per_step(a, warm)
+    if async_note:
+        notes.append(async_note)
+    if not len(steps.idx):
+        raise ValueError(
+            f"{a.run.path}: no training step after the {warm} warm-up steps; nothing to scale"
+        )
+    pure = _pure_durations(a)
+    names = np.asarray(a.op_names, dtype=object)
+    ops = names[a.tick_op]
+    steady = np.isin(a.tick_step, steps.idx)
+    groups = []
+    per = len(steps.idx)
+    for key in sorted(set(zip(ops[steady].tolist(), a.tick_nbytes[steady].tolist(), strict=True))):
+        m = steady & (ops == key[0]) & (a.tick_nbytes == key[1])
+        groups.append(
+            CommGroup(
+                op=str(key[0]),
+                nbytes=int(key[1]),
+                per_step=float(m.sum()) / per,
+                seconds=float(np.median(pure[m])),
+                overlapped=bool(flag[m].mean() > 0.5),
+            )
+        )
+    fit = fit_cost_params(
+        ops[steady], a.ranks, a.tick_nbytes[steady], pure[steady], source="fit on this run's collectives"
+    )
+    comm = float(exposed.min(axis=1).mean()) if exposed.size else 0.0
+    compute = float(steps.comp_mean.mean())
+    overlap = 0.0
+    for gl in steps.groups:
+        for _, off in gl:
+            overlap += float(off[-1]) if len(off) else 0.0
+    overlap /= per
+    par = cpu / compute if cpu is not None and compute > 0 else None
+    sections = _sections_per_step(a)
+    # The model on the run itself: the slowest rank's compute plus the replayed comm.
+    replayed = float(np.mean(steps.comp_max + _replay(steps, pure, 1.0)))
+    step_s = float(steps.wall0.mean())
+    feats = RunFeatures(
+        layout=layout,
+        layout_sources=sources,
+        framework=framework,
+        backend=backend,
+        transport=transport_of(framework, backend),
+        counter=a.counter,
+        hosts=hosts,
+        cpu_model=str((meta.get("node") or {}).get("cpu_model", "")),
+        mem_total_bytes=(meta.get("node") or {}).get("mem_total_bytes"),
+        steps=per,
+        warmup_steps=warm,
+        step_s=step_s,
+        step_sd_s=float(steps.wall0.std(ddof=1)) if per > 1 else 0.0,
+        compute_s=compute,
+        compute_sd_s=_robust_sd(steps.comp_mean),
+        imbalance_s=float((steps.comp_max - steps.comp_mean).mean()),
+        comm_s=comm,
+        overlap_s=overlap,
+        cpu_s=cpu,
+        parallelism=par,
+        groups=tuple(groups),
+        link_fit=fit,
+        model_error_pct=100.0 * (replayed - step_s) / step_s if step_s > 0 else 0.0,
+        batch_size=_int_or_none(run_meta.get("batch_size")),
+        param_count=_int_or_none(run_meta.get("param_count")),
+        framework_version=run_meta.get("framework_version"),
+        sections_s=sections,
+    )
+    return feats, {"steps": steps, "notes": notes, "pure": pure, "ops": ops}
+
+
+def _int_or_none(v) -> int | None:
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _robust_sd(x: np.ndarray) -> float:
+    """Step-to-step spread of independent noise: from successive differences (slow drift
+    does not count), median-based so one slow step does not dominate."""
+    if len(x) < 3:
+        return 0.0
+    d = np.abs(np.diff(x))
+    return float(np.median(d) / 0.6745 / math.sqrt(2))
+
+
+def _sections_per_step(a) -> float:
+    """Evaluation/checkpoint seconds per step over the whole recording (rank 0)."""
+    t = a.run.ranks[0]
+    total = sum(
+        max(int(m.get("t_end_ns", 0)) - int(m.get("t_begin_ns", 0)), 0)
+        for m in t.marks
+        if m.get("kind") == "section"
+    )
+    n = max(len(a.step_end_s), 1)
+    return total / 1e9 / n
+
+
+@lru_cache(maxsize=64)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n = 1): how far the slowest of n
+    ranks with independent noise lags the mean."""
+    if n <= 1:
+        return 0.0
+    x = np.linspace(-8, 8, 4001)
+    nd = NormalDist()
+    pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    cdf = np.array([nd.cdf(v) for v in x])
+    return float(np.trapezoid(x * n * pdf * cdf ** (n - 1), x))
+
+
+# --------------------------------------------------------------------------- compute
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """How one rank's compute speed depends on its cores and its node's load.
+
+    ``speedup``: cores -> speed-up of the intra-op threads over 1 core (measured points,
+    interpolated; Amdahl with ``serial`` beyond). ``corun``: busy cores of the node ->
+    slowdown of each core (1 at one busy core).
+    """
+
+    speedup: tuple[tuple[float, float], ...] = ((1.0, 1.0),)
+    serial: float = 0.0
+    corun: tuple[tuple[float, float], ...] = ((1.0, 1.0),)
+    threads_source: str = ""
+    corun_source: str = ""
+
+    def S(self, cores: float) -> float:
+        if cores <= 1:
+            return max(cores, 1e-6)
+        xs = [c for c, _ in self.speedup]
+        ys = [s for _, s in self.speedup]
+        if cores <= xs[-1] and len(xs) > 1:
+            return float(np.interp(cores, xs, ys))
+        top_c, top_s = xs[-1], ys[-1]
+        s = self.serial
+        amdahl = lambda c: 1.0 / (s + (1.0 - s) / c)  # noqa: E731
+        return top_s * amdahl(cores) / amdahl(top_c)
+
+    def I(self, busy: float) -> float:  # noqa: E743 - the model's name for it
+        xs = [c for c, _ in self.corun]
+        ys = [s for _, s in self.corun]
+        if len(xs) == 1:
+            return 1.0
+        return float(np.interp(busy, xs, ys))
+
+    def speed(self, layout: Layout) -> float:
+        """Work per second of one rank relative to one thread alone on the node."""
+        return self.S(layout.cores_per_rank) / self.I(layout.busy_cores)
+
+
+def _compute_model(feats: RunFeatures, cal: dict | None) -> tuple[ComputeModel, list[str]]:
+    notes = []
+    probe = (cal or {}).get("compute") if isinstance(cal, dict) else None
+    speedup, corun, t_src, c_src, serial = None, None, "", "", 0.0
+    if isinstance(probe, dict):
+        try:
+            th = {float(k): float(v) for k, v in (probe.get("threads") or {}).items()}
+            co = {float(k): float(v) for k, v in (probe.get("corun") or {}).items()}
+        except (TypeError, ValueError):
+            th, co = {}, {}
+        kernel = probe.get("kernel", "a probe kernel")
+        if 1.0 in th and len(th) > 1 and all(v > 0 for v in th.values()):
+            speedup = tuple(sorted((c, th[1.0] / v) for c, v in th.items()))
+            t_src = f"measured by ailens calibrate ({kernel}, not this job's own kernels)"
+            c_top, s_top = speedup[-1]
+            serial = _amdahl_serial(s_top, c_top)
+        if 1.0 in co and len(co) > 1 and all(v > 0 for v in co.values()):
+            corun = tuple(sorted((c, v / co[1.0]) for c, v in co.items()))
+            c_src = f"measured by ailens calibrate ({kernel}, ranks computing side by side)"
+    lay = feats.layout
+    if speedup is None:
+        eff = lay.cores_per_rank
+        if feats.parallelism is not None and eff > 1.05:
+            p = min(feats.parallelism, eff)
+            serial = _amdahl_serial(p, eff)
+            speedup = ((1.0, 1.0), (eff, p))
+            t_src = (
+                f"from this run's CPU-time parallelism {feats.parallelism:.2f} on "
+                f"{eff:g} cores (an upper bound when idle threads spin)"
+            )
+        else:
+            speedup = ((1.0, 1.0),)
+            t_src = "assumed: intra-op threads scale perfectly up to the cores (not measured)"
+    if corun is None:
+        corun = ((1.0, 1.0),)
+        c_src = "not modelled: memory bandwidth and caches shared by ranks on a node (not measured)"
+    notes.append(f"thread speed-up: {t_src}")
+    notes.append(f"ranks sharing a node: {c_src}")
+    return ComputeModel(speedup, serial, corun, t_src, c_src), notes
+
+
+def _amdahl_serial(speedup: float, cores: float) -> float:
+    """Serial fraction s with 1 / (s + (1 - s) / cores) = speedup (clipped to [0, 1])."""
+    if cores <= 1 or speedup <= 0:
+        return 0.0
+    return float(min(max((cores / speedup - 1) / (cores - 1), 0.0), 1.0))
+
+
+# --------------------------------------------------------------------------- links
+
+
+@dataclass(frozen=True)
+class ScalingModel:
+    """The link parameters the what-if uses and where each came from."""
+
+    ranks: int
+    run_fit: Fit  # fit on this run's own collectives (None params at 1 rank)
+    intra: CostParams
+    inter: CostParams
+    run_links: str  # "none", "intra" or "inter": what this run's collectives crossed
+    ranks_per_node: int | None  # None: every rank count fits on one node
+    transport: str = ""
+    calibration_transport: str | None = None
+
+    def params(self, links: str) -> CostParams:
+        return self.inter if links == "inter" else self.intra
+
+    def to_dict(self) -> dict:
+        return {
+            "ranks": self.ranks,
+            "run_fit": self.run_fit.to_dict(),
+            "intra": self.intra.to_dict(),
+            "inter": self.inter.to_dict(),
+            "run_links": self.run_links,
+            "ranks_per_node": self.ranks_per_node,
+            "transport": self.transport,
+            "calibration_transport": self.calibration_transport,
+        }
+
+
+def load_calibration(path: str | os.PathLike) -> dict | None:
+    """A calibration.json (``ailens calibrate``), or None when absent or unreadable."""
+    f = Path(path)
+    f = f / "calibration.json" if f.is_dir() else f
+    if not f.is_file():
+        return None
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def scaling_model(
+    a,
+    *,
+    calibration: dict | None = None,
+    ranks_per_node: int | None = None,
+    feats: RunFeatures | None = None,
+) -> ScalingModel:
+    """Link parameters for the what-if: ``calibration`` (or the run directory's
+    calibration.json) when it measured the run's transport, then the fit on this run's
+    collectives, then labelled defaults."""
+    feats = feats or features(a)
+    multi = feats.layout.nodes > 1
+    run_links = "none" if a.ranks == 1 else ("inter" if multi else "intra")
+    if ranks_per_node is None and multi:
+        ranks_per_node = feats.layout.ranks_per_node
+    cal = calibration if calibration is not None else load_calibration(a.run.path)
+    cal_transport = None
+    cal_intra = cal_inter = None
+    if isinstance(cal, dict):
+        cal_transport = str(cal.get("transport") or "mpi")  # version 1 files were MPI only
+        what = f"ailens calibrate on {cal_transport}"
+        if feats.transport and cal_transport != feats.transport:
+            what += f" (the run used {feats.transport}: figures of another transport)"
+        cal_intra = params_from_dict(cal.get("intra"), f"{what}, intra-node")
+        cal_inter = params_from_dict(cal.get("inter"), f"{what}, inter-node")
+    fit = feats.link_fit
+    fitted = (
+        fit.params
+        if fit.params is not None and (fit.params.alpha > 0 or fit.params.beta > 0)
+        else None
+    )
+    intra = cal_intra or (fitted if run_links == "intra" else None) or DEFAULT_INTRA
+    inter = cal_inter or (fitted if multi else None)
+    if inter is None:
+        inter = CostParams(
+            max(intra.alpha, DEFAULT_INTER.alpha),
+            max(intra.beta, DEFAULT_INTER.beta),
+            intra.gamma,
+            source=f"{DEFAULT_INTER.source} (inter-node not measured)",
+        )
+    if multi and cal_intra is None:
+        intra = replace(inter, source=f"{inter.source}; intra-node assumed equal")
+    return ScalingModel(
+        a.ranks, fit, intra, inter, run_links, ranks_per_node, feats.transport, cal_transport
+    )
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+@dataclass(frozen=True)
+class WhatIfRow:
+    """Predicted step and total time on one target layout; ``to_dict()`` is one row of
+    ``ailens whatif --json``. ``speedup``/``efficiency`` are against the model's own 1-rank
+    prediction (efficiency = speedup / ranks)."""
+
+    ranks: int
+    step_time_s: float
+    total_time_s: float
+    speedup: float
+    efficiency: float
+    comm_pct: float
+    steps: float
+    compute_step_s: float
+    comm_step_s: float
+    links: str  # "none" (1 rank), "intra" or "inter" node
+    measured: bool = False  # the run's own layout
+    phases: tuple[tuple[int, float, float], ...] = field(default=())
+    ranks_per_node: int = 1
+    threads_per_rank: int = 1
+    cores_per_node: float = 1.0
+    compute_factor: float = 1.0  # target compute time / source compute time per rank
+    assumptions: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["phases"] = [{"id": i, "compute_step_s": c, "comm_step_s": m} for i, c, m in self.phases]
+        d["assumptions"] = list(self.assumptions)
+        return d
+
+
+def _target_durations(
+    feats: RunFeatures, model: ScalingModel, ops, nbytes, pure, q: int, links: str
+) -> np.ndarray:
+    """Per tick: pure collective duration on the target, ``d + T(q, links) - T(p, run)``
+    (the run's own overhead above its cost model kept); nothing at 1 rank."""
+    if q == 1:
+        return np.zeros(len(pure))
+    p = feats.layout.ranks
+    out = np.array(pure, dtype=np.float64)
+    if q == p and links == model.run_links:
+        return out
+    par_q = model.params(links)
+    par_p = model.params(model.run_links) if p > 1 else None
+    cache: dict = {}
+    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
+        key = (o, int(n))
+        if key not in cache:
+            t_q = collective_time(o, q, n, par_q)
+            t_p = collective_time(o, p, n, par_p) if par_p is not None else 0.0
+            cache[key] = t_q - t_p
+        out[i] = max(out[i] + cache[key], 0.0)
+    return out
+
+
+def _replay(steps: _Steps, dur: np.ndarray, f: float) -> np.ndarray:
+    """Exposed comm per step: each group's collectives through one serial queue, begun at
+    their (compute-scaled) offsets; the caller waits from the last begin to the queue's end."""
+    out = np.zeros(len(steps.idx))
+    for k, gl in enumerate(steps.groups):
+        total = 0.0
+        for ticks, off in gl:
+            free = 0.0
+            for t, o in zip(ticks.tolist(), (off * f).tolist(), strict=True):
+                free = max(free, o) + dur[t]
+            total += max(free - f * float(off[-1]), 0.0)
+        out[k] = total
+    return out
+
+
+def whatif(
+    a,
+    ranks: list[int],
+    *,
+    mode: str = "weak",
+    ranks_per_node: int | None = None,
+    cores_per_node: float | None = None,
+    threads_per_rank: int | None = None,
+    calibration: dict | None = None,
+    fixed_dataset: bool = True,
+    warmup: int | None = None,
+) -> list[WhatIfRow]:
+    """Predicted step time, total time, speedup, efficiency and comm % on each target.
+
+    ``mode="weak"``: per-rank batch fixed (per-rank compute unchanged), and with
+    ``fixed_dataset`` the steps scale by p/p'. ``mode="strong"``: global batch fixed,
+    per-rank compute x p/p', steps unchanged. ``ranks_per_node``, ``cores_per_node``,
+    ``threads_per_rank`` describe the target nodes (default: what the run had; ranks per
+    node defaults to "all on one node" for a single-host run).
+    """
+    if mode not in ("weak", "strong"):
+        raise ValueError(f"mode={mode!r}: choose weak or strong")
+    if not ranks or any(int(r) < 1 for r in ranks):
+        raise ValueError("ranks must be positive integers")
+    for name, v in (
+        ("ranks_per_node", ranks_per_node),
+        ("cores_per_node", cores_per_node),
+        ("threads_per_rank", threads_per_rank),
+    ):
+        if v is not None and not v > 0:
+            raise ValueError(f"{name} must be > 0, got {v}")
+    feats, ctx = _features(a, warmup)
+    steps: _Steps = ctx["steps"]
+    cal = calibration if calibration is not None else load_calibration(a.run.path)
+    model = scaling_model(a, calibration=cal, ranks_per_node=ranks_per_node, feats=feats)
+    cm, cm_notes = _compute_model(feats, cal)
+    src = feats.layout
+    p = src.ranks
+    base_notes = list(ctx["notes"]) + cm_notes
+    base_notes.append(
+        "time outside the training steps (start-up, evaluation, checkpoints) kept as measured"
+    )
+
+    def target_layout(q: int) -> Layout:
+        rpn = ranks_per_node or (model.ranks_per_node if model.ranks_per_node else max(q, src.ranks_per_node))
+        return Layout(
+            q,
+            int(rpn),
+            int(threads_per_rank or src.threads_per_rank),
+            float(cores_per_node or src.cores_per_node),
+        )
+
+    ops, pure = ctx["ops"], ctx["pure"]
+    per = len(steps.idx)
+    total_steps, fixed = _totals(a, feats)
+    g_src = expected_max_normal(p)
+
+    def predict(q: int) -> tuple[float, float, float, float, float, Layout, list[str]]:
+        tgt = target_layout(q)
+        notes = []
+        work_scale = p / q if mode == "strong" else 1.0
+        f = work_scale * cm.speed(src) / cm.speed(tgt)
+        if tgt.oversubscribed and not src.oversubscribed:
+            notes.append(
+                f"{tgt.ranks_on_node} ranks x {tgt.threads_per_rank} threads on "
+                f"{tgt.cores_per_node:g} cores: threads time-share the cores; the cost of "
+                "switching between them is not modelled"
+            )
+        # Compute: the mean rank, plus the lag of the slowest of q ranks.
+        if p > 1:
+            lag = (steps.comp_max - steps.comp_mean) * (
+                expected_max_normal(q) / g_src if g_src else 0.0
+            )
+        else:
+            lag = np.full(per, feats.compute_sd_s * expected_max_normal(q))
+            if q > 1:
+                notes.append(
+                    "1-rank run: the slowest of the ranks lags by the step-to-step noise of "
+                    "this rank (assumed independent across ranks)"
+                )
+        compute = f * (steps.comp_mean + lag)
+        links = tgt.links
+        dur = _target_durations(feats, model, ops, a.tick_nbytes, pure, q, links)
+        comm = _replay(steps, dur, f)
+        step = float(np.mean(compute + comm))
+        comm_step = float(np.mean(comm))
+        if q > 1 and (q != p or links != model.run_links):
+            notes.append(f"{links}-node collectives: {model.params(links).source}")
+        n_steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)
+        total = fixed + n_steps * step
+        return step, comm_step, n_steps, total, f, tgt, notes
+
+    base_total = predict(1)[3]
+    rows = []
+    for q in sorted({int(r) for r in ranks}):
+        step, comm_step, n_steps, total, f, tgt, notes = predict(q)
+        speedup = base_total / total if total > 0 else float("nan")
+        rows.append(
+            WhatIfRow(
+                ranks=q,
+                step_time_s=step,
+                total_time_s=float(total),
+                speedup=float(speedup),
+                efficiency=float(speedup / q),
+                comm_pct=float(100.0 * comm_step / step) if step > 0 else 0.0,
+                steps=float(n_steps),
+                compute_step_s=float(step - comm_step),
+                comm_step_s=comm_step,
+                links=tgt.links,
+                measured=q == p and tgt == replace(src, ranks_per_node=tgt.ranks_per_node),
+                phases=_phase_split(a, steps, f, q),
+                ranks_per_node=tgt.ranks_per_node,
+                threads_per_rank=tgt.threads_per_rank,
+                cores_per_node=tgt.cores_per_node,
+                compute_factor=float(f),
+                assumptions=tuple(base_notes + notes),
+            )
+        )
+    return rows
+
+
+def _totals(a, feats: RunFeatures) -> tuple[int, float]:
+    """Total steps of the run and its time outside the steps (start-up, sections), which the
+    total-time prediction keeps (sections scaled like compute)."""
+    fc = a.forecast
+    n_steps = len(a.step_end_s)
+    total_steps = fc.total_steps if fc is not None and fc.total_steps else max(n_steps, 1)
+    if fc is not None:
+        measured = fc.actual_total_s if fc.actual_total_s is not None else fc.predicted_total_s
+    else:
+        measured = float(a.step_end_s[-1]) if n_steps else a.total_s
+    fixed = max(float(measured or 0.0) - total_steps * feats.step_s, 0.0)
+    return int(total_steps), fixed
+
+
+def _phase_split(a, steps: _Steps, f: float, q: int) -> tuple[tuple[int, float, float], ...]:
+    """(phase id, compute s, comm s) per step on the target: the run's per-phase split with
+    compute scaled by ``f`` and collectives removed at 1 rank (the table the report shows)."""
+    steady = np.isin(a.tick_step, steps.idx)
+    ids = a.phase_ids[steady]
+    if not len(ids):
+        return ()
+    per = max(len(steps.idx), 1)
+    size = int(ids.max()) + 1
+    pc = np.bincount(ids, weights=a.compute_s[steady] * f, minlength=size) / per
+    comm = a.comm_s[steady] if q > 1 else np.zeros(int(steady.sum()))
+    pm = np.bincount(ids, weights=comm, minlength=size) / per
+    return tuple(
+        (ph.id, float(pc[ph.id]), float(pm[ph.id])) for ph in a.table.phases if ph.id < size
+    )
+
+
+def format_assumptions(rows: list[WhatIfRow]) -> str:
+    """The assumptions behind the rows, each once, as lines for the terminal."""
+    seen: list[str] = []
+    for r in rows:
+        for s in getattr(r, "assumptions", ()):
+            if s not in seen:
+                seen.append(s)
+    return "\n".join(["Assumptions:"] + [f"  - {s}" for s in seen]) if seen else ""
