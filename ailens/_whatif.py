@@ -58,6 +58,7 @@ __all__ = [
     "features",
     "format_assumptions",
     "measured_step_s",
+    "merge_calibrations",
     "scaling_model",
     "whatif",
 ]
@@ -178,7 +179,9 @@ class RunFeatures:
     parallelism: float | None
     groups: tuple[CommGroup, ...]
     link_fit: Fit
-    model_error_pct: float  # the model replayed on the run itself vs its measured step time
+    # The collectives replayed on the run itself (pure durations through the comm queue)
+    # against its measured step: how much of the exposed comm the replay explains.
+    model_error_pct: float
     batch_size: int | None = None
     param_count: int | None = None
     framework_version: str | None = None
@@ -222,7 +225,9 @@ def _node_cores(traces) -> tuple[float | None, str]:
         node = t.meta.get("node") or {}
         host = str(t.meta.get("host", ""))
         aff = node.get("affinity")
-        cpus = set(aff) if isinstance(aff, list) and aff else set(range(int(node.get("cores") or 0)))
+        cpus = (
+            set(aff) if isinstance(aff, list) and aff else set(range(int(node.get("cores") or 0)))
+        )
         by_host.setdefault(host, set()).update(cpus)
         q = node.get("cpu_quota")
         if isinstance(q, (int, float)) and q > 0:
@@ -262,29 +267,40 @@ def measured_step_s(a, warmup: int | None = None) -> float:
     return float(np.mean(t[idx] - t[idx - 1])) / 1e9
 
 
+def _nonblocking_name(name: str) -> bool:
+    """Op names that say the call returned before the collective ended (``Iallreduce``,
+    ``allreduce_async``)."""
+    n = str(name)
+    return n.lower().endswith("async") or (len(n) > 1 and n[0] == "I" and n[1].islower())
+
+
 def _async_ticks(a, begin: np.ndarray, end: np.ndarray, ops: np.ndarray) -> tuple[np.ndarray, str]:
-    """Per tick: True when the next tick began while it was in flight (the caller computed on
-    meanwhile). Observed on multi-rank runs; at 1 rank collectives take no time, so the
-    framework's known behaviour is assumed."""
+    """Per tick: True when the caller went on computing while it was in flight, so the wait
+    for it happens at a later tick of its group. Seen in the trace when the next collective
+    began before it ended (on the median rank), or said by a non-blocking op name; for
+    frameworks that reduce gradients asynchronously under the backward pass (DDP, Horovod),
+    a step's consecutive allreduces form one group whatever their timing (a bucket that
+    finishes before the next one is ready was still hidden under backward)."""
     n = begin.shape[0]
     flag = np.zeros(n, dtype=bool)
     if n < 2:
         return flag, ""
+    same_step = a.tick_step[1:] == a.tick_step[:-1]
     if a.ranks > 1:
-        gap = np.median(begin[1:] - end[:-1], axis=1)
-        flag[:-1] = gap < 0
-        return flag, ""
+        flag[:-1] = (np.median(begin[1:] - end[:-1], axis=1) < 0) & same_step
+    named = np.array([_nonblocking_name(o) for o in ops])
+    flag[:-1] |= named[:-1] & same_step
     fw = str(a.run.meta.get("framework", ""))
     if not fw.startswith(_ASYNC_FRAMEWORKS):
         return flag, ""
-    ar = np.array([canonical_op(str(o)) in ("allreduce", None) for o in ops])
-    same_step = a.tick_step[1:] == a.tick_step[:-1]
-    flag[:-1] = ar[:-1] & ar[1:] & same_step
+    ar = np.array([canonical_op(str(o)) == "allreduce" for o in ops])
+    chained = ar[:-1] & ar[1:] & same_step
+    flag[:-1] |= chained
     note = (
-        f"1-rank run: a step's consecutive allreduces are assumed to overlap the backward pass "
-        f"as {fw} runs them (not observable at 1 rank)"
+        f"a step's consecutive allreduces are taken as one asynchronous group ({fw} reduces "
+        "gradients under the backward pass): only the wait after the last one is exposed"
     )
-    return flag, note if flag.any() else ""
+    return flag, note if chained.any() else ""
 
 
 @dataclass(frozen=True)
@@ -299,30 +315,36 @@ class _Steps:
 
 
 def _per_step(a, warm: int):
-    """Split every training step into compute and exposed comm, per rank."""
+    """Split every training step into compute and exposed comm, per rank. A run without
+    step boundaries counts as one step from the Lens's start to its last collective."""
     traces = a.run.ranks
     n = a.n_ticks
     R = len(traces)
     begin = np.zeros((n, R))
     end = np.zeros((n, R))
-    work = np.zeros((n, R))
     for j, t in enumerate(traces):
         b = t.events["t_begin"][:n].astype(np.float64)
         e = t.events["t_end"][:n].astype(np.float64)
         begin[:, j] = b / 1e9
         end[:, j] = np.where(e >= 0, e, b) / 1e9
-        work[:, j] = t.events["work"][:n]
     names = np.asarray(a.op_names, dtype=object)
     ops = names[a.tick_op] if n else np.zeros(0, dtype=object)
     flag, note = _async_ticks(a, begin, end, ops)
     # Group = a run of ticks each overlapped by the next, plus the tick that closes it.
     gid = np.concatenate(([0], np.cumsum(~flag[:-1]))) if n else np.zeros(0, dtype=np.int64)
-    idx = _training_steps(a, warm)
     nsteps = len(a.step_end_s)
-    steps_t = np.zeros((nsteps, R))
-    for j, t in enumerate(traces):
-        st = np.asarray(t.steps["t_ns"][:nsteps], dtype=np.float64) / 1e9
-        steps_t[: len(st), j] = st
+    no_steps = nsteps == 0
+    if no_steps:
+        nsteps, idx = 1, np.array([0])
+        steps_t = end.max(axis=0, keepdims=True) if n else np.zeros((1, R))
+        tick_step = np.zeros(n, dtype=np.int64)
+    else:
+        idx = _training_steps(a, warm)
+        steps_t = np.zeros((nsteps, R))
+        for j, t in enumerate(traces):
+            st = np.asarray(t.steps["t_ns"][:nsteps], dtype=np.float64) / 1e9
+            steps_t[: len(st), j] = st
+        tick_step = a.tick_step
     # Exposed comm of a group on a rank: from its last begin to its last end.
     exposed = np.zeros((nsteps, R))
     group_rows: dict[int, list] = {}
@@ -330,15 +352,14 @@ def _per_step(a, warm: int):
         starts = np.flatnonzero(np.concatenate(([True], gid[1:] != gid[:-1])))
         stops = np.concatenate((starts[1:], [n]))
         for s0, s1 in zip(starts.tolist(), stops.tolist(), strict=True):
-            step = int(a.tick_step[s1 - 1])
+            step = int(tick_step[s1 - 1])
             if step >= nsteps:
                 continue
-            last_b = begin[s1 - 1]
-            exp = np.maximum(end[s0:s1].max(axis=0) - last_b, 0.0)
-            exposed[step] += exp
+            exposed[step] += np.maximum(end[s0:s1].max(axis=0) - begin[s1 - 1], 0.0)
             offsets = (begin[s0:s1] - begin[s0]).mean(axis=1)
             group_rows.setdefault(step, []).append((np.arange(s0, s1), offsets))
     wall = np.zeros((nsteps, R))
+    wall[0] = steps_t[0] if no_steps else 0.0
     wall[1:] = np.diff(steps_t, axis=0)
     comp = wall - exposed
     sel = idx[idx < nsteps]
@@ -349,16 +370,20 @@ def _per_step(a, warm: int):
         comp_max=comp[sel].max(axis=1),
         groups=[group_rows.get(int(s), []) for s in sel],
     )
+    if no_steps:
+        note = "; ".join(
+            x for x in (note, "no step boundaries recorded: the whole recording is one step") if x
+        )
     # CPU time per step per rank (counter at step ends), when the counter is CPU time.
     cpu = None
-    if a.counter == "cpu-ns":
+    if a.counter == "cpu-ns" and not no_steps and len(sel):
         per = []
         for t in traces:
             w = np.asarray(t.steps["work"][:nsteps], dtype=np.float64) / 1e9
-            if len(w) == nsteps and len(sel):
+            if len(w) == nsteps:
                 per.append(w[sel] - w[sel - 1])
         cpu = float(np.mean(per)) if per else None
-    return steps, exposed[sel], flag, note, cpu
+    return steps, exposed[sel], flag, note, cpu, tick_step
 
 
 def _pure_durations(a) -> np.ndarray:
@@ -396,7 +421,7 @@ def _features(a, warmup: int | None):
     sources.update(threads_per_rank=t_src, cores_per_node=c_src)
     layout = Layout(a.ranks, max(rpn, 1), int(threads), float(cores))
 
-    steps, exposed, flag, async_note, cpu = _per_step(a, warm)
+    steps, exposed, flag, async_note, cpu, tick_step = _per_step(a, warm)
     if async_note:
         notes.append(async_note)
     if not len(steps.idx):
@@ -406,7 +431,7 @@ def _features(a, warmup: int | None):
     pure = _pure_durations(a)
     names = np.asarray(a.op_names, dtype=object)
     ops = names[a.tick_op]
-    steady = np.isin(a.tick_step, steps.idx)
+    steady = np.isin(tick_step, steps.idx)
     groups = []
     per = len(steps.idx)
     for key in sorted(set(zip(ops[steady].tolist(), a.tick_nbytes[steady].tolist(), strict=True))):
@@ -421,7 +446,11 @@ def _features(a, warmup: int | None):
             )
         )
     fit = fit_cost_params(
-        ops[steady], a.ranks, a.tick_nbytes[steady], pure[steady], source="fit on this run's collectives"
+        ops[steady],
+        a.ranks,
+        a.tick_nbytes[steady],
+        pure[steady],
+        source="fit on this run's collectives",
     )
     comm = float(exposed.min(axis=1).mean()) if exposed.size else 0.0
     compute = float(steps.comp_mean.mean())
@@ -610,9 +639,24 @@ class ScalingModel:
     ranks_per_node: int | None  # None: every rank count fits on one node
     transport: str = ""
     calibration_transport: str | None = None
+    # Calibration measurements per link kind: (ranks, {op: (sizes, seconds)}), looked up
+    # (log-log interpolation) for the rank count they were measured at.
+    samples: dict = field(default_factory=dict)
 
     def params(self, links: str) -> CostParams:
         return self.inter if links == "inter" else self.intra
+
+    def time(self, op: str, q: int, nbytes: float, links: str) -> float:
+        """Seconds of one collective on ``q`` ranks over ``links``: the calibration's own
+        measurement at that size when it was taken on ``q`` ranks, else the cost model."""
+        if q <= 1:
+            return 0.0
+        got = self.samples.get(links)
+        if got is not None and got[0] == q:
+            t = _interp_samples(got[1], op, nbytes)
+            if t is not None:
+                return t
+        return collective_time(op, q, nbytes, self.params(links))
 
     def to_dict(self) -> dict:
         return {
@@ -658,6 +702,7 @@ def scaling_model(
     cal = calibration if calibration is not None else load_calibration(a.run.path)
     cal_transport = None
     cal_intra = cal_inter = None
+    samples: dict = {}
     if isinstance(cal, dict):
         cal_transport = str(cal.get("transport") or "mpi")  # version 1 files were MPI only
         what = f"ailens calibrate on {cal_transport}"
@@ -665,6 +710,10 @@ def scaling_model(
             what += f" (the run used {feats.transport}: figures of another transport)"
         cal_intra = params_from_dict(cal.get("intra"), f"{what}, intra-node")
         cal_inter = params_from_dict(cal.get("inter"), f"{what}, inter-node")
+        for kind, got in (("intra", cal_intra), ("inter", cal_inter)):
+            table = _sample_table(cal.get(kind)) if got is not None else None
+            if table:
+                samples[kind] = (int(cal[kind].get("ranks") or 0), table)
     fit = feats.link_fit
     fitted = (
         fit.params
@@ -683,8 +732,58 @@ def scaling_model(
     if multi and cal_intra is None:
         intra = replace(inter, source=f"{inter.source}; intra-node assumed equal")
     return ScalingModel(
-        a.ranks, fit, intra, inter, run_links, ranks_per_node, feats.transport, cal_transport
+        a.ranks,
+        fit,
+        intra,
+        inter,
+        run_links,
+        ranks_per_node,
+        feats.transport,
+        cal_transport,
+        samples,
     )
+
+
+def _sample_table(entry) -> dict:
+    """{canonical op: (sizes, seconds)} of a calibration entry's measurements."""
+    rows = entry.get("samples") if isinstance(entry, dict) else None
+    out: dict = {}
+    for r in rows or ():
+        try:
+            op, n, sec = (
+                canonical_op(str(r["op"])) or "allreduce",
+                float(r["nbytes"]),
+                float(r["seconds"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            continue
+        if n > 0 and sec > 0:
+            out.setdefault(op, {})[n] = sec
+    return {op: (np.array(sorted(d)), np.array([d[k] for k in sorted(d)])) for op, d in out.items()}
+
+
+def _interp_samples(table: dict, op: str, nbytes: float) -> float | None:
+    """Measured seconds at ``nbytes`` (log-log interpolation between the measured sizes),
+    None outside them."""
+    got = table.get(canonical_op(op) or "allreduce")
+    if got is None or nbytes <= 0:
+        return None
+    sizes, secs = got
+    if nbytes < sizes[0] or nbytes > sizes[-1]:
+        return None
+    return float(np.exp(np.interp(np.log(nbytes), np.log(sizes), np.log(secs))))
+
+
+def merge_calibrations(docs: list[dict | None]) -> dict | None:
+    """One calibration from several (e.g. one run on a single host for the intra-node
+    figures, one across hosts for the inter-node ones): per part, the first that has it."""
+    docs = [d for d in docs if isinstance(d, dict)]
+    if not docs:
+        return None
+    out = dict(docs[0])
+    for key in ("intra", "inter", "compute"):
+        out[key] = next((d[key] for d in docs if d.get(key)), None)
+    return out
 
 
 # --------------------------------------------------------------------------- prediction
@@ -732,14 +831,12 @@ def _target_durations(
     out = np.array(pure, dtype=np.float64)
     if q == p and links == model.run_links:
         return out
-    par_q = model.params(links)
-    par_p = model.params(model.run_links) if p > 1 else None
     cache: dict = {}
     for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
         key = (o, int(n))
         if key not in cache:
-            t_q = collective_time(o, q, n, par_q)
-            t_p = collective_time(o, p, n, par_p) if par_p is not None else 0.0
+            t_q = model.time(o, q, n, links)
+            t_p = model.time(o, p, n, model.run_links) if p > 1 else 0.0
             cache[key] = t_q - t_p
         out[i] = max(out[i] + cache[key], 0.0)
     return out
@@ -804,7 +901,9 @@ def whatif(
     )
 
     def target_layout(q: int) -> Layout:
-        rpn = ranks_per_node or (model.ranks_per_node if model.ranks_per_node else max(q, src.ranks_per_node))
+        rpn = ranks_per_node or (
+            model.ranks_per_node if model.ranks_per_node else max(q, src.ranks_per_node)
+        )
         return Layout(
             q,
             int(rpn),
@@ -814,6 +913,8 @@ def whatif(
 
     ops, pure = ctx["ops"], ctx["pure"]
     per = len(steps.idx)
+    exposed_src = steps.wall0 - steps.comp_max
+    replay_src = _replay(steps, pure, 1.0)
     total_steps, fixed = _totals(a, feats)
     g_src = expected_max_normal(p)
 
@@ -842,8 +943,13 @@ def whatif(
                 )
         compute = f * (steps.comp_mean + lag)
         links = tgt.links
-        dur = _target_durations(feats, model, ops, a.tick_nbytes, pure, q, links)
-        comm = _replay(steps, dur, f)
+        if q == 1:
+            comm = np.zeros(per)
+        else:
+            # The change the cost model predicts, added to what the run measured: the step
+            # left after the slowest rank's compute keeps what the replay does not explain.
+            dur = _target_durations(feats, model, ops, a.tick_nbytes, pure, q, links)
+            comm = np.maximum(exposed_src + _replay(steps, dur, f) - replay_src, 0.0)
         step = float(np.mean(compute + comm))
         comm_step = float(np.mean(comm))
         if q > 1 and (q != p or links != model.run_links):

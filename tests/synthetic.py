@@ -167,7 +167,7 @@ def write_run(
     kill_rank: int | None = None,
     kill_step: int | None = None,
     run_id: str | None = None,
-    host: str = "synthhost",
+    host: str | Sequence[str] = "synthhost",
     framework: str = "synthetic",
     backend: str = "",
     chunk_events: int = 64,
@@ -175,6 +175,7 @@ def write_run(
     online: bool = True,
     config: dict | None = None,
     running: bool = False,
+    extra_meta: dict | None = None,
 ) -> SyntheticRun:
     """Write a synthetic run directory at ``path`` and return its ground truth.
 
@@ -186,7 +187,8 @@ def write_run(
     LensConfig fields recorded in the header (e.g. ``{"total_steps": 500}`` for a run read
     before its end, ``{"tolerance": 0}``). ``running``: no rank writes its closing record, as
     when a run directory is read while training still goes on. ``online``: also write rank 0's
-    ``phases-online.json``.
+    ``phases-online.json``. ``extra_meta``: more header keys (``node``, ``run``), as the Lens
+    writes them. ``host``: one hostname, or one per rank (ranks on several nodes).
     """
     if ranks < 1 or steps < 1:
         raise ValueError("ranks and steps must be >= 1")
@@ -257,7 +259,7 @@ def write_run(
             "run_id": run_id,
             "rank": r,
             "world_size": ranks,
-            "host": host,
+            "host": host if isinstance(host, str) else host[r],
             "pid": 10_000 + r,
             "framework": framework,
             "backend": backend,
@@ -269,6 +271,7 @@ def write_run(
                 "%Y-%m-%dT%H:%M:%S%z", time.localtime((wall0 + int(offsets[r])) / 1e9)
             ),
             "config": cfg.to_dict(),
+            **(extra_meta or {}),
         }
         f = path / f"rank-{r:05d}.ailens"
         files.append(f)
