@@ -39,6 +39,8 @@ from ._online import write_json
 OPS = ("allreduce", "allgather", "broadcast")
 TRANSPORTS = ("mpi", "gloo", "horovod")
 _SIZE_SECONDS = 1.5  # time budget per op and size; larger sizes stop once one exceeds it
+_PROBE_ROUNDS = 4
+_SLOT_SECONDS = 0.3
 
 
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
@@ -71,11 +73,6 @@ class _Comm:
     size = 1
 
     def barrier(self) -> None: ...
-    def quiet_barrier(self) -> None:
-        """A barrier that does not keep a core busy while it waits (the compute probe's
-        idle ranks must leave the cores to the ranks being timed)."""
-        self.barrier()
-
     def max(self, x: np.ndarray) -> np.ndarray: ...
     def gather_hosts(self) -> list[str]: ...
     def op(self, op: str, nbytes: int): ...  # returns a zero-argument callable
@@ -98,11 +95,6 @@ class _MpiComm(_Comm):
 
     def barrier(self) -> None:
         self.comm.Barrier()
-
-    def quiet_barrier(self) -> None:
-        req = self.comm.Ibarrier()  # MPI's blocking calls poll: wait by sleeping instead
-        while not req.Test():
-            time.sleep(0.002)
 
     def max(self, x: np.ndarray) -> np.ndarray:
         out = np.empty_like(x)
@@ -263,17 +255,32 @@ def open_comm(transport: str) -> _Comm:
 # --------------------------------------------------------------------------- the sweep
 
 
-def _time_op(comm: _Comm, op: str, nbytes: int, reps: int) -> float:
-    """Median over repetitions of the slowest rank's time for one collective."""
+def _time_op(comm: _Comm, op: str, nbytes: int, reps: int) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one collective: medians over repetitions of the slowest
+    rank's wall time and of the process CPU time it took (all threads: the transport's
+    own threads compete with compute for the cores)."""
     once = comm.op(op, nbytes)
     once()  # warm-up: connection set-up and buffer registration
-    times = np.empty(reps)
+    times = np.empty(2 * reps)
     for i in range(reps):
         comm.barrier()
+        c = time.process_time()
         t = time.perf_counter()
         once()
         times[i] = time.perf_counter() - t
-    return float(np.median(comm.max(times)))
+        times[reps + i] = time.process_time() - c
+    worst = comm.max(times)
+    return float(np.median(worst[:reps])), float(np.median(worst[reps:]))
+
+
+def background_cpu(comm: _Comm, seconds: float = 0.5) -> float:
+    """CPU time per second the transport burns while no collective runs (Horovod's
+    background loop negotiates every cycle; gloo and MPI sleep), slowest rank."""
+    comm.barrier()
+    c, t = time.process_time(), time.perf_counter()
+    time.sleep(seconds)  # measuring what idles away during this wait is the point
+    rate = (time.process_time() - c) / (time.perf_counter() - t)
+    return float(comm.max(np.array([rate]))[0])
 
 
 def sweep(
@@ -295,18 +302,18 @@ def sweep(
         if op in slow and (op, n) not in extra:
             continue
         r = reps if n <= 1 << 20 else max(3, reps // 4)
-        probe = _time_op(comm, op, n, 1)
+        probe, _ = _time_op(comm, op, n, 1)
         r = int(max(1, min(r, _SIZE_SECONDS / max(probe, 1e-9))))
         # Every rank must take the same decisions: rank 0's numbers decide.
         r = int(comm.max(np.array([float(r if comm.rank == 0 else 0)]))[0])
-        seconds = _time_op(comm, op, n, r)
-        rows.append({"op": op, "nbytes": n, "seconds": seconds, "reps": r})
+        seconds, cpu = _time_op(comm, op, n, r)
+        rows.append({"op": op, "nbytes": n, "seconds": seconds, "cpu_seconds": cpu, "reps": r})
         if comm.max(np.array([seconds * r]))[0] > _SIZE_SECONDS:
             slow.add(op)
     return rows
 
 
-def _fit(rows: list[dict], p: int, source: str) -> dict | None:
+def _fit(rows: list[dict], p: int, source: str, idle_cpu: float = 0.0) -> dict | None:
     if p < 2 or not rows:
         return None
     fit = fit_cost_params(
@@ -324,6 +331,7 @@ def _fit(rows: list[dict], p: int, source: str) -> dict | None:
         "rel_rmse": fit.rel_rmse,
         "fitted": list(fit.fitted),
         "note": fit.note,
+        "background_cpu": idle_cpu,
         "samples": rows,
     }
 
@@ -390,52 +398,64 @@ def _probe_kernel(kind: str):
     return set_threads, once, "numpy/BLAS matrix products, 16384x32x32"
 
 
-def _time_kernel(once, seconds: float = 0.4) -> float:
-    once()
+def _time_kernel(once, seconds: float = 0.15) -> float:
+    """Fastest iteration over ``seconds``: other jobs on the node only ever slow a kernel
+    down, so the minimum is the kernel's own time."""
     once()
     times = []
     end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(times) < 5:
+    while time.perf_counter() < end or len(times) < 3:
         t = time.perf_counter()
         once()
         times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    return float(np.min(times))
 
 
 def compute_probe(comm: _Comm, hosts: list[str], kind: str) -> dict | None:
     """Thread speed-up and node-sharing slowdown of the stand-in kernel on rank 0's node
-    (collective: every rank calls it)."""
+    (collective: every rank calls it). Closes ``comm`` first: a transport's threads (Horovod's
+    background loop spins) must leave the cores to the kernel, so the ranks follow a
+    schedule of time slots agreed beforehand instead of barriers. Rank 0 gets the result."""
     kernel = _probe_kernel(kind)
     ok = comm.max(np.array([0.0 if kernel else 1.0]))[0] == 0
-    if not ok:
-        return None
-    set_threads, once, label = kernel
-    me = hosts[comm.rank]
-    node_ranks = [r for r, h in enumerate(hosts) if h == hosts[0]]
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     cores = int(comm.max(np.array([float(cores if comm.rank == 0 else 0)]))[0])
-    threads = {}
-    for n in range(1, cores + 1):
-        comm.quiet_barrier()
-        if comm.rank == 0:
-            set_threads(n)
-            threads[n] = _time_kernel(once)
-        comm.quiet_barrier()
+    start = float(comm.max(np.array([time.time() + 3.0 if comm.rank == 0 else 0.0]))[0])
+    comm.close()
+    if not ok:
+        return None
+    set_threads, once, label = kernel
+    on_node = [r for r, h in enumerate(hosts) if h == hosts[0]]
+    if comm.rank not in on_node:
+        return None
+    local = on_node.index(comm.rank)
+    slots = [("threads", n) for n in range(1, cores + 1)]
+    slots += [("corun", u) for u in range(1, len(on_node) + 1)]
+    best: dict[tuple[str, int], float] = {}
+    once()  # warm-up before the schedule starts
+    # Interleaved rounds, fastest of each: a burst of other work on the node spoils one
+    # round of one setting, not the ratio between settings.
+    for i in range(_PROBE_ROUNDS * len(slots)):
+        what, n = slots[i % len(slots)]
+        runs = local == 0 if what == "threads" else local < n
+        delay = start + i * _SLOT_SECONDS - time.time()
+        if delay > 0:
+            time.sleep(delay)  # the slot's start on the shared clock of the node
+        if not runs:
+            continue
+        set_threads(n if what == "threads" else 1)
+        t = _time_kernel(once, _SLOT_SECONDS * 0.8)
+        best[(what, n)] = min(best.get((what, n), t), t)
     set_threads(1)
-    corun = {}
-    for u in range(1, len(node_ranks) + 1):
-        comm.quiet_barrier()
-        mine = comm.rank in node_ranks[:u] and me == hosts[0]
-        t = _time_kernel(once) if mine else 0.0
-        comm.quiet_barrier()
-        corun[u] = float(comm.max(np.array([t]))[0])
+    if comm.rank != 0:
+        return None
     return {
         "kernel": label,
-        "threads": {str(k): v for k, v in threads.items()},
-        "corun": {str(k): v for k, v in corun.items()},
+        "threads": {str(n): best[("threads", n)] for n in range(1, cores + 1)},
+        "corun": {str(u): best[("corun", u)] for u in range(1, len(on_node) + 1)},
         "cores": cores,
     }
 
@@ -454,7 +474,8 @@ def calibrate(
     probe_kind: str | None = None,
 ) -> dict | None:
     """Run the sweep (collective: every rank calls it); rank 0 gets the calibration
-    document, other ranks None. ``comm`` defaults to the launcher's transport's world."""
+    document, other ranks None. ``comm`` defaults to the launcher's transport's world; it is
+    closed on return (before the compute probe)."""
     comm = comm or open_comm(launcher_transport())
     hosts = comm.gather_hosts()
     t0 = time.perf_counter()
@@ -463,29 +484,36 @@ def calibrate(
     kw = dict(min_bytes=min_bytes, max_bytes=max_bytes, reps=reps, extra=extra)
     # Node-local sweep on every node at once; rank 0's node speaks for intra-node links.
     intra_rows = sweep(node, **kw) if node is not None and node.size > 1 else []
+    intra_idle = background_cpu(node) if intra_rows else 0.0
     node_size = node.size if node is not None else 0
     inter_rows = sweep(comm, **kw) if multi else []
+    inter_idle = background_cpu(comm) if inter_rows else 0.0
     if node is not None and node is not comm:
         node.close()
+    transport, library, size, rank = comm.transport, comm.library(), comm.size, comm.rank
     probe = None
     if compute:
-        kind = probe_kind or ("numpy" if comm.transport == "mpi" else "torch")
-        probe = compute_probe(comm, hosts, kind)
-    if comm.rank != 0:
+        kind = probe_kind or ("numpy" if transport == "mpi" else "torch")
+        probe = compute_probe(comm, hosts, kind)  # closes comm
+    else:
+        comm.close()
+    if rank != 0:
         return None
     per_node = max(hosts.count(h) for h in set(hosts))
     return {
         "version": 2,
         "ailens_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "transport": comm.transport,
-        "library": comm.library(),
-        "ranks": comm.size,
+        "transport": transport,
+        "library": library,
+        "ranks": size,
         "hosts": sorted(set(hosts)),
         "ranks_per_node": per_node,
         "seconds": time.perf_counter() - t0,
-        "intra": _fit(intra_rows, node_size, f"ailens calibrate on {comm.transport}, intra-node"),
-        "inter": _fit(inter_rows, comm.size, f"ailens calibrate on {comm.transport}, inter-node"),
+        "intra": _fit(
+            intra_rows, node_size, f"ailens calibrate on {transport}, intra-node", intra_idle
+        ),
+        "inter": _fit(inter_rows, size, f"ailens calibrate on {transport}, inter-node", inter_idle),
         "compute": probe,
     }
 
@@ -540,7 +568,6 @@ def main(argv: list[str] | None = None) -> int:
         extra=extra,
         compute=not args.no_compute,
     )
-    comm.close()
     if doc is None:
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -462,7 +462,8 @@ def _features(a, warmup: int | None):
     par = cpu / compute if cpu is not None and compute > 0 else None
     sections = _sections_per_step(a)
     # The model on the run itself: the slowest rank's compute plus the replayed comm.
-    replayed = float(np.mean(steps.comp_max + _replay(steps, pure, 1.0)))
+    plain = _unstretch(steps, pure, np.zeros(len(pure)), _Cpu(math.inf, 1, 0.0))
+    replayed = float(np.mean(steps.comp_max + plain.exposed))
     step_s = float(steps.wall0.mean())
     feats = RunFeatures(
         layout=layout,
@@ -493,7 +494,41 @@ def _features(a, warmup: int | None):
         framework_version=run_meta.get("framework_version"),
         sections_s=sections,
     )
-    return feats, {"steps": steps, "notes": notes, "pure": pure, "ops": ops}
+    ctx = {"steps": steps, "notes": notes, "pure": pure, "ops": ops, "nbytes": a.tick_nbytes}
+    _add_unrecorded_gradients(a, feats, ctx)
+    return feats, ctx
+
+
+def _add_unrecorded_gradients(a, feats: RunFeatures, ctx: dict) -> None:
+    """Horovod skips its gradient allreduces on 1 rank, so the trace has none to scale. With
+    the parameter count the integration recorded, add the one it would run per step on more
+    ranks: a fused allreduce of the float32 gradients, waited for at the optimizer step."""
+    if a.ranks != 1 or not feats.framework.startswith(("horovod", "keras+horovod")):
+        return
+    steps: _Steps = ctx["steps"]
+    ops = ctx["ops"]
+    steady = np.isin(a.tick_step, steps.idx)
+    if any(canonical_op(str(o)) == "allreduce" for o in ops[steady]):
+        return
+    if not feats.param_count:
+        ctx["notes"].append(
+            "1-rank Horovod run: no gradient allreduce recorded and no parameter count: the "
+            "gradients' collectives on more ranks are not modelled"
+        )
+        return
+    n = len(ops)
+    k = len(steps.idx)
+    nbytes = 4 * int(feats.param_count)
+    ctx["ops"] = np.concatenate((ops, np.full(k, "allreduce", dtype=object)))
+    ctx["nbytes"] = np.concatenate((ctx["nbytes"], np.full(k, nbytes, dtype=np.int64)))
+    ctx["pure"] = np.concatenate((ctx["pure"], np.zeros(k)))
+    for i, gl in enumerate(steps.groups):
+        gl.append((np.array([n + i]), np.zeros(1)))
+    ctx["notes"].append(
+        f"1-rank Horovod run records no gradient allreduce: one fused allreduce of "
+        f"{feats.param_count:,} float32 parameters ({nbytes:,} bytes) per step assumed, "
+        "waited for at the optimizer step"
+    )
 
 
 def _int_or_none(v) -> int | None:
@@ -593,7 +628,8 @@ def _compute_model(feats: RunFeatures, cal: dict | None) -> tuple[ComputeModel, 
             c_top, s_top = speedup[-1]
             serial = _amdahl_serial(s_top, c_top)
         if 1.0 in co and len(co) > 1 and all(v > 0 for v in co.values()):
-            corun = tuple(sorted((c, v / co[1.0]) for c, v in co.items()))
+            # Sharing a node never speeds a core up: a ratio under 1 is noise of the probe.
+            corun = tuple(sorted((c, max(v / co[1.0], 1.0)) for c, v in co.items()))
             c_src = f"measured by ailens calibrate ({kernel}, ranks computing side by side)"
     lay = feats.layout
     if speedup is None:
@@ -642,6 +678,8 @@ class ScalingModel:
     # Calibration measurements per link kind: (ranks, {op: (sizes, seconds)}), looked up
     # (log-log interpolation) for the rank count they were measured at.
     samples: dict = field(default_factory=dict)
+    cpu_samples: dict = field(default_factory=dict)  # the same for the CPU time they took
+    background_cpu: dict = field(default_factory=dict)  # links -> idle CPU s per s
 
     def params(self, links: str) -> CostParams:
         return self.inter if links == "inter" else self.intra
@@ -657,6 +695,29 @@ class ScalingModel:
             if t is not None:
                 return t
         return collective_time(op, q, nbytes, self.params(links))
+
+    def background(self, q: int, links: str) -> float:
+        """CPU seconds per second the transport burns on each rank while idle."""
+        got = self.background_cpu.get(links)
+        return float(got[1]) if got is not None and q > 1 else 0.0
+
+    def cpu(self, op: str, q: int, nbytes: float, links: str) -> float:
+        """CPU seconds a rank spends on one collective (its transport's threads included),
+        as calibrated on ``q`` ranks over ``links``; 0 when not measured."""
+        got = self.cpu_samples.get(links)
+        if q <= 1 or got is None or got[0] != q:
+            return 0.0
+        sizes_ok = _interp_samples(got[1], op, nbytes)
+        if sizes_ok is not None:
+            return sizes_ok
+        table = got[1].get(canonical_op(op) or "allreduce")
+        if table is None:
+            return 0.0
+        # Outside the measured sizes: the CPU share of the nearest measured size.
+        i = 0 if nbytes < table[0][0] else -1
+        t = self.time(op, q, nbytes, links)
+        ref = self.time(op, q, float(table[0][i]), links)
+        return float(table[1][i]) * (t / ref if ref > 0 else 1.0)
 
     def to_dict(self) -> dict:
         return {
@@ -703,6 +764,8 @@ def scaling_model(
     cal_transport = None
     cal_intra = cal_inter = None
     samples: dict = {}
+    cpu_samples: dict = {}
+    background: dict = {}
     if isinstance(cal, dict):
         cal_transport = str(cal.get("transport") or "mpi")  # version 1 files were MPI only
         what = f"ailens calibrate on {cal_transport}"
@@ -714,6 +777,15 @@ def scaling_model(
             table = _sample_table(cal.get(kind)) if got is not None else None
             if table:
                 samples[kind] = (int(cal[kind].get("ranks") or 0), table)
+            table = _sample_table(cal.get(kind), "cpu_seconds") if got is not None else None
+            if table:
+                cpu_samples[kind] = (int(cal[kind].get("ranks") or 0), table)
+            try:
+                bg = float((cal.get(kind) or {}).get("background_cpu") or 0.0)
+            except (TypeError, ValueError, AttributeError):
+                bg = 0.0
+            if got is not None and bg > 0:
+                background[kind] = (int(cal[kind].get("ranks") or 0), bg)
     fit = feats.link_fit
     fitted = (
         fit.params
@@ -741,24 +813,23 @@ def scaling_model(
         feats.transport,
         cal_transport,
         samples,
+        cpu_samples,
+        background,
     )
 
 
-def _sample_table(entry) -> dict:
-    """{canonical op: (sizes, seconds)} of a calibration entry's measurements."""
+def _sample_table(entry, key: str = "seconds") -> dict:
+    """{canonical op: (sizes, values)} of a calibration entry's measurements of ``key``
+    (``seconds`` or ``cpu_seconds``)."""
     rows = entry.get("samples") if isinstance(entry, dict) else None
     out: dict = {}
     for r in rows or ():
         try:
-            op, n, sec = (
-                canonical_op(str(r["op"])) or "allreduce",
-                float(r["nbytes"]),
-                float(r["seconds"]),
-            )
+            op, n, v = canonical_op(str(r["op"])) or "allreduce", float(r["nbytes"]), float(r[key])
         except (KeyError, TypeError, ValueError):
             continue
-        if n > 0 and sec > 0:
-            out.setdefault(op, {})[n] = sec
+        if n > 0 and v > 0:
+            out.setdefault(op, {})[n] = v
     return {op: (np.array(sorted(d)), np.array([d[k] for k in sorted(d)])) for op, d in out.items()}
 
 
@@ -810,7 +881,9 @@ class WhatIfRow:
     ranks_per_node: int = 1
     threads_per_rank: int = 1
     cores_per_node: float = 1.0
-    compute_factor: float = 1.0  # target compute time / source compute time per rank
+    # Work per rank and speed of its cores, target over source (strong scaling's p/q, the
+    # thread speed-up and node sharing); the transport's CPU contention comes on top.
+    compute_factor: float = 1.0
     assumptions: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
@@ -842,18 +915,150 @@ def _target_durations(
     return out
 
 
-def _replay(steps: _Steps, dur: np.ndarray, f: float) -> np.ndarray:
-    """Exposed comm per step: each group's collectives through one serial queue, begun at
-    their (compute-scaled) offsets; the caller waits from the last begin to the queue's end."""
-    out = np.zeros(len(steps.idx))
+@dataclass(frozen=True)
+class _Cpu:
+    """How one rank's cores are shared between its compute threads and its transport's
+    threads (the scheduler shares a core fairly between the threads that want it)."""
+
+    cores: float  # cores the rank has (its share of the node)
+    threads: int  # compute threads, each wanting a core
+    background: float  # CPU s per s the transport burns even while idle
+
+    def rates(self, demand: float) -> tuple[float, float]:
+        """(compute speed, collective speed), 1 = as if alone, while a collective wants
+        ``demand`` cores: max-min fair shares of the rank's cores."""
+        items = [1.0] * self.threads + [demand, self.background]
+        got = _waterfill(self.cores, items)
+        alone = min(float(self.threads), self.cores)
+        compute = sum(got[: self.threads]) / alone if alone > 0 else 1.0
+        comm = got[self.threads] / demand if demand > 0 else 1.0
+        return min(compute, 1.0), min(comm, 1.0)
+
+    def rate(self, demand: float) -> float:
+        return self.rates(demand)[0]
+
+
+def _waterfill(capacity: float, demands: list[float]) -> list[float]:
+    """Max-min fair allocation of ``capacity`` to ``demands``."""
+    order = sorted(range(len(demands)), key=lambda i: demands[i])
+    out = [0.0] * len(demands)
+    left, n = capacity, len(demands)
+    for k, i in enumerate(order):
+        out[i] = min(demands[i], left / (n - k)) if n > k else 0.0
+        left -= out[i]
+    return out
+
+
+def _cpu_of(layout: Layout, background: float) -> _Cpu:
+    return _Cpu(layout.cores_per_rank, layout.threads_per_rank, background)
+
+
+def _group(off: np.ndarray, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> tuple[float, float]:
+    """One group of collectives against the compute that overlaps it: they run one at a
+    time in one queue, each entering when the compute reaches its begin offset; while one
+    runs it wants ``cpu / dur`` cores, which slows the compute when the rank has no spare
+    core (``share``). Returns (wall time at which the compute reached the last offset,
+    wall time at which the queue emptied), from the group's first begin."""
+    n = len(off)
+    last = float(off[-1])
+    if not cpu.any() and share.rate(0.0) == 1.0:  # no contention: a plain queue
+        free = 0.0
+        for o, d in zip(off.tolist(), dur.tolist(), strict=True):
+            free = max(free, o) + d
+        return last, free
+    tau = x = 0.0  # wall time, compute progress
+    done = None if last > 0 else 0.0  # wall time the compute reached the last offset
+    nxt = 0  # next collective to enter the queue
+    queue: list[int] = []
+    active, left = -1, 0.0
+    while True:
+        while nxt < n and off[nxt] <= x + 1e-15:
+            queue.append(nxt)
+            nxt += 1
+        if active < 0 and queue:
+            active = queue.pop(0)
+            left = float(dur[active])
+        if active < 0 and done is not None and nxt >= n:
+            return done, max(tau, done)
+        demand = float(cpu[active] / dur[active]) if active >= 0 and dur[active] > 0 else 0.0
+        if done is None:
+            rate, speed = share.rates(demand)
+        else:  # the caller waits: the collective has the cores to itself
+            rate, speed = 0.0, replace(share, threads=0).rates(demand)[1]
+        dt = (float(off[nxt]) if nxt < n else last) - x
+        dt = dt / rate if done is None and rate > 0 else math.inf
+        if active >= 0 and speed > 0:
+            dt = min(dt, left / speed)
+        if not math.isfinite(dt):
+            return (done if done is not None else tau), tau
+        tau += dt
+        x += rate * dt
+        if active >= 0:
+            left -= speed * dt
+            if left <= 1e-15:
+                active = -1
+        if done is None and x >= last - 1e-15:
+            x, done = last, tau
+
+
+@dataclass
+class _Replay:
+    """The source's collective groups with their compute offsets as they would be without
+    the contention the source had, and what the model says the source waited."""
+
+    groups: list  # per step: [(ticks, pure offsets)]
+    span_meas: np.ndarray  # per step: measured compute inside group spans
+    span_pure: np.ndarray
+    exposed: np.ndarray  # per step: modelled exposed comm at the source
+
+
+def _unstretch(steps: _Steps, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> _Replay:
+    """Find each group's uncontended offsets (a scale such that the contended replay ends
+    the compute where the run did) and the modelled exposed comm of the source."""
+    per = len(steps.idx)
+    out = _Replay([[] for _ in range(per)], np.zeros(per), np.zeros(per), np.zeros(per))
     for k, gl in enumerate(steps.groups):
-        total = 0.0
         for ticks, off in gl:
-            free = 0.0
-            for t, o in zip(ticks.tolist(), (off * f).tolist(), strict=True):
-                free = max(free, o) + dur[t]
-            total += max(free - f * float(off[-1]), 0.0)
-        out[k] = total
+            last = float(off[-1])
+            lam = 1.0
+            d, u = dur[ticks], cpu[ticks]
+            x, w = _group(off, d, u, share)
+            for _ in range(6):
+                if last <= 0 or x <= 0 or abs(x - last) <= 1e-4 * last:
+                    break
+                lam *= last / x
+                x, w = _group(off * lam, d, u, share)
+            out.groups[k].append((ticks, off * lam))
+            out.span_meas[k] += last
+            out.span_pure[k] += last * lam
+            out.exposed[k] += max(w - x, 0.0)
+    return out
+
+
+def _replay(rep: _Replay, dur: np.ndarray, cpu: np.ndarray, f: float, share: _Cpu):
+    """Per step (compute inside group spans, exposed comm) on the target."""
+    per = len(rep.groups)
+    span = np.zeros(per)
+    exposed = np.zeros(per)
+    for k, gl in enumerate(rep.groups):
+        for ticks, off in gl:
+            x, w = _group(off * f, dur[ticks], cpu[ticks], share)
+            span[k] += x
+            exposed[k] += max(w - x, 0.0)
+    return span, exposed
+
+
+def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str) -> np.ndarray:
+    """Per tick: CPU seconds a rank spends on the collective on ``q`` ranks (calibrated)."""
+    out = np.zeros(len(ops))
+    if q <= 1:
+        return out
+    cache: dict = {}
+    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
+        key = (o, int(n))
+        if key not in cache:
+            cache[key] = model.cpu(o, q, n, links)
+        out[i] = cache[key]
     return out
 
 
@@ -911,12 +1116,27 @@ def whatif(
             float(cores_per_node or src.cores_per_node),
         )
 
-    ops, pure = ctx["ops"], ctx["pure"]
+    ops, pure, nbytes = ctx["ops"], ctx["pure"], ctx["nbytes"]
     per = len(steps.idx)
-    exposed_src = steps.wall0 - steps.comp_max
-    replay_src = _replay(steps, pure, 1.0)
     total_steps, fixed = _totals(a, feats)
     g_src = expected_max_normal(p)
+    # The source as the model sees it: its transport's CPU competing with its compute.
+    share_src = _cpu_of(src, model.background(p, model.run_links))
+    rep = _unstretch(steps, pure, _tick_cpu(model, ops, nbytes, p, model.run_links), share_src)
+    k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
+    outside = (steps.comp_mean - rep.span_meas) / k_src  # compute outside group spans
+    lag_src = (steps.comp_max - steps.comp_mean) / k_src
+    exposed_src = steps.wall0 - steps.comp_max  # what the slowest rank did not compute
+    if model.cpu_samples or model.background_cpu:
+        base_notes.append(
+            "the transport's own CPU time (measured by ailens calibrate) takes cores from "
+            "the compute when the rank has none spare"
+        )
+    else:
+        base_notes.append(
+            "the CPU the collectives themselves use is not measured (run ailens calibrate): "
+            "their competition with compute for the cores is not modelled"
+        )
 
     def predict(q: int) -> tuple[float, float, float, float, float, Layout, list[str]]:
         tgt = target_layout(q)
@@ -929,11 +1149,12 @@ def whatif(
                 f"{tgt.cores_per_node:g} cores: threads time-share the cores; the cost of "
                 "switching between them is not modelled"
             )
+        links = tgt.links
+        share = _cpu_of(tgt, model.background(q, links) if q > 1 else 0.0)
+        k = 1.0 / share.rate(0.0)
         # Compute: the mean rank, plus the lag of the slowest of q ranks.
         if p > 1:
-            lag = (steps.comp_max - steps.comp_mean) * (
-                expected_max_normal(q) / g_src if g_src else 0.0
-            )
+            lag = lag_src * (expected_max_normal(q) / g_src if g_src else 0.0)
         else:
             lag = np.full(per, feats.compute_sd_s * expected_max_normal(q))
             if q > 1:
@@ -941,17 +1162,19 @@ def whatif(
                     "1-rank run: the slowest of the ranks lags by the step-to-step noise of "
                     "this rank (assumed independent across ranks)"
                 )
-        compute = f * (steps.comp_mean + lag)
-        links = tgt.links
         if q == 1:
-            comm = np.zeros(per)
+            span, comm = f * rep.span_pure, np.zeros(per)
         else:
-            # The change the cost model predicts, added to what the run measured: the step
-            # left after the slowest rank's compute keeps what the replay does not explain.
-            dur = _target_durations(feats, model, ops, a.tick_nbytes, pure, q, links)
-            comm = np.maximum(exposed_src + _replay(steps, dur, f) - replay_src, 0.0)
-        step = float(np.mean(compute + comm))
-        comm_step = float(np.mean(comm))
+            dur = _target_durations(feats, model, ops, nbytes, pure, q, links)
+            span, exposed = _replay(rep, dur, _tick_cpu(model, ops, nbytes, q, links), f, share)
+            # The change the model predicts, added to what the run measured: what the
+            # slowest rank did not compute keeps the part the replay does not explain.
+            # (Per step this difference is noisy, rank 0's step against the slowest rank's
+            # compute: only its mean is clipped.)
+            comm = exposed_src + exposed - rep.exposed
+        compute = f * k * (outside + lag) + span
+        comm_step = max(float(np.mean(comm)), 0.0)
+        step = float(np.mean(compute)) + comm_step
         if q > 1 and (q != p or links != model.run_links):
             notes.append(f"{links}-node collectives: {model.params(links).source}")
         n_steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)

@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ailens import load_run  # noqa: E402
-from ailens._analysis import analyze, whatif  # noqa: E402
+from ailens._analysis import analyze  # noqa: E402
+from ailens._whatif import whatif  # noqa: E402
 
 BIN = Path(sys.executable).parent
 

@@ -15,12 +15,9 @@ from conftest import mpiexec, run_ranks
 import ailens
 from ailens import LensConfig, load_run
 from ailens._analysis import analyze
+from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
-    CostParams,
     StepStats,
-    canonical_op,
-    collective_time,
-    fit_cost_params,
     forecast_total,
     new_significant_phases,
     step_time_changed,

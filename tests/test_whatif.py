@@ -705,3 +705,32 @@ def test_namespaces_are_removed_when_setup_fails(monkeypatch):
         h.__enter__()
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not any(ns in listed for ns, _, _ in h.hosts)
+
+
+def test_one_rank_horovod_run_gets_its_gradient_allreduce_from_the_parameter_count(tmp_path):
+    """Horovod skips gradient allreduces on 1 rank: the parameter count stands in."""
+    pattern = (Collective("broadcast", 64, compute_s=0.01, comm_s=1e-6, work=1e7, every=50),)
+    cal = {
+        "transport": "horovod",
+        "intra": {
+            "alpha": 1e-4,
+            "beta": 1e-9,
+            "ranks": 2,
+            "samples": [{"op": "allreduce", "nbytes": n, "seconds": 0.005} for n in (8, 1 << 20)],
+        },
+    }
+    for count in (250_000, None):
+        path = tmp_path / f"run{count}"
+        write_run(
+            path, ranks=1, steps=40, pattern=pattern, framework="horovod.torch", noise=0.0,
+            counter="cpu-ns",
+            extra_meta={"node": node(2), "run": {"threads": 1, "param_count": count}},
+        )  # fmt: skip
+        a = analyze(load_run(path))
+        (row,) = whatif(a, [2], calibration=cal)
+        text = " | ".join(row.assumptions)
+        if count:
+            assert row.comm_step_s == pytest.approx(0.005, rel=1e-6)
+            assert "1,000,000 bytes" in text
+        else:
+            assert row.comm_step_s == 0 and "not modelled" in text
