@@ -462,7 +462,7 @@ def _features(a, warmup: int | None):
     par = cpu / compute if cpu is not None and compute > 0 else None
     sections = _sections_per_step(a)
     # The model on the run itself: the slowest rank's compute plus the replayed comm.
-    plain = _unstretch(steps, pure, np.zeros(len(pure)), _Cpu(math.inf, 1, 0.0))
+    plain = _unstretch(steps, pure, np.zeros((len(pure), 2)), _Cpu(math.inf, 1, 0.0))
     replayed = float(np.mean(steps.comp_max + plain.exposed))
     step_s = float(steps.wall0.mean())
     feats = RunFeatures(
@@ -679,6 +679,8 @@ class ScalingModel:
     # (log-log interpolation) for the rank count they were measured at.
     samples: dict = field(default_factory=dict)
     cpu_samples: dict = field(default_factory=dict)  # the same for the CPU time they took
+    # ... for their time while the ranks compute beside them
+    loaded_samples: dict = field(default_factory=dict)
     background_cpu: dict = field(default_factory=dict)  # links -> idle CPU s per s
 
     def params(self, links: str) -> CostParams:
@@ -695,6 +697,19 @@ class ScalingModel:
             if t is not None:
                 return t
         return collective_time(op, q, nbytes, self.params(links))
+
+    def loaded(self, op: str, q: int, nbytes: float, links: str) -> float | None:
+        """Speed of a collective (1 = as if alone) while the ranks compute beside it on no
+        spare core, as ailens calibrate measured it; None when not measured. (The stand-in
+        kernel's own slowdown meanwhile is recorded too, but a job's kernels suffer
+        differently: the compute side uses the fair-share model.)"""
+        got = self.loaded_samples.get(links)
+        if q <= 1 or got is None or got[0] != q:
+            return None
+        slow = _interp_samples(got[1], op, nbytes)
+        if slow is None:
+            return None
+        return min(self.time(op, q, nbytes, links) / slow, 1.0)
 
     def background(self, q: int, links: str) -> float:
         """CPU seconds per second the transport burns on each rank while idle."""
@@ -765,6 +780,7 @@ def scaling_model(
     cal_intra = cal_inter = None
     samples: dict = {}
     cpu_samples: dict = {}
+    loaded: dict = {}
     background: dict = {}
     if isinstance(cal, dict):
         cal_transport = str(cal.get("transport") or "mpi")  # version 1 files were MPI only
@@ -777,9 +793,11 @@ def scaling_model(
             table = _sample_table(cal.get(kind)) if got is not None else None
             if table:
                 samples[kind] = (int(cal[kind].get("ranks") or 0), table)
-            table = _sample_table(cal.get(kind), "cpu_seconds") if got is not None else None
-            if table:
-                cpu_samples[kind] = (int(cal[kind].get("ranks") or 0), table)
+            ranks_cal = int(cal[kind].get("ranks") or 0) if got is not None else 0
+            for key, dest in (("cpu_seconds", cpu_samples), ("loaded_seconds", loaded)):
+                table = _sample_table(cal.get(kind), key) if got is not None else None
+                if table:
+                    dest[kind] = (ranks_cal, table)
             try:
                 bg = float((cal.get(kind) or {}).get("background_cpu") or 0.0)
             except (TypeError, ValueError, AttributeError):
@@ -814,6 +832,7 @@ def scaling_model(
         cal_transport,
         samples,
         cpu_samples,
+        loaded,
         background,
     )
 
@@ -950,18 +969,25 @@ def _waterfill(capacity: float, demands: list[float]) -> list[float]:
 
 
 def _cpu_of(layout: Layout, background: float) -> _Cpu:
-    return _Cpu(layout.cores_per_rank, layout.threads_per_rank, background)
+    return _Cpu(layout.cores_per_node / layout.ranks_on_node, layout.threads_per_rank, background)
 
 
 def _group(off: np.ndarray, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> tuple[float, float]:
     """One group of collectives against the compute that overlaps it: they run one at a
-    time in one queue, each entering when the compute reaches its begin offset; while one
-    runs it wants ``cpu / dur`` cores, which slows the compute when the rank has no spare
-    core (``share``). Returns (wall time at which the compute reached the last offset,
-    wall time at which the queue emptied), from the group's first begin."""
+    time in one queue, each entering when the compute reaches its begin offset. While one
+    runs beside the compute, it wants ``cpu[:, 0] / dur`` cores and the rank's cores are
+    shared fairly between it and the compute threads (``share``); on a rank with no spare
+    core the collective goes at the speed ailens calibrate measured beside computing ranks
+    (``cpu[:, 1]``) when known. Returns (wall time at which
+    the compute reached the last offset, wall time at which the queue emptied), from the
+    group's first begin."""
     n = len(off)
     last = float(off[-1])
-    if not cpu.any() and share.rate(0.0) == 1.0:  # no contention: a plain queue
+    cpu, lspeed = cpu[:, 0], cpu[:, 1]
+    # Measured with the ranks computing on every core: applies when this rank has no spare.
+    measured = share.cores <= share.threads + 1e-9
+    plain = not cpu.any() and not (measured and np.isfinite(lspeed).any())
+    if plain and share.rate(0.0) == 1.0:  # no contention: a plain queue
         free = 0.0
         for o, d in zip(off.tolist(), dur.tolist(), strict=True):
             free = max(free, o) + d
@@ -981,7 +1007,9 @@ def _group(off: np.ndarray, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> tu
         if active < 0 and done is not None and nxt >= n:
             return done, max(tau, done)
         demand = float(cpu[active] / dur[active]) if active >= 0 and dur[active] > 0 else 0.0
-        if done is None:
+        if done is None and active >= 0 and measured and np.isfinite(lspeed[active]):
+            rate, speed = share.rates(demand)[0], float(lspeed[active])
+        elif done is None:
             rate, speed = share.rates(demand)
         else:  # the caller waits: the collective has the cores to itself
             rate, speed = 0.0, replace(share, threads=0).rates(demand)[1]
@@ -1049,15 +1077,18 @@ def _replay(rep: _Replay, dur: np.ndarray, cpu: np.ndarray, f: float, share: _Cp
 
 
 def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str) -> np.ndarray:
-    """Per tick: CPU seconds a rank spends on the collective on ``q`` ranks (calibrated)."""
-    out = np.zeros(len(ops))
+    """Per tick on ``q`` ranks (calibrated): columns CPU seconds a rank spends on the
+    collective, and its speed while the ranks compute on no spare core (NaN: not measured)."""
+    out = np.zeros((len(ops), 2))
+    out[:, 1] = np.nan
     if q <= 1:
         return out
     cache: dict = {}
     for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
         key = (o, int(n))
         if key not in cache:
-            cache[key] = model.cpu(o, q, n, links)
+            loaded = model.loaded(o, q, n, links)
+            cache[key] = (model.cpu(o, q, n, links), np.nan if loaded is None else loaded)
         out[i] = cache[key]
     return out
 
