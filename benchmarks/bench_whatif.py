@@ -1,6 +1,6 @@
 """The scaling what-if against measured runs: predicted vs measured step time.
 
-    python benchmarks/bench_whatif.py --json OUT.json            # everything (~15 min here)
+    python benchmarks/bench_whatif.py --json OUT.json            # everything (~8 min here)
     python benchmarks/bench_whatif.py --examples kmeans --no-links --quick
 
 For each example it runs the real example with ailens attached and predicts one run's step
@@ -42,13 +42,15 @@ import netns  # noqa: E402
 
 from ailens import load_run  # noqa: E402
 from ailens._analysis import analyze  # noqa: E402
-from ailens._whatif import measured_step_s, merge_calibrations, whatif  # noqa: E402
+from ailens._whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable
 WARMUP = 3
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 LINKS = ((1000.0, 0.2), (100.0, 1.0))  # (Mbit/s, one-way ms)
+_FEATURE_KEYS = ("step_s", "compute_s", "imbalance_s", "comm_s", "overlap_s", "cpu_s",
+                 "parallelism", "model_error_pct")  # fmt: skip
 
 
 def load() -> float:
@@ -61,7 +63,7 @@ EXAMPLES = {
         "run": "examples/kmeans/run",
         "flags": ["--progress-every", "0", "--eval-every", "0", "--checkpoint-every", "0"],
         "size": {"quick": ["--points", "100000", "--iterations", "60"],
-                 "full": ["--points", "200000", "--iterations", "150"]},
+                 "full": ["--points", "200000", "--iterations", "300"]},
         "mode": "strong",
         "transport": "mpi",
         "launcher": "mpiexec",
@@ -71,7 +73,7 @@ EXAMPLES = {
         "run": "examples/resnet50/run",
         "flags": ["--framework", "ddp", "--image-size", "32", "--batch-size", "4",
                   "--eval-batches", "0", "--checkpoint-every", "0", "--progress-every", "0"],
-        "size": {"quick": ["--steps", "15"], "full": ["--steps", "40"]},
+        "size": {"quick": ["--steps", "15"], "full": ["--steps", "60"]},
         "mode": "weak",
         "transport": "gloo",
         "launcher": "torchrun",
@@ -80,7 +82,7 @@ EXAMPLES = {
         "run": "examples/mnist/run",
         "flags": ["--framework", "torch", "--eval-every-epochs", "0", "--checkpoint-every", "0",
                   "--progress-every", "0"],
-        "size": {"quick": ["--epochs", "2"], "full": ["--epochs", "6"]},
+        "size": {"quick": ["--epochs", "2"], "full": ["--epochs", "10"]},
         "mode": "weak",
         "transport": "horovod",
         "launcher": "horovodrun",
@@ -89,7 +91,7 @@ EXAMPLES = {
         "run": "examples/mnist/run",
         "flags": ["--framework", "ddp", "--eval-every-epochs", "0", "--checkpoint-every", "0",
                   "--progress-every", "0"],
-        "size": {"quick": ["--epochs", "2"], "full": ["--epochs", "4"]},
+        "size": {"quick": ["--epochs", "2"], "full": ["--epochs", "10"]},
         "mode": "weak",
         "transport": "gloo",
         "launcher": "torchrun",
@@ -190,7 +192,7 @@ class Bench:
         """``ailens calibrate`` on the example's transport, launched like the example, with
         the (op, bytes) pairs of ``run_dir``; returns the document."""
         ex = EXAMPLES[name]
-        key = f"cal-{ex['transport']}-" + ("loopback" if link is None else _link_key(link))
+        key = f"cal-{name}-" + ("loopback" if link is None else _link_key(link))
         out = self.out / f"{key}.json"
         if key in self.runs:
             return self.runs[key]["doc"]
@@ -272,6 +274,7 @@ def _case(bench: Bench, name: str, src: dict, dst: dict, frm: dict, to: dict, ca
     )
     meas = measured_step_s(a_dst, WARMUP)
     err = 100.0 * (row.step_time_s - meas) / meas
+    f_src, f_dst = features(a_src, warmup=WARMUP), features(a_dst, warmup=WARMUP)
     return {
         "example": name,
         "from": frm,
@@ -279,7 +282,12 @@ def _case(bench: Bench, name: str, src: dict, dst: dict, frm: dict, to: dict, ca
         "predicted_step_s": row.step_time_s,
         "measured_step_s": meas,
         "error_pct": err,
+        "predicted_compute_step_s": row.compute_step_s,
         "predicted_comm_step_s": row.comm_step_s,
+        "measured_compute_step_s": f_dst.compute_s + f_dst.imbalance_s,
+        "measured_comm_step_s": f_dst.comm_s,
+        "source_features": {k: getattr(f_src, k) for k in _FEATURE_KEYS},
+        "target_features": {k: getattr(f_dst, k) for k in _FEATURE_KEYS},
         "compute_factor": row.compute_factor,
         "assumptions": list(row.assumptions),
         "load": {
