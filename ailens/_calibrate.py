@@ -13,7 +13,10 @@ used, with ``--sizes-from RUN_DIR``); a repetition's time is its maximum over ra
 size's time the median over repetitions. Rank 0 fits alpha, beta and gamma by non-negative
 least squares (``_collectives.fit_cost_params``): the node-local ranks give the intra-node
 parameters, the whole job the inter-node ones when it spans hosts (a ring crossing nodes runs
-at the pace of its slowest link).
+at the pace of its slowest link). Each row also has the CPU time the collective took (the
+transport's own threads compete with compute for the cores); each entry the transport's CPU
+use while idle (``background_cpu``: Horovod's loop); with torch transports, allreduces of
+64 kB and more are timed again while every rank computes (``loaded_seconds``).
 
 The compute probe (``--no-compute`` skips it) times a small training-like kernel of the
 job's kind (a convolutional network step with torch, matrix products with numpy) at 1, 2, ...
@@ -71,11 +74,17 @@ class _Comm:
     transport = ""
     rank = 0
     size = 1
+    asynchronous = False  # has start_allreduce
 
     def barrier(self) -> None: ...
     def max(self, x: np.ndarray) -> np.ndarray: ...
     def gather_hosts(self) -> list[str]: ...
     def op(self, op: str, nbytes: int): ...  # returns a zero-argument callable
+    def start_allreduce(self, nbytes: int):
+        """Begin an allreduce without waiting; returns a ``done() -> bool`` poll, or None
+        when the transport has no asynchronous collectives."""
+        return None
+
     def node(self, hosts: list[str]) -> _Comm | None: ...
     def library(self) -> str: ...
     def close(self) -> None: ...
@@ -131,6 +140,7 @@ class _TorchComm(_Comm):
     """torch.distributed with gloo (as DDP on CPU uses it); ``group`` None = the world."""
 
     transport = "gloo"
+    asynchronous = True
 
     def __init__(self, group=None) -> None:
         try:
@@ -170,6 +180,12 @@ class _TorchComm(_Comm):
         src = dist.get_global_rank(g, 0) if g is not None else 0
         return lambda: dist.broadcast(x, src=src, group=g)
 
+    def start_allreduce(self, nbytes: int):
+        work = self.dist.all_reduce(
+            self.torch.ones(max(nbytes // 4, 1)), group=self.group, async_op=True
+        )
+        return work.is_completed
+
     def node(self, hosts: list[str]) -> _Comm | None:
         # new_group is collective over the world: every rank creates every node's group.
         mine = None
@@ -192,6 +208,7 @@ class _HorovodComm(_Comm):
     """Horovod's own collectives (background thread, fusion, cycle time included)."""
 
     transport = "horovod"
+    asynchronous = True
 
     def __init__(self) -> None:
         try:
@@ -227,6 +244,19 @@ class _HorovodComm(_Comm):
         if op == "allgather":
             return lambda: hvd.allgather(x, name=name)
         return lambda: hvd.broadcast(x, root_rank=0, name=name)
+
+    def start_allreduce(self, nbytes: int):
+        hvd = self.hvd
+        handle = hvd.allreduce_async(self.torch.ones(max(nbytes // 4, 1)), name=self._name())
+        done = [False]
+
+        def poll() -> bool:
+            if not done[0] and hvd.poll(handle):
+                hvd.synchronize(handle)
+                done[0] = True
+            return done[0]
+
+        return poll
 
     def node(self, hosts: list[str]) -> _Comm | None:
         # Process sets would have to be declared at init; a single-host job's world is its
@@ -313,6 +343,39 @@ def sweep(
     return rows
 
 
+def loaded_sweep(comm: _Comm, rows: list[dict], kernel, reps: int = 3) -> None:
+    """Time the allreduces of ``rows`` (>= 64 kB) again while every rank computes (the
+    stand-in kernel, one thread, in a loop on the calling thread, as backward runs while
+    DDP's and Horovod's gradient allreduces are in flight): adds ``loaded_seconds`` and
+    ``loaded_compute_rate`` (the kernel's speed meanwhile, 1 = alone) to those rows. On a
+    node with no spare core both ranks' collective threads then wait for a core."""
+    if kernel is None or not comm.asynchronous:
+        return
+    set_threads, once, _ = kernel
+    set_threads(1)
+    once()
+    alone = _time_kernel(once, 0.2)
+    comm.barrier()
+    for row in rows:
+        if row["op"] != "allreduce" or row["nbytes"] < 1 << 16:
+            continue
+        walls, rates = [], []
+        for _ in range(reps):
+            comm.barrier()
+            t0 = time.perf_counter()
+            done = comm.start_allreduce(row["nbytes"])
+            iters = 0
+            while not done():
+                once()
+                iters += 1
+            wall = time.perf_counter() - t0
+            walls.append(wall)
+            rates.append(min(iters * alone / wall, 1.0))
+        got = comm.max(np.array([np.median(walls), -np.median(rates)]))
+        row["loaded_seconds"] = float(got[0])
+        row["loaded_compute_rate"] = float(-got[1])
+
+
 def _fit(rows: list[dict], p: int, source: str, idle_cpu: float = 0.0) -> dict | None:
     if p < 2 or not rows:
         return None
@@ -354,8 +417,9 @@ def run_sizes(run_dir: str | os.PathLike) -> list[tuple[str, int]]:
 # --------------------------------------------------------------------------- compute probe
 
 
-def _probe_kernel(kind: str):
-    """(set_threads, one_iteration, label) of the stand-in kernel, or None if unavailable."""
+def _probe_kernel(kind: str, small: bool = False):
+    """(set_threads, one_iteration, label) of the stand-in kernel, or None if unavailable;
+    ``small``: a quarter of the work per iteration (finer time steps)."""
     if kind == "torch":
         import torch
 
@@ -369,7 +433,7 @@ def _probe_kernel(kind: str):
             torch.nn.Flatten(),
             torch.nn.Linear(64 * 16 * 16, 10),
         )
-        x = torch.randn(8, 3, 32, 32)
+        x = torch.randn(2 if small else 8, 3, 32, 32)
 
         def once() -> None:
             net.zero_grad(set_to_none=True)
@@ -381,7 +445,7 @@ def _probe_kernel(kind: str):
     except ImportError:
         return None
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((16384, 32))
+    a = rng.standard_normal((4096 if small else 16384, 32))
     c = rng.standard_normal((32, 32))
     limits = [None]
 
@@ -483,17 +547,22 @@ def calibrate(
     multi = len(set(hosts)) > 1
     kw = dict(min_bytes=min_bytes, max_bytes=max_bytes, reps=reps, extra=extra)
     # Node-local sweep on every node at once; rank 0's node speaks for intra-node links.
+    kind = probe_kind or ("numpy" if comm.transport == "mpi" else "torch")
+    kernel = _probe_kernel(kind, small=True) if compute else None
     intra_rows = sweep(node, **kw) if node is not None and node.size > 1 else []
     intra_idle = background_cpu(node) if intra_rows else 0.0
+    if intra_rows:
+        loaded_sweep(node, intra_rows, kernel)
     node_size = node.size if node is not None else 0
     inter_rows = sweep(comm, **kw) if multi else []
     inter_idle = background_cpu(comm) if inter_rows else 0.0
+    if inter_rows:
+        loaded_sweep(comm, inter_rows, kernel)
     if node is not None and node is not comm:
         node.close()
     transport, library, size, rank = comm.transport, comm.library(), comm.size, comm.rank
     probe = None
     if compute:
-        kind = probe_kind or ("numpy" if transport == "mpi" else "torch")
         probe = compute_probe(comm, hosts, kind)  # closes comm
     else:
         comm.close()

@@ -1,26 +1,26 @@
 """Scaling what-if: a run's step time on another layout of ranks, threads, cores and links.
 
-The model (docs/whatif.md has the derivation and the measured accuracy)::
+The model (docs/whatif.md has the derivation and the measured accuracy), per step::
 
-    step'  = f * (compute_mean + imbalance(q)) + sum over collective groups of exposed'(g)
-    f      = work_scale * speed(source layout) / speed(target layout)
-    speed  = S(cores one rank's threads get) / I(cores busy on the node)
+    step' = f * k' * (outside + lag(q)) + span' + comm'
+    f     = work_scale * speed(source layout) / speed(target layout)
+    speed = S(cores one rank's threads get) / I(cores busy on the node)
 
 * ``RunFeatures`` (``features(a)``) is everything the model reads from one run: its
   ``Layout`` (ranks, ranks per node, threads per rank, usable cores per node, and where each
   came from), the per-step compute / exposed-comm split, the CPU-time parallelism, the
   collective groups and the link fit. It is also the feature record the learned predictor
   (issue 16) trains on: ``to_dict()`` is flat JSON.
-* Compute: the time a rank is not waiting on a collective, overlapped collectives (DDP
-  buckets, Horovod's background allreduces) included, so comm that hides under backward
-  never "scales away" at 1 rank. ``S`` is the intra-op thread speedup (measured by
-  ``ailens calibrate``'s compute probe, else from the run's CPU-time parallelism, else
-  ideal, each labelled); ``I`` the slowdown of a core when others on the node compute too
-  (memory bandwidth, shared caches; measured by the probe or named as not modelled).
+* Compute: the time a rank is not waiting on a collective, so comm hidden under backward
+  (DDP buckets, Horovod's background allreduces) stays compute at 1 rank. ``S`` is the
+  thread speed-up, ``I`` the slowdown of sharing a node: measured by ``ailens calibrate``'s
+  probe, else from the run or assumed, each labelled. ``k'``: the transport's idle CPU
+  (Horovod's loop) taking cores from the compute.
 * Collectives: each one's pure duration (exclusive, fastest rank) moves to the target by
   the cost model of the run's transport, ``d' = d + T(q, link') - T(p, link)``, the run's
-  own overhead kept; groups of overlapping collectives are replayed through one serial
-  comm queue against the (scaled) compute that overlapped them.
+  own overhead kept. Groups of overlapped collectives are replayed through one queue
+  against the compute that overlaps them, the rank's cores shared between its compute and
+  its transport's threads (``span'``: compute inside groups, ``comm'``: the waits).
 * Every input not measured is an entry of ``assumptions``.
 """
 

@@ -1,6 +1,6 @@
 """The scaling what-if against measured runs: predicted vs measured step time.
 
-    python benchmarks/bench_whatif.py --json OUT.json            # everything (~8 min here)
+    python benchmarks/bench_whatif.py --json OUT.json            # everything (~5 min here)
     python benchmarks/bench_whatif.py --examples kmeans --no-links --quick
 
 For each example it runs the real example with ailens attached and predicts one run's step
