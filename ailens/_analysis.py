@@ -1,10 +1,11 @@
 """Offline analysis of a saved run: logical trace across ranks, phases, forecast, what-if.
 
 ``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
-the same per-tick SIMO, phase keys and comm/compute partition, replayed through the online
-class (``_online.replay``) so the signature step and forecast are the ones the run decided.
-``whatif`` scales the measured step to other rank counts with the cost models of
-``_forecast``. Assumptions are in docs/forecast.md.
+the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own definition), the
+SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
+and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
+and forecast are the ones the run decided. ``whatif`` scales the measured step to other rank
+counts with the cost models of ``_forecast``. Assumptions are in docs/forecast.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ._config import LensConfig
+from ._exchange import Summed
 from ._forecast import (
     DEFAULT_INTER,
     DEFAULT_INTRA,
@@ -24,14 +26,13 @@ from ._forecast import (
     Fit,
     Forecast,
     WhatIfRow,
-    canonical_op,
     collective_time,
     fit_cost_params,
 )
-from ._online import replay
+from ._online import OnlineAnalysis, feed_recorded
+from ._ticks import summarise
 from ._trace import Run
-from .phases import PhaseTable, assign, magnitude, pas2p_assign, phase_table, simo
-from .phases import phase_key as _phase_key
+from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 
 __all__ = ["PhaseSkew", "RunAnalysis", "ScalingModel", "analyze", "scaling_model", "whatif"]
 
@@ -84,10 +85,6 @@ class RunAnalysis:
     hosts: tuple[str, ...]  # one per rank present
     online: dict | None = None  # forecast.json as rank 0 wrote it, if present
 
-    @property
-    def total_steps(self) -> int | None:
-        return None if self.forecast is None else self.forecast.total_steps
-
 
 def _run_config(meta: dict) -> LensConfig:
     """The LensConfig the run was recorded with (unknown or invalid keys ignored)."""
@@ -98,16 +95,6 @@ def _run_config(meta: dict) -> LensConfig:
         return LensConfig(**kwargs)
     except (TypeError, ValueError):
         return LensConfig(run_dir=raw.get("run_dir", "."))
-
-
-def _partition(t_begin: np.ndarray, t_end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exclusive comm and compute gap per tick in ns: the partition ``Lens._summarise_upto``
-    computes online (an unfinished tick counts as ending at its begin)."""
-    t_end = np.where(t_end >= 0, t_end, t_begin)
-    prev_max = np.maximum.accumulate(np.concatenate(([0], t_end)))[:-1]
-    compute = np.maximum(t_begin - prev_max, 0)
-    comm = np.maximum(t_end - np.maximum(t_begin, prev_max), 0)
-    return comm, compute
 
 
 def _read_online(path: Path) -> dict | None:
@@ -121,6 +108,12 @@ def _read_online(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _open_at_summary(trace) -> np.ndarray:
+    """Ticks this rank summarised while still open (they count as ending at their begin)."""
+    ticks = [t for m in trace.marks if m.get("kind") == "open_at_summary" for t in m["ticks"]]
+    return np.asarray(ticks, dtype=np.int64)
+
+
 def analyze(
     run: Run,
     *,
@@ -128,20 +121,23 @@ def analyze(
     min_share: float | None = None,
     phase_key: str | None = None,
     total_steps: int | None = None,
+    watch=None,
 ) -> RunAnalysis:
     """Analyse a loaded run (``ailens.load_run``).
 
     ``tolerance``, ``min_share``, ``phase_key`` default to the run's own settings (its
-    LensConfig), so the replayed signature and forecast are the online ones. ``total_steps``
-    defaults to what rank 0 recorded in forecast.json, else the config, else, for a run that
-    finished without early stop, the steps recorded. Partial runs (a rank missing or cut
-    short) are analysed over the ticks every present rank holds, with warnings.
+    LensConfig), so the forecast fed from the trace is the online one. ``total_steps``
+    defaults to what the run's schedule said (or, for a run that finished without early
+    stop, the steps recorded). Partial runs (a rank missing or cut short) are analysed over
+    the ticks every present rank holds, with warnings. ``watch(online_analysis)`` is called
+    after every step end fed to the forecast (benchmarks read it as the run went).
     """
     cfg = own_cfg = _run_config(run.meta)
     tolerance = cfg.tolerance if tolerance is None else int(tolerance)
     min_share = cfg.min_phase_share if min_share is None else float(min_share)
     phase_key_mode = cfg.phase_key if phase_key is None else phase_key
     cfg = cfg.replace(tolerance=tolerance, min_phase_share=min_share, phase_key=phase_key_mode)
+    by_size = phase_key_mode == "op+size"
     warnings = list(run.warnings)
     traces = run.ranks
 
@@ -176,21 +172,37 @@ def analyze(
                 f"{int(bad[0])} ({len(bad)} ticks differ): the logical trace is out of step there"
             )
 
-    work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
-    comm_r = np.zeros((n, len(traces)), dtype=np.int64)
-    compute_r = np.zeros((n, len(traces)), dtype=np.int64)
+    # Per rank, the summary the Lens sent into the exchange (same function, same rule for
+    # ticks that were still open when summarised).
+    ranks_n = len(traces)
+    mag = np.zeros((n, ranks_n), dtype=np.int64)
+    comm_r = np.zeros((n, ranks_n), dtype=np.int64)
+    compute_r = np.zeros((n, ranks_n), dtype=np.int64)
+    key = np.zeros(n, dtype=np.int64)
     for j, t in enumerate(traces):
-        comm_r[:, j], compute_r[:, j] = _partition(t.events["t_begin"][:n], t.events["t_end"][:n])
-    live = len(traces)
-    # Same arithmetic as the exchange: integer sums over ranks, divided by the live ranks.
-    comm_ns = comm_r.sum(axis=1) / max(live, 1)
-    compute_ns = compute_r.sum(axis=1) / max(live, 1)
-    comm_s, compute_s = comm_ns / 1e9, compute_ns / 1e9
+        ev = t.events
+        t_end = ev["t_end"][:n].copy()
+        opened = _open_at_summary(t)
+        opened = opened[opened < n]
+        t_end[opened] = ev["t_begin"][:n][opened]
+        summary, _ = summarise(
+            ev["op"][:n],
+            ev["nbytes"][:n],
+            ev["t_begin"][:n],
+            t_end,
+            ev["work"][:n],
+            by_size=by_size,
+        )
+        mag[:, j], comm_r[:, j], compute_r[:, j] = summary.mag, summary.comm_ns, summary.compute_ns
+        if j == 0:
+            key = summary.key
+    comm_s = comm_r.sum(axis=1) / max(ranks_n, 1) / 1e9
+    compute_s = compute_r.sum(axis=1) / max(ranks_n, 1) / 1e9
+    work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
     s = simo(work) if n else np.zeros(0, dtype=np.int64)
-    key = _phase_key(op, nbytes, use_size=phase_key_mode == "op+size")
     ids = assign(s, tolerance=tolerance, key=key)
     table = phase_table(ids, comm_s, compute_s, op=op, simo=s, op_names=names, min_share=min_share)
-    previous = int(pas2p_assign(op, nbytes, magnitude(work)).max()) if n else 0
+    previous = int(pas2p_assign(op, nbytes, mag).max()) if n else 0
     if run.missing_ranks:
         warnings.append(
             "SIMO sums the ranks present only; rank(s) "
@@ -199,48 +211,44 @@ def analyze(
         )
 
     step_t_ns = traces[0].steps["t_ns"].astype(np.int64)
-    step_end_s = step_t_ns / 1e9
     total_s = _wall_total(run)
     skew = _skew(ids, table, compute_r, [t.rank for t in traces])
-
     online = _read_online(Path(run.path))
     forecast = None
     if len(step_t_ns) == 0:
         warnings.append("no step boundaries recorded (step_end never called): no forecast")
     else:
-        n_total = _total_steps(total_steps, online, cfg, run, len(step_t_ns))
-        oa = replay(
-            cfg,
-            run.world_size,
-            names,
-            step_t_ns,
-            tick_step,
-            s,
-            key,
-            comm_ns,
-            compute_ns,
-            total_steps=n_total,
-            schedule=(online or {}).get("exchange_schedule"),
+        oa = _feed(run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch)
+        meta = traces[0].meta
+        start, proc = meta.get("start_wall_ns"), meta.get("process_start_wall_ns")
+        offset = (start - proc) / 1e9 if start and proc and start >= proc else None
+        job_end = (online or {}).get("exit_wall_ns")
+        forecast = oa.forecast(
+            actual_total_s=oa.actual_total_s,
+            job_offset_s=offset,
+            actual_job_total_s=(job_end - proc) / 1e9 if job_end and proc else None,
         )
-        forecast = oa.forecast(oa.actual_total_s)
         if forecast is None:
             warnings.append(
                 f"only {len(step_t_ns)} steps ({cfg.warmup_steps} of warm-up): too few for a "
                 "forecast"
             )
         elif forecast.predicted_total_s is None:
+            step = forecast.step_time_s
+            about = f"training step {step:.6g} s after warm-up, " if step is not None else ""
             warnings.append(
-                f"total steps unknown: mean step time {forecast.step_time_s:.6g} s after warm-up, "
-                "no total forecast (pass total_steps, or set it in the Lens)"
+                f"total steps unknown: {about}no total forecast (pass total_steps, or set it "
+                "in the Lens)"
             )
             forecast = None
         if (
             online is not None
             and oa.signature_step != online.get("signature_step")
             and cfg == own_cfg
+            and not total_steps
         ):
             warnings.append(
-                f"offline replay reached the signature at step {oa.signature_step}, the online "
+                f"offline analysis reached the signature at step {oa.signature_step}, the online "
                 f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
                 "disabled ranks) or the run was recorded by another ailens version"
             )
@@ -257,7 +265,7 @@ def analyze(
         comm_s=comm_s,
         compute_s=compute_s,
         tick_s_by_rank=(comm_r + compute_r) / 1e9,
-        step_end_s=step_end_s,
+        step_end_s=step_t_ns / 1e9,
         total_s=total_s,
         comm_pct=table.comm_pct,
         compute_pct=table.compute_pct,
@@ -274,17 +282,57 @@ def analyze(
     )
 
 
-def _total_steps(explicit, online, cfg: LensConfig, run: Run, recorded: int) -> int | None:
-    if explicit:
-        return int(explicit)
-    if online and online.get("total_steps"):
-        return int(online["total_steps"])
-    if cfg.total_steps:
-        return int(cfg.total_steps)
-    early = bool(online.get("early_stop")) if online else cfg.early_stop
-    if run.complete and not early:
-        return recorded  # a run that finished on its own ran all its steps
-    return None
+def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch):
+    """The online analysis of the lowest rank present, fed what its trace recorded."""
+    traces = run.ranks
+    first = traces[0]
+    n = len(key)
+    oa = OnlineAnalysis(cfg, run.world_size, first.rank, list(names), live=False)
+    # Ranks live at batch b are those that recorded it (a rank that disabled itself stops).
+    recorded = np.array([len(t.exchanges["seq"]) for t in traces])
+    ref = traces[int(np.argmax(recorded))]
+    xs = ref.exchanges
+    if len(xs["seq"]):
+        rows = list(
+            zip(
+                xs["seq"].tolist(),
+                xs["step"].tolist(),
+                xs["ticks"].tolist(),
+                xs["disabled"].tolist(),
+                strict=True,
+            )
+        )
+    else:
+        # Format 1 (no exchange records): evaluate at every step end, over the ticks begun.
+        steps = len(first.steps["t_ns"])
+        upto = np.searchsorted(tick_step, np.arange(1, steps + 1), side="left")
+        rows = [(0, s + 1, int(upto[s]), 0) for s in range(steps)]
+    counter = {"b": 0}
+
+    def batch(lo: int, hi: int, disabled: int):
+        b = counter["b"]
+        counter["b"] += 1
+        hi = min(hi, n)
+        live = recorded > b if len(xs["seq"]) else np.ones(len(traces), dtype=bool)
+        # The exchange's arithmetic: integer sums over the live ranks, divided by their count.
+        per_live = max(run.world_size - disabled, 1)
+        summed = Summed(
+            simo=mag[lo:hi][:, live].sum(axis=1),
+            comm_ns=comm_r[lo:hi][:, live].sum(axis=1) / per_live,
+            compute_ns=compute_r[lo:hi][:, live].sum(axis=1) / per_live,
+            disabled_ranks=disabled,
+            stop=False,
+            interval=0,
+        )
+        return summed, key[lo:hi], tick_step[lo:hi]
+
+    marks = [m for m in first.marks if m.get("kind") in ("schedule", "section")]
+    if total_steps:
+        marks.append({"kind": "schedule", "total_steps": int(total_steps), "at_step": 0, "seq": 0})
+    # The run ended when rank 0 closed, if every rank finished (a killed rank: it did not).
+    end = first.info.get("end_ns") if run.complete else None
+    feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end, watch)
+    return oa
 
 
 def _wall_total(run: Run) -> float:
@@ -530,8 +578,3 @@ def whatif(
             )
         )
     return rows
-
-
-def canonical_ops(a: RunAnalysis) -> dict[str, str | None]:
-    """How each recorded op name maps onto a cost model (None: costed as allreduce)."""
-    return {name: canonical_op(name) for name in a.op_names}

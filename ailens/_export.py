@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._ticks import partition
+
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
 
 _TID_STEPS, _TID_COMPUTE, _TID_COLL = 0, 1, 2
@@ -129,12 +131,13 @@ def chrome_trace_events(run, analysis=None) -> Iterator[dict]:
         for k in range(int(lane.max()) + 1):
             name = "collectives" if k == 0 else f"collectives {k + 1}"
             yield from _thread_meta(pid, _TID_COLL + k, name)
-        prev_max = np.maximum.accumulate(np.concatenate(([0], end)))[:-1]
+        # The compute gap before each tick is the Lens's own (see _ticks.py).
+        _, gap, _ = partition(begin, end)
         ops = trace.ops
         covered = 0 if phase_ids is None else min(len(phase_ids), n)
         # Plain Python lists: indexing numpy scalars in this loop would dominate the export.
-        gap_l = (begin - prev_max).tolist()
-        gap_ts, gap_dur = _us_list(shift + prev_max), _us_list(begin - prev_max)
+        gap_l = gap.tolist()
+        gap_ts, gap_dur = _us_list(shift + begin - gap), _us_list(gap)
         ts_l, dur_l = _us_list(shift + begin), _us_list(end - begin)
         op_l, bytes_l, step_l = ev["op"].tolist(), ev["nbytes"].tolist(), ev["step"].tolist()
         work_l, lane_l, unf_l = ev["work"].tolist(), lane.tolist(), unfinished.tolist()

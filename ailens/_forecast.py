@@ -1,39 +1,46 @@
-"""Signature, total-time forecast and the collective cost models behind the scaling what-if.
+"""The run's forecast: the total time from the first steps on, with an honest interval.
 
-Plain functions on numbers and arrays, shared by the online path (``_online.py``, inside the
-Lens) and the offline analysis (``_analysis.py``). See docs/forecast.md for the rules.
+A training run is more than identical steps, so the forecast models it as its parts, each
+with a time per occurrence and a schedule of occurrences over the whole run:
 
-Signature rule (evaluated after each cross-rank phase exchange, at ``s`` steps done)::
+- **training steps**: a robust local level of the step time (rank 0's clock). A step far
+  from the level (> ``Z_OUT`` robust sd) is left out of it, so a one-off outlier (a GC pause,
+  a burst from another process) does not move the forecast; ``CHANGE_RUN`` such steps in a
+  row on the same side, or a drift that a CUSUM test catches, start a new regime: a lasting
+  change of speed is adopted within a few steps. Steps before ``warmup_steps`` are left out.
+- **recurring extras**: steps that stand out on a period (an evaluation or a checkpoint in a
+  plain loop makes every N-th step longer). A period is taken from the schedule the
+  framework or script gave (steps per epoch, checkpoint every N), or learned once two
+  occurrences of similar size line up and no step in between was missed. Outliers that fit
+  no period are one-offs: already spent, never extrapolated.
+- **sections** the integration marked (``lens.section("eval")``: Keras validation, Lightning
+  validation loops, ...): their measured time per occurrence and their schedule (from the
+  framework, else learned from where they happened).
 
-    ready(s) = s >= signature_min_steps
-               and n >= 2 * W               (two full windows of steps in the current regime)
-               and |mean(last W step times) - mean(previous W step times)|
-                       <= signature_rel_tol * mean(previous W step times)
-               and the 95 % confidence half-width of the mean step time of the regime
-                   <= signature_rel_tol * that mean                   (precise enough)
+At ``S`` steps done of ``N``, with ``R = N - S``::
 
-The step-time statistics ("the regime") start after ``warmup_steps`` and restart from the
-last W steps whenever those differ from the regime's older steps by more than
-signature_rel_tol and significantly (Welch's t, 95 %): a longer warm-up or a lasting change
-of speed.
-               and no phase first seen in the last W steps holds >= min_phase_share of the
-                   time of those W steps                          (no new significant phase)
+    predicted total = elapsed(S) + R * level + sum over extras and sections of
+                      (remaining occurrences x time per occurrence)
+    interval        = predicted total +/- z * sqrt(R^2 var(level) + R sd^2 + drift(R)
+                                               + sum over parts of their variance)
 
-Forecast at ``s`` steps done, with ``N`` total steps and ``R = N - s`` remaining::
+``var(level)`` is the uncertainty of the regime's mean step time (step-to-step, or from batch
+means of ``BLOCK`` steps when larger: slow swings), ``sd`` the step-to-step spread and
+``drift(R)`` the risk that the speed moves again before the end: the changes of speed seen so
+far and the wander of the batch means beyond their noise, scaled to the remaining steps.
 
-    predicted_total = elapsed(s) + sum_phases(time_per_occurrence * occurrences_per_step * R)
-                      + outside_per_step * R                        (= elapsed + R * m)
-    interval        = predicted_total +/- t(0.975, df) * sd * sqrt(R + R**2 / n)
-
-where ``m`` is the mean of the ``n`` step times of the regime (rank 0's clock), ``sd``
-their spread (step-to-step, or from batch means of W steps when that is larger: slow
-swings), and ``outside_per_step`` the part of ``m`` that no tick covers.
+The signature is the first evaluation at which the interval's half-width is within
+``signature_rel_tol`` of the predicted total (after ``signature_min_steps`` steps); the
+forecast made there is the run's early forecast. The progress-bar ETA a user already has
+(elapsed + remaining steps x mean step time so far, as tqdm and Keras' progbar compute it) is
+computed at every point beside it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from statistics import NormalDist
@@ -42,18 +49,15 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "CostParams",
-    "Fit",
+    "Component",
     "Forecast",
-    "canonical_op",
-    "collective_time",
-    "fit_cost_params",
-    "forecast_total",
-    "StepStats",
-    "new_significant_phases",
-    "step_time_changed",
-    "step_time_precise",
-    "step_time_stable",
+    "Forecaster",
+    "Part",
+    "Prediction",
+    "Schedule",
+    "Snapshot",
+    "StepLevel",
+    "naive_total_s",
     "t_quantile",
 ]
 
@@ -119,81 +123,714 @@ def t_quantile(q: float, df: int) -> float:
     return 0.5 * (lo + hi)
 
 
-# --------------------------------------------------------------------------- signature rule
+# --------------------------------------------------------------------------- training steps
 
 
-def step_time_stable(durations: Any, window: int, rel_tol: float) -> bool:
-    """The step-time half of the signature rule: the mean of the last ``window`` step times
-    is within ``rel_tol`` (relative) of the mean of the ``window`` before them.
+class StepLevel:
+    """The training-step time of the current regime, one step at a time in O(1).
 
-    ``durations`` holds at least ``2 * window`` values (older first); integers stay exact.
+    The regime's sums hold every step since it began, so their mean is what the steps cost,
+    heavy tail included. Besides, a robust centre (the mean of the steps within ``Z_OUT``
+    robust sd of it) and scale classify each step: an outlier is kept in ``spikes`` (step ->
+    seconds over the centre, < 0 for a fast one), from which the forecast takes out one-offs
+    and recurring extras. ``CHANGE_RUN`` consistent outliers in a row on one side, or a CUSUM
+    alarm, start a new regime from where the change began, when the speed moved by at least
+    ``MIN_CHANGE``.
     """
-    d = list(durations)[-2 * window :]
-    if len(d) < 2 * window:
-        return False
-    old, new = sum(d[:window]), sum(d[window:])
-    if old <= 0:
-        return False
-    return abs(new - old) <= rel_tol * old
+
+    Z_OUT = 4.0
+    CHANGE_RUN = 4
+    MIN_CHANGE = 0.05
+    CUSUM_K = 0.5
+    CUSUM_H = 10.0
+    CUSUM_AFTER = 10  # accepted steps before the CUSUM test starts (the scale settles first)
+    BLOCK = 10
+    KEEP = 64
+    START = 3  # steps taken as they come at the start of a regime
+    EW = 0.05  # weight of a new step in the robust scale
+    MIN_SCALE = 0.01
+
+    def __init__(self) -> None:
+        self.regime_start: int | None = None
+        self.changes: list[tuple[int, float, float]] = []  # (step, level before, after)
+        self.spikes: dict[int, float] = {}
+        self._reset([])
+
+    def _reset(self, values: list[tuple[int, float]]) -> None:
+        self.n = 0
+        self.sum = 0.0
+        self.wsum = self.wsum2 = 0.0  # winsorised at the centre +/- Z_OUT scale: the spread
+        self.acc_n, self.acc_sum = 0, 0.0  # the steps that were not outliers: the centre
+        self.dev = 0.0
+        self.recent: deque[tuple[int, float]] = deque(maxlen=self.KEEP)
+        self.run: list[tuple[int, float]] = []
+        self.run_sign = 0
+        self.cusum = [0.0, 0.0]  # up, down
+        self.cusum_from: list[int | None] = [None, None]
+        self.block_sum, self.block_n = 0.0, 0
+        self.blocks, self.bsum, self.bsum2 = 0, 0.0, 0.0
+        self.si = self.sii = self.siw = 0.0  # for the regime's linear trend
+        if values:
+            self.regime_start = values[0][0]
+            xs = sorted(x for _, x in values)
+            mid = xs[len(xs) // 2]
+            self.dev = max(sum(abs(x - mid) for x in xs) / len(xs), 0.002 * mid)
+            for i, x in values:
+                self._add_to_sums(i, x, x)
+                self.acc_n += 1
+                self.acc_sum += x
+
+    @property
+    def center(self) -> float | None:
+        return self.acc_sum / self.acc_n if self.acc_n else None
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.n if self.n else None
+
+    @property
+    def scale(self) -> float:
+        """Robust sd of one step, floored at ``MIN_SCALE`` of the centre: steps a few percent
+        off are ordinary jitter, not outliers or spikes worth scheduling."""
+        c = self.center or 0.0
+        return max(1.2533 * self.dev, self.MIN_SCALE * c, 1e-9)
+
+    def add(self, i: int, x: float) -> None:
+        """Step ``i`` took ``x`` seconds of training (sections left out)."""
+        if self.n < self.START:
+            if self.n == 0:
+                self.regime_start = i
+            self.recent.append((i, x))
+            self.n += 1
+            if self.n == self.START:
+                self._reset(list(self.recent))
+            return
+        c, s = self.center, self.scale
+        z = (x - c) / s
+        if abs(z) > self.Z_OUT:
+            sign = 1 if z > 0 else -1
+            if sign != self.run_sign:
+                self.run, self.run_sign = [], sign
+            self.run.append((i, x))
+            self.spikes[i] = x - c
+            self._add_to_sums(i, x, c + sign * self.Z_OUT * s)
+            if len(self.run) >= self.CHANGE_RUN and self._consistent(self.run, c):
+                self._restart(list(self.run))
+            return
+        self.run, self.run_sign = [], 0
+        self.dev += self.EW * (abs(x - c) - self.dev)
+        self.acc_n += 1
+        self.acc_sum += x
+        self._add_to_sums(i, x, x)
+        if self.acc_n >= self.CUSUM_AFTER:
+            self._cusum(i, z)
+
+    def _consistent(self, run: list[tuple[int, float]], c: float) -> bool:
+        """Outliers that agree with each other and sit a material distance from the centre."""
+        xs = sorted(x for _, x in run)
+        shift = abs(xs[len(xs) // 2] - c)
+        return xs[-1] - xs[0] <= 0.5 * shift and shift >= self.MIN_CHANGE * c
+
+    def _cusum(self, i: int, z: float) -> None:
+        for side, zz in ((0, z), (1, -z)):
+            before = self.cusum[side]
+            self.cusum[side] = max(0.0, before + zz - self.CUSUM_K)
+            if before == 0.0 and self.cusum[side] > 0.0:
+                self.cusum_from[side] = i
+            if self.cusum[side] > self.CUSUM_H:
+                start = self.cusum_from[side]
+                values = [(j, x) for j, x in self.recent if j >= start]
+                self.cusum = [0.0, 0.0]
+                new = sum(x for _, x in values) / max(len(values), 1)
+                if len(values) >= self.START and abs(new - self.center) >= self.MIN_CHANGE * new:
+                    self._restart(values)
+                return
+
+    def _add_to_sums(self, i: int, x: float, w: float) -> None:
+        self.n += 1
+        self.sum += x
+        self.wsum += w
+        self.wsum2 += w * w
+        j = i - (self.regime_start or 0)
+        self.si += j
+        self.sii += j * j
+        self.siw += j * w
+        self.recent.append((i, x))
+        self.block_sum += w
+        self.block_n += 1
+        if self.block_n == self.BLOCK:
+            self.blocks += 1
+            self.bsum += self.block_sum
+            self.bsum2 += self.block_sum * self.block_sum
+            self.block_sum, self.block_n = 0.0, 0
+
+    def _restart(self, values: list[tuple[int, float]]) -> None:
+        before = self.center
+        for j, _ in values:
+            self.spikes.pop(j, None)
+        self._reset(values)
+        self.changes.append((values[0][0], before or 0.0, self.center or 0.0))
+
+    def sd(self) -> float:
+        """Step-to-step sd of the regime's steps, winsorised (outliers are counted apart)."""
+        n = self.n
+        if n < 2:
+            return self.scale
+        return math.sqrt(max((self.wsum2 - self.wsum * self.wsum / n) / (n - 1), 0.0))
+
+    def trend(self) -> float:
+        """Seconds per step per step of a linear trend in the regime's steps, when it is
+        significant (|t| > 3), else 0."""
+        n = self.n
+        sxx = self.sii - self.si * self.si / n if n > 2 else 0.0
+        if sxx <= 0:
+            return 0.0
+        slope = (self.siw - self.si * self.wsum / n) / sxx
+        return slope if abs(slope) > 3 * self.sd() / math.sqrt(sxx) else 0.0
+
+    def mean_var(self) -> tuple[float, float]:
+        """(variance of the regime's mean step from its spread, excess variance of the batch
+        means per step^2: slow swings beyond the step-to-step noise)."""
+        n, sd = self.n, self.sd()
+        var = sd * sd / max(n, 1)
+        excess = 0.0
+        k = self.blocks
+        if k >= 5 and sd > 0:
+            b = self.BLOCK
+            var_b = max((self.bsum2 - self.bsum * self.bsum / k) / (k - 1), 0.0) / (b * b)
+            # Slow swings: batch means that vary significantly more than the step-to-step
+            # noise allows (chi-square test at 99 %) set the level's uncertainty instead.
+            if (k - 1) * var_b / (sd * sd / b) > _chi2_quantile(0.99, k - 1):
+                var = max(var, var_b / k)
+                excess = var_b - sd * sd / b
+        return var, excess
 
 
-def step_time_changed(older: StepStats, last: Any, rel_tol: float, level: float = 0.95) -> bool:
-    """A change of regime: the mean of the ``last`` step times differs from the mean of the
-    regime's ``older`` ones by more than ``rel_tol`` AND significantly (Welch's t at
-    ``level``, two-sided, with the smaller side's degrees of freedom).
-
-    Testing against the whole older part (not just the window before) also catches a change
-    that happened between two evaluations far apart. Noise alone rarely passes; a longer
-    warm-up than configured, a new input-pipeline phase or another job taking the cores does.
-    """
-    last = [int(x) for x in last]
-    w, n = len(last), older.n
-    if w < 2 or n < 2 or older.sum_ns <= 0:
-        return False
-    sb = sum(last)
-    mean_a, mean_b = older.sum_ns / n, sb / w
-    if abs(mean_b - mean_a) <= rel_tol * mean_a:
-        return False
-    va = max((n * older.sum2_ns - older.sum_ns**2) / (n * (n - 1)), 0)
-    vb = max((w * sum(x * x for x in last) - sb * sb) / (w * (w - 1)), 0)
-    se = math.sqrt(va / n + vb / w)
-    if se == 0:
-        return True
-    return abs(mean_b - mean_a) / se > t_quantile(0.5 + level / 2, min(n, w) - 1)
+# --------------------------------------------------------------------------- schedules
 
 
-def new_significant_phases(
-    time_now: Any, time_then: Any, n_phases_then: int, min_share: float
-) -> list[int]:
-    """Phase ids (1-based) first seen after a reference point that hold at least ``min_share``
-    of the time spent since it.
+@dataclass
+class Schedule:
+    """What the framework or script said the run will do (None: unknown)."""
 
-    ``time_now``/``time_then``: cumulative time per phase (index i is phase i + 1) now and at
-    the reference point, when ``n_phases_then`` phases existed. Ids grow in order of first
-    appearance, so the new phases are exactly the ids above ``n_phases_then``.
-    """
-    now = np.asarray(time_now, dtype=np.float64)
-    then = np.zeros(len(now))
-    then[: len(time_then)] = np.asarray(time_then, dtype=np.float64)[: len(now)]
-    window = now - then
-    total = float(window.sum())
-    if total <= 0:
-        return []
-    new = np.arange(n_phases_then, len(now))
-    return [int(i) + 1 for i in new if window[i] >= min_share * total]
+    total_steps: int | None = None
+    steps_per_epoch: int | None = None
+    epochs: int | None = None
+    eval_every_epochs: int | None = None
+    eval_every_steps: int | None = None
+    eval_steps: int | None = None  # batches per evaluation
+    checkpoint_every_steps: int | None = None
+
+    def update(self, mark: dict) -> None:
+        for key in self.__dataclass_fields__:
+            value = mark.get(key)
+            if isinstance(value, int) and value > 0:
+                setattr(self, key, value)
+        if self.steps_per_epoch and self.epochs and not mark.get("total_steps"):
+            self.total_steps = self.steps_per_epoch * self.epochs
+
+    def eval_period(self) -> int | None:
+        """Steps between evaluations, when the schedule says."""
+        if self.eval_every_steps:
+            return self.eval_every_steps
+        if self.steps_per_epoch and self.eval_every_epochs:
+            return self.steps_per_epoch * self.eval_every_epochs
+        return None
+
+    def periods(self) -> dict[int, str]:
+        """Step periods the schedule names, with what they are."""
+        out: dict[int, str] = {}
+        if self.checkpoint_every_steps:
+            out[self.checkpoint_every_steps] = "checkpoint"
+        if self.eval_every_steps:
+            out[self.eval_every_steps] = "evaluation"
+        if self.steps_per_epoch:
+            every = self.eval_every_epochs or 1
+            out.setdefault(self.steps_per_epoch * every, "epoch end")
+            out.setdefault(self.steps_per_epoch, "epoch end")
+        return out
+
+
+def _chi2_quantile(q: float, df: int) -> float:
+    """Quantile of chi-square with ``df`` degrees of freedom (Wilson-Hilferty)."""
+    z = NormalDist().inv_cdf(q)
+    h = 2.0 / (9.0 * df)
+    return df * (1 - h + z * math.sqrt(h)) ** 3
+
+
+def _binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if p <= 0.0:
+        return 0.0
+    if p >= 1.0:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    total = 0.0
+    for j in range(k, n + 1):
+        total += math.exp(
+            math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq
+        )
+    return min(total, 1.0)
+
+
+def _occurrences(period: int, offset: int, lo: int, hi: int) -> int:
+    """How many i in [lo, hi] have i % period == offset."""
+    if hi < lo:
+        return 0
+    first = lo + (offset - lo) % period
+    return 0 if first > hi else (hi - first) // period + 1
 
 
 # --------------------------------------------------------------------------- forecast
 
 
 @dataclass(frozen=True)
+class Component:
+    """One part of the run and what it still costs; a row of the forecast's breakdown."""
+
+    name: str  # "training steps", "every 10 steps", "section eval", ...
+    schedule: str  # "each step", "every 10 steps from step 10", "each epoch", "one-off"
+    source: str  # "measured", "schedule", "learned", "assumed"
+    per_occurrence_s: float
+    seen: int  # occurrences so far
+    remaining: int  # occurrences still to come
+    remaining_s: float
+    sd_s: float = 0.0  # spread of one occurrence
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The forecast at one point of the run (seconds from the Lens start)."""
+
+    steps_done: int
+    total_steps: int | None
+    elapsed_s: float
+    predicted_total_s: float | None
+    interval_s: tuple[float, float] | None
+    naive_total_s: float | None  # what a progress bar says the total is
+    step_time_s: float | None  # the training-step level
+    step_time_sd_s: float | None
+    regime_start_step: int | None
+    components: tuple[Component, ...] = ()
+
+    @property
+    def half_width_rel(self) -> float | None:
+        if self.interval_s is None or not self.predicted_total_s:
+            return None
+        return (self.interval_s[1] - self.interval_s[0]) / 2 / self.predicted_total_s
+
+
+def naive_total_s(elapsed_s: float, steps_done: int, total_steps: int | None) -> float | None:
+    """The progress-bar forecast: elapsed + remaining steps x mean step time so far."""
+    if not steps_done or not total_steps or elapsed_s <= 0:
+        return None
+    return elapsed_s * total_steps / steps_done
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the run besides the training-step level, as the forecast schedules it.
+
+    ``kind``: "in-step" (extra time inside step intervals ``i`` with ``i % period ==
+    offset``), "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
+    current step end is one and its section has not begun), "rate" (irregular: ``rate`` per
+    remaining step) or "one-off" (already spent).
+    """
+
+    name: str
+    schedule: str
+    source: str
+    per_occurrence_s: float
+    sd_s: float
+    seen: int
+    kind: str
+    period: int = 0
+    offset: int = 0
+    rate: float = 0.0
+    due_now: bool = False
+
+    def remaining(self, s: int, n: int) -> float:
+        if self.kind == "in-step":
+            return _occurrences(self.period, self.offset, s, n - 1)
+        if self.kind == "section":
+            return _occurrences(self.period, self.offset, s + 1, n) + int(self.due_now)
+        if self.kind == "rate":
+            return self.rate * max(n - s, 0)
+        return 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The run's model at one step: everything a forecast for any total needs."""
+
+    steps_done: int
+    elapsed_s: float
+    total_steps: int | None  # as known then
+    level: float | None  # training-step time
+    level_var: float  # variance of that estimate
+    sd: float  # step-to-step spread
+    excess: float  # batch-mean wander beyond noise (per step^2)
+    level_n: int
+    regime_start: int | None
+    change_rate: float  # changes of speed per step so far
+    change_size2: float  # their mean squared relative size
+    parts: tuple[Part, ...] = ()
+    trend: float = 0.0  # significant linear trend of the steps (s per step per step)
+
+    def evaluate(self, total_steps: int | None = None) -> Prediction:
+        """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
+        n = total_steps or self.total_steps
+        s, elapsed, lvl = self.steps_done, self.elapsed_s, self.level
+        naive = naive_total_s(elapsed, s, n)
+        if lvl is None or self.level_n < 2:
+            return Prediction(s, n, elapsed, None, None, naive, lvl, None, None)
+        if not n:
+            return Prediction(s, None, elapsed, None, None, None, lvl, self.sd, self.regime_start)
+        r = max(n - s, 0)
+        comps = [
+            Component(
+                "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
+            )
+        ]
+        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r)
+        for part in self.parts:
+            left = part.remaining(s, n)
+            comps.append(
+                Component(
+                    part.name,
+                    part.schedule,
+                    part.source,
+                    part.per_occurrence_s,
+                    part.seen,
+                    int(round(left)),
+                    left * part.per_occurrence_s,
+                    part.sd_s,
+                )
+            )
+            if part.seen:  # measured: its spread, and the uncertainty of its mean
+                var += left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
+            else:  # assumed: one unknown cost that every occurrence shares
+                var += (left * part.sd_s) ** 2
+        total = elapsed + sum(c.remaining_s for c in comps)
+        # Student's t on the regime's steps: few steps, a wider interval.
+        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.level_n - 1, 1)) * math.sqrt(var)
+        return Prediction(
+            s,
+            n,
+            elapsed,
+            total,
+            (total - half, total + half),
+            naive,
+            lvl,
+            self.sd,
+            self.regime_start,
+            tuple(comps),
+        )
+
+    def _drift_var(self, r: int) -> float:
+        """Variance of the remaining time from the speed moving again before the end: the
+        swings of the batch means, and the changes of speed seen so far (as a rate, with
+        their mean relative size)."""
+        lvl = self.level or 0.0
+        # Swings seen so far continue: the batch means' wander, over the remaining steps.
+        var = self.excess * r * StepLevel.BLOCK
+        # Changes of speed as a rate: one at a uniform point of the remaining steps changes
+        # the time after it by its size.
+        var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
+        # A trend seen in the steps may go on: what it would add over the remaining steps.
+        var += (self.trend * r * r / 2) ** 2
+        return var
+
+
+class Forecaster:
+    """Builds the run's model from step ends, sections and schedules. ``snapshot()`` (and
+    ``predict()``, its evaluation) only read that state, so any point of the run can be
+    forecast without changing it."""
+
+    MAX_SPIKES = 64  # recent spikes the recurring extras are learned from
+    CHANGE_PRIOR_STEPS = 500
+    # A period learned from the steps alone needs this many occurrences: two pauses a
+    # hundred steps apart are no schedule yet.
+    MIN_HITS = 3
+
+    def __init__(self, *, warmup_steps: int = 2) -> None:
+        self.warmup_steps = warmup_steps
+        self.schedule = Schedule()
+        self.level = StepLevel()
+        self.steps = 0
+        self.t_last = 0  # ns, the last step end
+        self.t_now = 0  # ns, the latest event seen (a step end or a section's end)
+        self.sections: dict[str, list[tuple[int, float]]] = {}  # name -> (step, seconds)
+        self._in_step = 0.0  # section seconds inside the step interval now running
+        self.end_ns: int | None = None
+
+    # ------------------------------------------------------------ feeding
+
+    def on_schedule(self, mark: dict) -> None:
+        self.schedule.update(mark)
+
+    def on_section(self, name: str, step: int, t_begin_ns: int, t_end_ns: int) -> None:
+        secs = max(t_end_ns - t_begin_ns, 0) / 1e9
+        self.sections.setdefault(name, []).append((int(step), secs))
+        if step == self.steps:  # inside the running step interval: not training time
+            self._in_step += secs
+        self.t_now = max(self.t_now, t_end_ns)
+
+    def on_step(self, t_ns: int) -> None:
+        i = self.steps
+        x = (t_ns - self.t_last) / 1e9 - self._in_step
+        self.t_last = t_ns
+        self.t_now = max(self.t_now, t_ns)
+        self.steps = i + 1
+        self._in_step = 0.0
+        if i >= self.warmup_steps:
+            self.level.add(i, max(x, 0.0))
+
+    def on_close(self, t_ns: int) -> None:
+        self.end_ns = t_ns
+
+    # ------------------------------------------------------------ reading
+
+    def predict(self, total_steps: int | None = None) -> Prediction:
+        return self.snapshot().evaluate(total_steps)
+
+    def snapshot(self) -> Snapshot:
+        lv = self.level
+        s = self.steps
+        if lv.n < 2:
+            return Snapshot(
+                s,
+                self.t_now / 1e9,
+                self.schedule.total_steps,
+                None,
+                0.0,
+                0.0,
+                0.0,
+                lv.n,
+                lv.regime_start,
+                0.0,
+                0.0,
+            )
+        extras, explained = self._extras(s)
+        # The regime's mean step, less what the recurring extras and the largest one-off took
+        # (those are scheduled apart, or spent once); other outliers stay in at their rate.
+        start = lv.regime_start or 0
+        regime = {k: v for k, v in lv.spikes.items() if k >= start}
+        taken = sum(v for k, v in regime.items() if k in explained)
+        loose = sorted((v for k, v in regime.items() if k not in explained), key=abs)
+        # The largest is a one-off when it stands alone (the only one, or 3x the next): its
+        # time is spent, not a rate. Outliers that keep coming (a noisy machine) stay in.
+        one_off = 0.0
+        if loose and (len(loose) == 1 or abs(loose[-1]) > 3 * abs(loose[-2])):
+            one_off = loose.pop()
+        level = (lv.sum - taken - one_off) / lv.n
+        var_mean, excess = lv.mean_var()
+        # Outliers that fit no period add their spread to every step's (at the rate they came).
+        loose_var = sum(v * v for v in loose) / lv.n
+        changes = lv.changes
+        size2 = (
+            sum(((b - a) / a) ** 2 for _, a, b in changes if a > 0) / len(changes)
+            if changes
+            else 0.0
+        )
+        seen = max(s - self.warmup_steps, 1)
+        return Snapshot(
+            steps_done=s,
+            elapsed_s=self.t_now / 1e9,
+            total_steps=self.schedule.total_steps,
+            level=level,
+            level_var=var_mean + loose_var / lv.n,
+            sd=math.sqrt(lv.sd() ** 2 + loose_var),
+            excess=excess,
+            level_n=lv.n,
+            regime_start=lv.regime_start,
+            # A change of speed seen once in a short run says little about the rate: temper it
+            # with ``CHANGE_PRIOR_STEPS`` steps that had none.
+            change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
+            change_size2=size2,
+            parts=(*extras, *self._sections(s, level)),
+            trend=lv.trend(),
+        )
+
+    def _extras(self, s: int) -> tuple[list[Part], set[int]]:
+        """Recurring extras inside steps: spikes on a period (see module doc); and the steps
+        they explain."""
+        spikes = self.level.spikes
+        steps = sorted(k for k, v in spikes.items() if v > 0)[-self.MAX_SPIKES :]
+        if not steps:
+            return [], set()
+        chosen = self._periodic(steps, s, spikes)
+        if not chosen:
+            return [], set()
+        x, resid, rows = self._fit(chosen, spikes)
+        # An extra that comes on a longer period inside a shorter one's steps (a checkpoint
+        # every 100 steps on an evaluation every 25) shows as a periodic residual: a second pass.
+        big = [k for k, r in zip(rows, resid, strict=True) if r > max(0.5 * x.mean(), 0.0)]
+        more = [
+            c
+            for c in self._periodic(big, s, dict(zip(rows, resid, strict=True)))
+            if c not in chosen
+        ]
+        if more:
+            chosen += more
+            x, resid, rows = self._fit(chosen, spikes)
+        covered = set(rows)
+        out = []
+        for j, (period, offset, what) in enumerate(chosen):
+            member = [k % period == offset for k in rows]
+            hits = sum(member)
+            spread = float(np.std(resid[member])) if hits > 1 else float(x[j]) / 2
+            first = next(k for k in rows if k % period == offset)
+            out.append(
+                Part(
+                    f"every {period} steps" + (f" ({what})" if what else ""),
+                    f"every {period} steps from step {first + 1}",
+                    "schedule" if what else "learned",
+                    float(x[j]),
+                    spread,
+                    hits,
+                    "in-step",
+                    period,
+                    offset,
+                )
+            )
+        return out, covered
+
+    def _periodic(self, steps: list[int], s: int, spikes: dict[int, float]) -> list[tuple]:
+        """Periods (period, offset, what) that explain the spike steps ``steps``: greedily the
+        one with the most steps not yet explained, while it is significant (schedule periods:
+        at 5 %; learned ones: 0.1 % after a Bonferroni correction, with ``MIN_HITS``)."""
+        if not steps:
+            return []
+        known = self.schedule.periods()
+        seen = max(s - self.warmup_steps, 1)
+        cands: dict[int, str] = dict(known)
+        recent = steps[-8:]
+        for i, a in enumerate(recent):
+            for b in recent[i + 1 :]:
+                if b - a >= 2:
+                    cands.setdefault(b - a, "")
+        tests = sum(len({k % p for k in steps}) for p in cands)
+        classes = []
+        for period, what in cands.items():
+            for offset in {k % period for k in steps}:
+                members = [k for k in steps if k % period == offset]
+                expected = _occurrences(period, offset, members[0], s - 1)
+                hits = len(members)
+                if expected == 0 or hits / expected < 0.8:
+                    continue
+                # How likely so many hits are by chance, at the rate of the other spikes.
+                rate = max(len(steps) - hits, 1) / max(seen - expected, 1)
+                p = _binomial_tail(hits, expected, min(rate, 1.0))
+                if p < 0.05 if what else p * tests < 0.001 and hits >= self.MIN_HITS:
+                    classes.append((period, offset, what, set(members)))
+        chosen, covered = [], set()
+        while classes:
+            best = max(classes, key=lambda c: (len(c[3] - covered), bool(c[2]), -c[0]))
+            if len(best[3] - covered) < (1 if best[2] else self.MIN_HITS):
+                break
+            chosen.append(best[:3])
+            covered |= best[3]
+            classes.remove(best)
+        return chosen
+
+    @staticmethod
+    def _fit(chosen: list[tuple], spikes: dict[int, float]):
+        """Each spike is the sum of the extras whose periods it lies on (an evaluation and a
+        checkpoint on the same step): least squares, clipped at zero."""
+        rows = sorted(k for k in spikes if spikes[k] > 0 and any(k % p == o for p, o, _ in chosen))
+        a = np.array([[1.0 if k % p == o else 0.0 for p, o, _ in chosen] for k in rows])
+        y = np.array([spikes[k] for k in rows])
+        x = np.maximum(np.linalg.lstsq(a, y, rcond=None)[0], 0.0)
+        return x, y - a @ x, rows
+
+    def _sections(self, s: int, level: float) -> list[Part]:
+        """Marked sections (evaluation, checkpoints) with their schedule; an evaluation the
+        schedule announces but the run has not reached yet is assumed (said so)."""
+        out = []
+        sched = self.schedule
+        for name, seen in self.sections.items():
+            at = [k for k, _ in seen]
+            secs = [x for _, x in seen]
+            mean = sum(secs) / len(secs)
+            # One occurrence says nothing of the spread: assume 10 % (evaluations and
+            # checkpoints repeat the same work).
+            sd = float(np.std(secs)) if len(secs) > 1 else mean / 10
+            period, source = None, "learned"
+            if name == "eval" and sched.eval_period():
+                period, source = sched.eval_period(), "schedule"
+            elif name == "checkpoint" and sched.checkpoint_every_steps:
+                period, source = sched.checkpoint_every_steps, "schedule"
+            else:
+                gaps = {b - a for a, b in zip(at, at[1:], strict=False) if b > a}
+                if len(gaps) == 1:
+                    period = gaps.pop()
+                elif len(at) == 1 and at[0] > 0:
+                    spe = sched.steps_per_epoch
+                    if spe and at[0] % spe == 0:
+                        period, source = spe, "assumed: each epoch"
+                    else:
+                        period, source = at[0], f"assumed: every {at[0]} steps"
+            if period is None:
+                out.append(
+                    Part(f"section {name}", "one-off", "measured", mean, sd, len(at), "one-off")
+                )
+                continue
+            offset = at[-1] % period
+            out.append(
+                Part(
+                    f"section {name}",
+                    f"every {period} steps",
+                    source,
+                    mean,
+                    sd,
+                    len(at),
+                    "section",
+                    period,
+                    offset,
+                    # Due right now: its step is done and the section has not begun.
+                    due_now=at[-1] < s and s % period == offset,
+                )
+            )
+        period = sched.eval_period()
+        if period and "eval" not in self.sections:
+            if sched.eval_steps:
+                # Forward passes only: about a third of a training step per batch.
+                mean = sched.eval_steps * level / 3
+                source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step"
+                sd = mean
+            else:
+                mean, sd = 0.0, 0.1 * period * level
+                source = "assumed: not seen yet, +/- a tenth of its steps' time"
+            out.append(
+                Part(
+                    "section eval (not seen yet)",
+                    f"every {period} steps",
+                    source,
+                    mean,
+                    sd,
+                    0,
+                    "section",
+                    period,
+                    0,
+                    due_now=s > 0 and s % period == 0,
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
 class Forecast:
     """A total-time forecast and how it was made; ``to_dict()`` is ``ailens predict --json``.
 
-    ``predicted_total_s``/``interval_s`` is the forecast made at the signature step when the
-    signature was reached (``made_at_step``), else the latest one; ``history`` holds every
-    forecast made, as (steps done, predicted total seconds). Totals are seconds from the
-    Lens's start on rank 0 to the end of step ``total_steps``.
+    ``predicted_total_s``/``interval_s``: the forecast made at the signature step when the
+    signature was reached (``basis`` "signature"), else the one made at a fixed early point
+    (``basis`` "early", 10 % of the steps) once the run got there, else the latest. Totals
+    are seconds from the Lens's start on rank 0 to the end of the run (its close); the
+    ``job_*`` fields count from the process start instead. ``history`` holds (steps done,
+    predicted total) at most once per step.
     """
 
     predicted_total_s: float | None
@@ -203,156 +840,63 @@ class Forecast:
     actual_total_s: float | None
     history: tuple[tuple[int, float], ...]
     made_at_step: int
+    basis: str  # "signature", "early" or "latest"
     elapsed_s: float  # rank 0's time at made_at_step
     total_steps: int | None
-    step_time_s: float  # mean step time after warm-up
-    step_time_interval_s: tuple[float, float]  # confidence interval of that mean
-    step_time_sd_s: float  # spread of one step time (see spread_method)
-    spread_method: str  # "step-to-step" or "batch means of W steps" (slow swings)
-    steps_used: int  # step times behind the estimate (the current regime)
-    regime_start_step: int  # first of them (1-based; after warm-up and any change of speed)
-    remaining_by_phase_s: tuple[tuple[int, float], ...] = ()  # (phase id, seconds still to come)
-    remaining_other_phases_s: float = 0.0  # phases under min_share
-    remaining_outside_s: float = 0.0  # time no collective tick covers
-    signature_elapsed_s: float | None = None
+    naive_eta_s: float | None  # the progress-bar ETA (time still to go) at made_at_step
+    naive_total_s: float | None  # elapsed + naive_eta_s
+    step_time_s: float | None
+    step_time_sd_s: float | None
+    regime_start_step: int | None
+    components: tuple[Component, ...] = ()
     steps_done: int = 0  # steps recorded by the end of the data
+    job_offset_s: float | None = None  # process start -> Lens start
+    actual_job_total_s: float | None = None  # process start -> process exit, when recorded
+    signature_rel_tol: float | None = None
     level: float = INTERVAL_LEVEL
     note: str = ""
 
     @property
     def error_pct(self) -> float | None:
-        """Signed error of the forecast against the actual total, in percent."""
-        if self.actual_total_s is None or self.predicted_total_s is None or not self.actual_total_s:
+        """Signed error of the forecast against the actual total, in percent; None for a
+        forecast made at the end of the run (it is never scored against itself)."""
+        return None if self.basis == "latest" else _pct(self.predicted_total_s, self.actual_total_s)
+
+    @property
+    def naive_error_pct(self) -> float | None:
+        """The same for the progress-bar ETA made at the same step."""
+        return None if self.basis == "latest" else _pct(self.naive_total_s, self.actual_total_s)
+
+    @property
+    def covered(self) -> bool | None:
+        """Whether the actual total fell inside the interval (None: not scored)."""
+        if self.error_pct is None or self.interval_s is None:
             return None
-        return 100.0 * (self.predicted_total_s - self.actual_total_s) / self.actual_total_s
+        return self.interval_s[0] <= self.actual_total_s <= self.interval_s[1]
+
+    @property
+    def predicted_job_total_s(self) -> float | None:
+        if self.predicted_total_s is None or self.job_offset_s is None:
+            return None
+        return self.job_offset_s + self.predicted_total_s
 
     def to_dict(self) -> dict:
         """JSON-ready dict (plain Python types)."""
         d = asdict(self)
         d["interval_s"] = None if self.interval_s is None else list(self.interval_s)
-        d["step_time_interval_s"] = list(self.step_time_interval_s)
         d["history"] = [[int(s), float(v)] for s, v in self.history]
-        d["remaining_by_phase_s"] = [[int(i), float(v)] for i, v in self.remaining_by_phase_s]
+        d["components"] = [asdict(c) for c in self.components]
         d["error_pct"] = self.error_pct
+        d["naive_error_pct"] = self.naive_error_pct
+        d["predicted_job_total_s"] = self.predicted_job_total_s
+        d["covered"] = self.covered
         return d
 
 
-@dataclass(frozen=True)
-class StepStats:
-    """Post-warm-up step times as exact integer sums (ns), kept in O(1) memory.
-
-    ``blocks`` consecutive blocks of ``block_len`` steps (the signature window) give a
-    batch-means estimate of the spread that also covers slow swings (other jobs, thermal
-    throttling) the step-to-step spread misses; the larger estimate is used once
-    ``MIN_BLOCKS`` blocks exist.
-    """
-
-    n: int
-    sum_ns: int
-    sum2_ns: int
-    blocks: int = 0
-    block_sum_ns: int = 0
-    block_sum2_ns: int = 0
-    block_len: int = 1
-
-    MIN_BLOCKS = 5
-
-    @property
-    def mean_s(self) -> float:
-        return self.sum_ns / self.n / 1e9
-
-    def spread(self) -> tuple[float, int, str]:
-        """(standard deviation of one step time in s, degrees of freedom, method)."""
-        n = self.n
-        var = max((n * self.sum2_ns - self.sum_ns * self.sum_ns) / (n * (n - 1)), 0)
-        sd, df, method = math.sqrt(var) / 1e9, n - 1, "step-to-step"
-        k = self.blocks
-        if k >= self.MIN_BLOCKS:
-            vb = max((k * self.block_sum2_ns - self.block_sum_ns**2) / (k * (k - 1)), 0)
-            sd_b = math.sqrt(vb / self.block_len) / 1e9
-            if sd_b > sd:
-                sd, df, method = sd_b, k - 1, f"batch means of {self.block_len} steps"
-        return sd, df, method
-
-    def mean_half_width_s(self, level: float = INTERVAL_LEVEL) -> float:
-        """Half-width of the ``level`` confidence interval of the mean step time."""
-        sd, df, _ = self.spread()
-        return t_quantile(0.5 + level / 2, df) * sd / math.sqrt(self.n)
-
-
-def step_time_precise(stats: StepStats, rel_tol: float, level: float = INTERVAL_LEVEL) -> bool:
-    """The precision half of the signature rule: the confidence interval of the mean step
-    time is within +/- ``rel_tol`` of it."""
-    if stats.n < 2 or stats.sum_ns <= 0:
-        return False
-    return stats.mean_half_width_s(level) <= rel_tol * stats.mean_s
-
-
-def forecast_total(
-    *,
-    elapsed_s: float,
-    steps_done: int,
-    total_steps: int | None,
-    stats: StepStats,
-    phase_step_s: Any = None,
-    kept: Any = None,
-    level: float = INTERVAL_LEVEL,
-    regime_start_step: int = 1,
-) -> dict:
-    """Forecast arithmetic from the post-warm-up step-time statistics.
-
-    ``phase_step_s``: seconds per step of each phase (index i is phase i + 1) with ``kept``
-    the ids of the significant ones; whatever part of the mean step time they do not cover
-    is "outside collectives". Returns a dict of the Forecast fields (predicted total and
-    interval are None without ``total_steps``).
-    """
-    n = stats.n
-    if n < 2:
-        raise ValueError("a forecast needs at least two step times after the warm-up")
-    m = stats.mean_s
-    sd_s, df, method = stats.spread()
-    tq = t_quantile(0.5 + level / 2, df)
-    half_mean = tq * sd_s / math.sqrt(n)
-    out = {
-        "elapsed_s": float(elapsed_s),
-        "made_at_step": int(steps_done),
-        "total_steps": total_steps,
-        "step_time_s": m,
-        "step_time_interval_s": (m - half_mean, m + half_mean),
-        "step_time_sd_s": sd_s,
-        "spread_method": method,
-        "steps_used": int(n),
-        "regime_start_step": int(regime_start_step),
-        "predicted_total_s": None,
-        "interval_s": None,
-        "remaining_by_phase_s": (),
-        "remaining_other_phases_s": 0.0,
-        "remaining_outside_s": 0.0,
-        "level": level,
-    }
-    if total_steps is None:
-        out["note"] = "total_steps unknown: per-step time only (set total_steps for a total)"
-        return out
-    r = max(int(total_steps) - int(steps_done), 0)
-    per_phase = np.zeros(0) if phase_step_s is None else np.asarray(phase_step_s, dtype=np.float64)
-    keep = set() if kept is None else {int(k) for k in kept}
-    by_phase = tuple((i + 1, float(v) * r) for i, v in enumerate(per_phase) if i + 1 in keep)
-    other = float(sum(v for i, v in enumerate(per_phase) if i + 1 not in keep)) * r
-    phases_s = sum(v for _, v in by_phase) + other
-    # Outside collectives: the rest of the measured step time (optimizer tail, data loading,
-    # evaluation and checkpoints seen so far), so the parts add up to elapsed + R * m.
-    outside = m * r - phases_s
-    predicted = float(elapsed_s) + phases_s + outside
-    half = tq * sd_s * math.sqrt(r + r * r / n)
-    out.update(
-        predicted_total_s=predicted,
-        interval_s=(predicted - half, predicted + half),
-        remaining_by_phase_s=by_phase,
-        remaining_other_phases_s=other,
-        remaining_outside_s=outside,
-        note="" if r else "run complete: nothing left to forecast",
-    )
-    return out
+def _pct(pred: float | None, actual: float | None) -> float | None:
+    if pred is None or not actual:
+        return None
+    return 100.0 * (pred - actual) / actual
 
 
 # --------------------------------------------------------------------------- cost models

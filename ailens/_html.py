@@ -10,13 +10,12 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 from typing import Any
 
 import numpy as np
 
 from . import __version__
-from ._report import COUNTER_LABELS, fmt_s, format_forecast, report_dict
+from ._report import NO_TICKS, Header, Section, build_report, fmt_s
 
 __all__ = ["PlotUnavailable", "render_html"]
 
@@ -294,11 +293,12 @@ h2{font-size:18px;margin:32px 0 8px;border-bottom:1px solid #ddd;padding-bottom:
 .cards{display:flex;flex-wrap:wrap;gap:12px;margin:16px 0}
 .card{flex:1 1 150px;border:1px solid #e2e4e8;border-radius:8px;padding:10px 14px;
  background:#fafbfc}
-.card b{display:block;font-size:22px;font-weight:600}.card span{color:#666;font-size:12px}
+.card b{display:block;font-size:22px;font-weight:600}.card small{font-size:13px}
+.card span{color:#666;font-size:12px}
 table{border-collapse:collapse;margin:8px 0;font-size:14px}
 th,td{padding:4px 12px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
 th{background:#f0f2f5;font-weight:600}td.l,th.l{text-align:left}
-tr.total td{font-weight:600;border-top:2px solid #ccc}
+tr.total td{font-weight:600;border-top:2px solid #ccc}tr.this td{font-weight:600}
 .warn{background:#fff4e5;border-left:4px solid #f0a020;padding:8px 12px;margin:12px 0}
 .note{color:#666;font-size:13px}
 figure{margin:16px 0}figure img{max-width:100%;height:auto}figcaption{color:#666;font-size:13px}
@@ -310,21 +310,51 @@ def _e(x: Any) -> str:
     return html.escape(str(x))
 
 
-def _table(
-    head: list[str], rows: list[list[str]], left: set[int] = frozenset(), total_last: bool = False
-) -> str:
-    th = "".join(
-        f'<th class="l">{_e(h)}</th>' if i in left else f"<th>{_e(h)}</th>"
-        for i, h in enumerate(head)
-    )
+def _swatch(colors: dict[int, str], phase: int | None) -> str:
+    color = colors.get(phase) if phase is not None else None
+    return f'<span class="swatch" style="background:{color}"></span>' if color else ""
+
+
+def _table(s: Section, colors: dict[int, str]) -> str:
+    """A section's rows as an HTML table; label/value sections: no header row, labels bold."""
+    left = [not r for r in s.right] if s.head else [True, True]
+
+    def cell(tag: str, col: int, inner: str) -> str:
+        return f'<{tag} class="l">{inner}</{tag}>' if left[col] else f"<{tag}>{inner}</{tag}>"
+
+    head = "".join(cell("th", i, _e(h)) for i, h in enumerate(s.head))
     body = []
-    for j, row in enumerate(rows):
-        cls = ' class="total"' if total_last and j == len(rows) - 1 else ""
-        tds = "".join(
-            f'<td class="l">{c}</td>' if i in left else f"<td>{c}</td>" for i, c in enumerate(row)
-        )
-        body.append(f"<tr{cls}>{tds}</tr>")
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    for r in s.rows:
+        inner = [_e(c) for c in r.cells]
+        inner[0] = _swatch(colors, r.phase) + (inner[0] if s.head else f"<b>{inner[0]}</b>")
+        tds = "".join(cell("td", i, c) for i, c in enumerate(inner))
+        body.append(f'<tr class="{r.kind}">{tds}</tr>' if r.kind else f"<tr>{tds}</tr>")
+    thead = f"<thead><tr>{head}</tr></thead>" if head else ""
+    return f"<table>{thead}<tbody>{''.join(body)}</tbody></table>"
+
+
+def _section(s: Section, colors: dict[int, str]) -> str:
+    if not s.rows and not s.empty:
+        return ""
+    parts = [f"<h2>{_e(s.title)}</h2>"]
+    parts.append(_table(s, colors) if s.rows else f"<p>{_e(s.empty)}</p>")
+    parts += [f'<p class="note">{_e(n)}</p>' for n in s.notes]
+    return "\n".join(parts)
+
+
+def _header(h: Header, title: str) -> str:
+    parts = [f"<h1>{_e(title)}</h1>"]
+    about = " · ".join((*h.about, f"counter {h.counter}"))
+    parts.append(f'<p class="sub">{_e(about)}</p>')
+    parts += [f'<div class="warn"><b>Warning:</b> {_e(w)}</div>' for w in h.warnings]
+    cards = "".join(
+        f'<div class="card"><b>{_e(f.value)}'
+        + (f" <small>({_e(f.detail)})</small>" if f.detail else "")
+        + f"</b><span>{_e(f.label)}</span></div>"
+        for f in h.figures
+    )
+    parts.append(f'<div class="cards">{cards}</div>')
+    return "\n".join(parts)
 
 
 def _figure(uri: str | None, caption: str) -> str:
@@ -334,211 +364,62 @@ def _figure(uri: str | None, caption: str) -> str:
     return f'<figure><img src="{uri}" alt="{cap}"><figcaption>{cap}</figcaption></figure>'
 
 
-def _tick_figures(plt, a, colors) -> list[str]:
-    simo_cap = (
-        "SIMO of every tick; ticks within ±tolerance of a phase's first SIMO share its colour."
-    )
-    return [
-        _figure(_plot_simo(plt, a, colors), simo_cap),
-        _figure(
-            _plot_share(plt, a, colors),
-            "Share of the run's time per phase, split into communication and compute.",
-        ),
-        _figure(
-            _plot_comm_compute(plt, a),
-            "Where each step's time goes, summed over the step's collectives.",
-        ),
-    ]
-
-
-def render_html(
-    a, whatif_rows=None, *, whatif_mode: str = "weak", title: str | None = None, top: int = 5
-) -> str:
-    """The report page of analysis ``a`` (a RunAnalysis) with ``whatif_rows`` as one HTML string.
-
-    Raises :class:`PlotUnavailable` when matplotlib is not installed.
-    """
-    plt = _pyplot()
-    d = report_dict(a, whatif_rows, whatif_mode=whatif_mode, top=top)
-    colors = _phase_colors(a)
-    table = a.table
-    meta = a.run.meta
-    title = title or f"ailens report: {a.run.path.name or a.run.path}"
-
-    parts = [f"<h1>{_e(title)}</h1>"]
-    backend = f"/{meta['backend']}" if meta.get("backend") else ""
-    parts.append(
-        f'<p class="sub">run {_e(meta.get("run_id"))} · {a.ranks} ranks on '
-        f"{_e(', '.join(d['hosts']))} · "
-        f"{_e(meta.get('framework') or '?')}{_e(backend)} · "
-        f"started {_e(meta.get('start_time', '?'))} · "
-        f"counter {_e(COUNTER_LABELS.get(a.counter, a.counter))}"
-        + (f" (fallback: {_e(meta['counter_fallback'])})" if meta.get("counter_fallback") else "")
-        + "</p>"
-    )
-    for w in a.warnings:
-        parts.append(f'<div class="warn"><b>Warning:</b> {_e(w)}</div>')
-
-    f = a.forecast
-    cards = [
-        (fmt_s(a.total_s), "wall time"),
-        (f"{a.comm_pct:.1f}% / {a.compute_pct:.1f}%", "communication / compute"),
-        (f"{table.n_phases} <small>({a.n_phases_previous:,} PAS2P)</small>", "phases (SIMO)"),
-        (f"{a.n_ticks:,}", f"collectives per rank, {len(a.step_end_s):,} steps"),
-    ]
-    if f is not None and f.predicted_total_s is not None:
-        label = "forecast total"
-        if f.signature_step is not None:
-            label += f", from step {f.signature_step}"
-        cards.append((fmt_s(f.predicted_total_s), label))
-    parts.append(
-        '<div class="cards">'
-        + "".join(
-            f'<div class="card"><b>{v if "<small>" in v else _e(v)}</b><span>{_e(k)}</span></div>'
-            for v, k in cards
-        )
-        + "</div>"
-    )
-
-    # Table 2
-    parts.append("<h2>Table 2. Phases</h2>")
-    rows = []
-    for p in table.phases:
-        sw = f'<span class="swatch" style="background:{colors[p.id]}"></span>'
-        rows.append(
-            [
-                f"{sw}{p.id}",
-                _e(p.op),
-                _e(p.simo),
-                f"{p.time_per_occurrence_s:.6f}",
-                f"{p.weight:,}",
-                f"{p.total_s:.6f}",
-                f"{100 * p.share:.1f}%",
-            ]
-        )
-    if table.dropped:
-        rows.append(
-            [
-                f"{len(table.dropped)} dropped (&lt;{100 * table.min_share:g}%)",
-                "",
-                "",
-                "",
-                "",
-                f"{table.dropped_s:.6f}",
-                f"{100 * table.dropped_s / table.total_s:.1f}%" if table.total_s else "",
-            ]
-        )
-    rows.append(["Total", "", "", "", f"{table.n_ticks:,}", f"{table.total_s:.6f}", "100%"])
-    parts.append(
-        _table(
-            ["Phase", "Op", "SIMO", "Time/occurrence (s)", "Weight", "Time×Weight (s)", "Share"],
-            rows,
-            left={0, 1},
-            total_last=True,
-        )
-    )
-    parts.append(
-        '<p class="note">Time per occurrence is the mean over ranks of the communication time plus '
-        "the compute gap before the collective; weight is the number of occurrences (ticks).</p>"
-    )
-
-    # Table 3
-    t3 = d["table3"]
-    parts.append("<h2>Table 3. Phase detection and execution time</h2>")
-    parts.append(
-        _table(
-            [
-                "Processes",
-                "Previous phases (PAS2P)",
-                "Current phases (SIMO)",
-                "AET (s)",
-                "% Comm.",
-                "% Compute",
-            ],
-            [
-                [
-                    str(t3["processes"]),
-                    f"{t3['previous_phases']:,}",
-                    f"{t3['current_phases']:,}",
-                    f"{t3['aet_s']:.2f}",
-                    f"{t3['comm_pct']:.2f}",
-                    f"{t3['compute_pct']:.2f}",
-                ]
-            ],
-        )
-    )
-
+def _plots(plt, a, whatif_rows, mode: str, colors) -> dict[str, list[str]]:
+    """The plots of the page, by the key of the section they follow."""
     if not a.n_ticks:
-        parts.append("<p>No plots of phases: no collective was recorded on every rank.</p>")
+        ticks = [f"<p>No plots of phases: {_e(NO_TICKS)}</p>"]
     else:
-        parts += _tick_figures(plt, a, colors)
-
-    # Skew
-    skew = {s["phase"] if "phase" in s else s.get("id"): s for s in d["skew"]}
-    ops = {p.id: p.op for p in table.phases}
-    srows = [
-        [str(pid), _e(ops[pid]), _e(s.get("slowest_rank")), f"{s.get('spread_pct', 0.0):.1f}%"]
-        for pid, s in sorted(skew.items())
-        if pid in ops
-    ]
-    if srows:
-        parts.append("<h2>Skew across ranks</h2>")
-        parts.append(
-            _table(
-                ["Phase", "Op", "Slowest rank", "Spread of compute (max−min)/mean"], srows, left={1}
-            )
-        )
-
-    # Forecast: the same lines as the terminal report, as a two-column table.
-    parts.append("<h2>Forecast</h2>")
-    text = format_forecast(a)
-    if f is None or f.predicted_total_s is None:
-        parts.append(f"<p>{_e(text)}</p>")
-    else:
-        pairs = [re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in text.splitlines()]
-        rows = [[f"<b>{_e(k)}</b>", _e(v[0] if v else "")] for k, *v in pairs]
-        parts.append(
-            _table(["", ""], rows, left={0, 1}).replace(
-                '<thead><tr><th class="l"></th><th class="l"></th></tr></thead>', ""
-            )
-        )
-        parts.append(
+        ticks = [
+            _figure(
+                _plot_simo(plt, a, colors),
+                "SIMO of every tick; ticks within ±tolerance of a phase's first SIMO share "
+                "its colour.",
+            ),
+            _figure(
+                _plot_share(plt, a, colors),
+                "Share of the run's time per phase, split into communication and compute.",
+            ),
+            _figure(
+                _plot_comm_compute(plt, a),
+                "Where each step's time goes, summed over the step's collectives.",
+            ),
+        ]
+    forecast = []
+    if a.forecast is not None and a.forecast.predicted_total_s is not None:
+        forecast.append(
             _figure(
                 _plot_forecast(plt, a),
                 "The total time predicted from the steps seen so far, as the run went on.",
             )
         )
-
-    # What-if
-    parts.append("<h2>What-if: other rank counts</h2>")
+    scaling = []
     if whatif_rows:
-        wrows = [
-            [
-                f"<b>{r.ranks}</b>" if r.ranks == a.ranks else str(r.ranks),
-                fmt_s(r.step_time_s),
-                fmt_s(r.total_time_s),
-                f"{r.speedup:.2f}×",
-                f"{100 * r.efficiency:.0f}%",
-                f"{r.comm_pct:.1f}",
-            ]
-            for r in whatif_rows
-        ]
-        parts.append(
-            f'<p class="note">{_e(whatif_mode)} scaling; speedup against 1 rank; '
-            "bold = this run.</p>"
-        )
-        parts.append(
-            _table(["Ranks", "Step time", "Total time", "Speedup", "Efficiency", "% Comm."], wrows)
-        )
-        parts.append(
+        scaling.append(
             _figure(
-                _plot_scaling(plt, whatif_rows, a.ranks, whatif_mode),
+                _plot_scaling(plt, whatif_rows, a.ranks, mode),
                 "Speedup and parallel efficiency predicted by the what-if model; dashed: ideal.",
             )
         )
-    else:
-        parts.append("<p>No what-if: no collective was recorded on every rank.</p>")
+    return {"table3": ticks, "forecast": forecast, "whatif": scaling}
 
+
+def render_html(
+    a, whatif_rows=None, *, whatif_mode: str = "weak", title: str | None = None, top: int = 5
+) -> str:
+    """The report page of analysis ``a`` (a RunAnalysis) with ``whatif_rows`` as one HTML string:
+    the sections of :func:`ailens._report.build_report`, each followed by its plots.
+
+    Raises :class:`PlotUnavailable` when matplotlib is not installed.
+    """
+    plt = _pyplot()
+    report = build_report(a, whatif_rows, whatif_mode=whatif_mode, top=top)
+    colors = _phase_colors(a)
+    plots = _plots(plt, a, whatif_rows, whatif_mode, colors)
+    title = title or report.header.title
+    parts = [_header(report.header, title)]
+    for s in report.sections:
+        parts.append(_section(s, colors))
+        parts += plots.get(s.key, [])
     parts.append(
         f'<p class="note">Generated by ailens {_e(__version__)} from {_e(a.run.path)}.</p>'
     )

@@ -6,15 +6,18 @@ Layout of ``rank-NNNNN.ailens`` (all integers little-endian)::
     chunk* : 4-byte tag | u32 rows | u32 payload_len | u32 crc32(payload) | payload (zlib)
 
 Chunk tags: ``EVTS`` collective events (columnar, see EVENT_COLUMNS), ``STEP`` step
-boundaries, ``OPS `` the op-name list (JSON, rewritten whenever a name is added), ``MARK``
-run-structure marks (JSON list: sections such as evaluation, schedules), ``INFO`` a JSON
-record (written at close: why and how the rank ended).
+boundaries, ``XCHG`` the cross-rank exchanges the online analysis was fed at (columnar, see
+EXCHANGE_COLUMNS), ``OPS `` the op-name list (JSON, rewritten whenever a name is added),
+``MARK`` run-structure marks (JSON list: sections such as evaluation, schedules, facts),
+``INFO`` a JSON record (written at close: why and how the rank ended).
 
 Every chunk is written with one ``write`` and flushed, so a rank killed with SIGKILL leaves
 a file that reads back up to its last complete chunk. Nothing on the read path uses pickle,
 eval or yaml: metadata is JSON, payloads are typed numpy columns.
 
-Format history: version 1 — first release.
+Format history: version 1 — first release. Version 2 — ``XCHG`` and ``MARK`` chunks, so the
+offline analysis feeds its forecast exactly what the online one was fed; version 1 files
+still read (no exchanges: the offline forecast is then evaluated at every step).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAGIC = b"AILENS\x00\n"
 TRACE_GLOB = "rank-*.ailens"
 
@@ -45,8 +49,22 @@ EVENT_COLUMNS: tuple[tuple[str, str], ...] = (
     ("work", "<i8"),
 )
 STEP_COLUMNS: tuple[tuple[str, str], ...] = (("step", "<u4"), ("t_ns", "<i8"), ("work", "<i8"))
+# One row per exchange batch this rank took part in: ``seq`` orders it among the marks,
+# ``step`` is the steps done, ``ticks`` the ticks covered after the batch, ``live`` whether
+# this rank contributed, ``disabled`` how many ranks did not, ``stop`` the agreed early stop.
+EXCHANGE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("seq", "<u4"),
+    ("step", "<u4"),
+    ("ticks", "<i8"),
+    ("live", "<u1"),
+    ("disabled", "<u4"),
+    ("stop", "<u1"),
+    ("t_ns", "<i8"),
+)
 EVENT_ROW_BYTES = sum(np.dtype(d).itemsize for _, d in EVENT_COLUMNS)
 STEP_ROW_BYTES = sum(np.dtype(d).itemsize for _, d in STEP_COLUMNS)
+EXCHANGE_ROW_BYTES = sum(np.dtype(d).itemsize for _, d in EXCHANGE_COLUMNS)
+_ROW_BYTES = {b"EVTS": EVENT_ROW_BYTES, b"STEP": STEP_ROW_BYTES, b"XCHG": EXCHANGE_ROW_BYTES}
 
 _CHUNK_HEAD = struct.Struct("<4sIII")
 _U32 = struct.Struct("<I")
@@ -102,10 +120,18 @@ def encode_events(cols: dict[str, np.ndarray]) -> bytes:
     return _chunk(b"EVTS", n, raw)
 
 
+def _encode_columns(tag: bytes, spec, cols: dict[str, np.ndarray]) -> bytes:
+    n = len(cols[spec[0][0]])
+    raw = b"".join(np.asarray(cols[name], dtype=dt).tobytes() for name, dt in spec)
+    return _chunk(tag, n, raw)
+
+
 def encode_steps(cols: dict[str, np.ndarray]) -> bytes:
-    n = len(cols["step"])
-    raw = b"".join(np.asarray(cols[name], dtype=dt).tobytes() for name, dt in STEP_COLUMNS)
-    return _chunk(b"STEP", n, raw)
+    return _encode_columns(b"STEP", STEP_COLUMNS, cols)
+
+
+def encode_exchanges(cols: dict[str, np.ndarray]) -> bytes:
+    return _encode_columns(b"XCHG", EXCHANGE_COLUMNS, cols)
 
 
 def encode_json(tag: bytes, obj) -> bytes:
@@ -126,7 +152,7 @@ def encode_header(meta: dict) -> bytes:
 class TraceWriter:
     """Appends chunks to one rank's trace file; each chunk is one write, then flushed."""
 
-    def __init__(self, path: Path, meta: dict) -> None:
+    def __init__(self, path: Path, meta: dict, *, file_wrapper=None) -> None:
         self.path = Path(path)
         # 0o644 & ~umask: the user's umask decides, and never world-writable, even at umask 000.
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -134,6 +160,8 @@ class TraceWriter:
         self.bytes_written = 0
         self.broken = False
         self._write(encode_header(meta))
+        if file_wrapper is not None:  # after the header: a test's full disk takes chunks
+            self._file = file_wrapper(self._file)
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -193,6 +221,7 @@ class RankTrace:
     info: dict
     complete: bool
     problems: tuple[str, ...] = ()
+    exchanges: dict[str, np.ndarray] = field(default_factory=lambda: _concat([], EXCHANGE_COLUMNS))
     # Run-structure marks in order: sections ({"kind": "section", "name", "step",
     # "t_begin_ns", "t_end_ns"}) and schedules ({"kind": "schedule", "step", ...}).
     marks: tuple[dict, ...] = ()
@@ -238,10 +267,11 @@ def _read_header(path: Path, data: bytes) -> tuple[dict, int]:
         raise _ShortHeader(f"{path}: {len(data)} bytes, too short for an ailens trace header")
     pos = len(MAGIC)
     (version,) = _U32.unpack_from(data, pos)
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise TraceError(
-            f"{path}: trace format version {version}, this ailens reads version {FORMAT_VERSION}; "
-            "read it with the ailens version that wrote it"
+            f"{path}: trace format version {version}, this ailens reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; read it with the ailens version that "
+            "wrote it"
         )
     (meta_len,) = _U32.unpack_from(data, pos + 4)
     pos += 8
@@ -296,7 +326,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
     path = Path(path)
     data = _read_regular_file(path)
     meta, pos = _read_header(path, data)
-    events, steps, problems = [], [], []
+    events, steps, exchanges, problems = [], [], [], []
     ops: list[str] = []
     marks: list[dict] = []
     info: dict = {}
@@ -306,10 +336,10 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
             break
         tag, rows, plen, crc = _CHUNK_HEAD.unpack_from(data, pos)
         start = pos + _CHUNK_HEAD.size
-        if tag not in (b"EVTS", b"STEP", b"OPS ", b"INFO", b"MARK"):
+        if tag not in (b"EVTS", b"STEP", b"XCHG", b"OPS ", b"INFO", b"MARK"):
             problems.append(f"unknown chunk tag {tag!r} at byte {pos}; later chunks ignored")
             break
-        row_bytes = {b"EVTS": EVENT_ROW_BYTES, b"STEP": STEP_ROW_BYTES}.get(tag, 0)
+        row_bytes = _ROW_BYTES.get(tag, 0)
         bomb = rows * row_bytes > MAX_EXPANSION * plen + 4096
         if rows > MAX_CHUNK_ROWS or plen > MAX_PAYLOAD_BYTES or bomb:
             problems.append(
@@ -335,11 +365,11 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
                     raise TraceError(f"{path}: chunk at byte {pos} uses an op id with no name")
                 events.append(cols)
             elif tag == b"STEP":
-                steps.append(
-                    _columns(
-                        _decompress(path, pos, payload, rows * STEP_ROW_BYTES), STEP_COLUMNS, rows
-                    )
-                )
+                raw = _decompress(path, pos, payload, rows * STEP_ROW_BYTES)
+                steps.append(_columns(raw, STEP_COLUMNS, rows))
+            elif tag == b"XCHG":
+                raw = _decompress(path, pos, payload, rows * EXCHANGE_ROW_BYTES)
+                exchanges.append(_columns(raw, EXCHANGE_COLUMNS, rows))
             else:
                 obj = _json(_decompress_json(path, pos, payload))
                 if tag == b"OPS ":
@@ -382,6 +412,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
         info,
         complete,
         tuple(problems),
+        _concat(exchanges, EXCHANGE_COLUMNS),
         tuple(marks),
     )
 

@@ -56,7 +56,6 @@ __all__ = [
     "ScalingModel",
     "WhatIfRow",
     "features",
-    "format_assumptions",
     "measured_step_s",
     "merge_calibrations",
     "scaling_model",
@@ -1270,13 +1269,3 @@ def _phase_split(a, steps: _Steps, f: float, q: int) -> tuple[tuple[int, float, 
     return tuple(
         (ph.id, float(pc[ph.id]), float(pm[ph.id])) for ph in a.table.phases if ph.id < size
     )
-
-
-def format_assumptions(rows: list[WhatIfRow]) -> str:
-    """The assumptions behind the rows, each once, as lines for the terminal."""
-    seen: list[str] = []
-    for r in rows:
-        for s in getattr(r, "assumptions", ()):
-            if s not in seen:
-                seen.append(s)
-    return "\n".join(["Assumptions:"] + [f"  - {s}" for s in seen]) if seen else ""

@@ -282,8 +282,10 @@ def _load(args):
     from ._trace import load_run
 
     run = load_run(args.run_dir)
-    if not any(t.n_events for t in run.ranks):
-        raise CliError(f"{args.run_dir}: the run recorded no collectives yet; nothing to report")
+    if not any(t.n_events or len(t.steps["step"]) for t in run.ranks):
+        raise CliError(
+            f"{args.run_dir}: the run recorded no collective and no step yet; nothing to report"
+        )
     return run
 
 

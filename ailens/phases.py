@@ -464,38 +464,16 @@ def phase_table(
 # --------------------------------------------------------------------------- formatting
 
 
-def _grid(rows: list[list[str]], right: Sequence[bool]) -> str:
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(
-            cell.rjust(w) if r else cell.ljust(w)
-            for cell, w, r in zip(row, widths, right, strict=True)
-        ).rstrip()
-        for row in rows
-    )
-
-
 def format_table2(table: PhaseTable, detail: bool = False) -> str:
     """The paper's Table 2: Phase | Time/occurrence (s) | Weight | Time×Weight (s).
 
     Dropped phases are summed in one row so the last column adds up to the final Total row.
-    ``detail`` adds each phase's op and SIMO representative.
+    ``detail`` adds each phase's op and SIMO representative. The rows are those of the
+    report's Table 2 (``ailens report``), without its Share column.
     """
-    head = ["Phase", "Time/occurrence (s)", "Weight", "Time×Weight (s)"]
-    extra = ["Op", "SIMO"] if detail else []
-    rows = [head[:1] + extra + head[1:]]
-    for p in table.phases:
-        ext = [str(p.op), str(p.simo)] if detail else []
-        rows.append(
-            [str(p.id), *ext, f"{p.time_per_occurrence_s:.6f}", f"{p.weight:,}", f"{p.total_s:.6f}"]
-        )
-    pad = [""] * len(extra)
-    if table.dropped:
-        label = f"{len(table.dropped)} dropped (<{100 * table.min_share:g}%)"
-        rows.append([label, *pad, "", "", f"{table.dropped_s:.6f}"])
-    rows.append(["Total", *pad, "", "", f"{table.total_s:.6f}"])
-    right = [False] + [False] * len(extra) + [True, True, True]
-    return _grid(rows, right)
+    from ._report import table2_section, table_text
+
+    return table_text(table2_section(table, detail=detail, share=False), rule=False)
 
 
 TABLE3_HEADER = (
@@ -513,13 +491,13 @@ def format_table3_row(
     """One row of the paper's Table 3 (columns as in :data:`TABLE3_HEADER`).
 
     ``previous_phases`` is the PAS2P baseline count (``pas2p_assign(...).max()``); the current
-    count is ``table.n_phases``; time and percentages are the table's whole-run totals.
+    count is ``table.n_phases``; time and percentages are the table's whole-run totals. The
+    cells are those of the report's Table 3 (``ailens report``).
     """
-    procs = "" if processes is None else str(processes)
-    return (
-        f"{application} | {procs} | {previous_phases:,} | {table.n_phases:,} | "
-        f"{table.total_s:.2f} | {table.comm_pct:.2f} | {table.compute_pct:.2f}"
-    )
+    from ._report import table3_section
+
+    (row,) = table3_section(table, previous_phases, processes=processes).rows
+    return " | ".join((application, *row.cells))
 
 
 # --------------------------------------------------------------------------- online

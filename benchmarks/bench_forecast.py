@@ -1,358 +1,595 @@
-"""Forecast accuracy on the real examples: total time from the signature, early stop, and
-the 1-rank <-> 2-rank scaling what-if.
+"""Forecast accuracy: ailens against the progress-bar ETA, on a corpus of recorded runs replayed
+deterministically, and live on the examples.
 
-    .venv/bin/python benchmarks/bench_forecast.py               # kmeans, resnet50-ddp, mnist
-    .venv/bin/python benchmarks/bench_forecast.py --examples kmeans --json out.json
-    .venv/bin/python benchmarks/bench_forecast.py --calibrate   # `ailens calibrate` first
+    .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json   # replay the corpus
+    .venv/bin/python benchmarks/bench_forecast.py record                   # (re)record real runs
+    .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
 
-For each example (its documented ``run --ranks N --run-dir DIR [--early-stop] <sizes>``):
+``corpus`` replays every run stored under ``benchmarks/forecast_corpus/`` (real runs of the
+examples, recorded once by ``record`` with the command and load average beside each) and a
+set of synthetic runs with known answers (a real Lens driven by a fake clock: steady, noisy,
+evaluation marked or not, checkpoints, changes of speed, one-off pauses, drift). Each run is
+fed through the same code as ``ailens predict`` (``analyze`` -> ``OnlineAnalysis``); at 1, 5,
+10 and 20 % of the steps it takes the forecast made at that step and the progress-bar ETA a
+user already has (elapsed + remaining steps x mean step time so far, as tqdm and Keras'
+progbar compute it), both scored against the run's actual total.
 
-1. a full run on 2 ranks and on 1 rank; ``analyze`` replays each and reports the forecast the
-   Lens made at the signature step: |predicted - actual| / actual, and the fraction of the
-   steps (and of the time) at which it was made;
-2. an ``--early-stop`` run on 2 ranks: the forecast it wrote for the full run against the
-   full run's actual time, and how much of the run it needed;
-3. scaling: ``whatif`` from the 1-rank run to 2 ranks (collectives from the cost model:
-   calibration.json with ``--calibrate``, else the labelled default) and from the 2-rank run
-   to 1 rank (collectives removed), against the measured runs: step time and total.
-
-Goals (issue "Forecasts"): <= 1 % total-time error from <= 5 % of the steps; <= 5 % scaling
-error. The machine's load average is printed: on a shared machine step times move with
-other jobs, which no forecast can see coming.
+Goals (issue "Forecasts that beat a progress bar"): median |error| at 5 % <= 1 %; on every
+run |ailens| <= |naive| + 0.25 points at 5, 10 and 20 %; interval coverage >= 90 %;
+signature at <= 5 % of the steps on every run with step CV <= 10 %.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import ailens  # noqa: E402
 from ailens import load_run  # noqa: E402
 from ailens._analysis import analyze  # noqa: E402
-from ailens._whatif import whatif  # noqa: E402
+from ailens._forecast import naive_total_s  # noqa: E402
 
+CORPUS = REPO / "benchmarks" / "forecast_corpus"
+FRACTIONS = (1, 5, 10, 20)
 BIN = Path(sys.executable).parent
 
-# name: (run script, size flags, what-if mode, fixed dataset, launcher it needs)
-EXAMPLES = {
-    # Global problem fixed (points split across ranks), iterations fixed: strong scaling.
-    "kmeans": (
-        "examples/kmeans/run",
-        ["--points", "100000", "--iterations", "500", "--progress-every", "0"],
-        "strong",
-        True,
-        "mpiexec",
-    ),
-    # Per-rank batch fixed, steps fixed: weak scaling with a fixed number of steps.
-    "resnet50-ddp": (
-        "examples/resnet50/run",
-        [
-            "--framework",
-            "ddp",
-            "--steps",
-            "300",
-            "--image-size",
-            "32",
-            "--batch-size",
-            "4",
-            "--progress-every",
-            "0",
-        ],
-        "weak",
-        False,
-        "torchrun",
-    ),
-    # Per-rank batch fixed, epochs over a fixed dataset: weak scaling, steps x p/p'.
-    "mnist-torch": (
-        "examples/mnist/run",
-        ["--framework", "torch", "--epochs", "20", "--progress-every", "0"],
-        "weak",
-        True,
-        "horovodrun",
-    ),
-}
 
-
-def load() -> str:
+def loadavg() -> str:
     try:
         return "/".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "?"
 
 
-MAX_LOAD: float | None = None  # --max-load: wait for a quieter machine before each run
-WAIT_LIMIT_S = 1800.0
+# --------------------------------------------------------------------------- replay
 
 
-def wait_for_quiet() -> None:
-    """Wait (up to WAIT_LIMIT_S) until the 1-minute load average is under MAX_LOAD: step
-    times on a shared machine follow the other jobs, and so would the errors below."""
-    if MAX_LOAD is None:
-        return
-    deadline = time.monotonic() + WAIT_LIMIT_S
-    while os.getloadavg()[0] > MAX_LOAD and time.monotonic() < deadline:
-        time.sleep(15)
-
-
-def launch(script: str, ranks: int, run_dir: Path, flags: list[str], timeout: float) -> float:
-    """Run an example to completion in its own process group; returns wall seconds."""
-    wait_for_quiet()
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    cmd = [
-        sys.executable,
-        str(REPO / script),
-        "--ranks",
-        str(ranks),
-        "--run-dir",
-        str(run_dir),
-        *flags,
-    ]
-    t = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        cwd=REPO,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.communicate()
-        raise RuntimeError(f"{' '.join(cmd)}: timed out after {timeout:.0f} s") from None
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{out[-3000:]}")
-    return time.perf_counter() - t
-
-
-def pct(pred: float | None, actual: float | None) -> float | None:
-    if pred is None or not actual:
-        return None
-    return 100.0 * (pred - actual) / actual
-
-
-def forecast_row(a) -> dict:
+def replay(run_dir: Path) -> dict:
+    """Score one recorded run: forecast and progress bar at each fraction of the steps."""
+    seen: dict[int, tuple] = {}
+    a = analyze(load_run(run_dir), watch=lambda oa: _watch(oa, seen))
     f = a.forecast
-    if f is None:
-        return {"forecast": None, "warnings": list(a.warnings)}
-    actual = f.actual_total_s
-    lo, hi = f.interval_s
-    return {
-        "predicted_total_s": f.predicted_total_s,
-        "interval_s": [lo, hi],
-        "actual_total_s": actual,
-        "error_pct": pct(f.predicted_total_s, actual),
-        "inside_interval": actual is not None and lo <= actual <= hi,
-        "signature_step": f.signature_step,
-        "total_steps": f.total_steps,
-        "step_fraction": f.signature_fraction,
-        "time_fraction": (f.signature_elapsed_s / actual)
-        if f.signature_elapsed_s and actual
-        else None,
-        "spread_method": f.spread_method,
-    }
+    if f is None or not f.actual_total_s or not f.total_steps:
+        raise ValueError(f"{run_dir}: no finished run with a known total ({a.warnings})")
+    n, actual = f.total_steps, f.actual_total_s
+    row = {"steps": n, "ranks": a.ranks, "actual_total_s": actual}
+    err = {"ailens": {}, "naive": {}}
+    covered = {}
+    for pct in FRACTIONS:
+        s = max(1, math.floor(pct / 100 * n))
+        pred, interval, naive = seen.get(s, (None, None, None))
+        err["ailens"][str(pct)] = None if pred is None else 100 * (pred - actual) / actual
+        err["naive"][str(pct)] = None if naive is None else 100 * (naive - actual) / actual
+        covered[str(pct)] = None if interval is None else interval[0] <= actual <= interval[1]
+    row["error_pct"] = err
+    row["covered"] = covered
+    row["signature_fraction"] = f.signature_fraction
+    row["step_cv"] = _step_cv(a)
+    return row
 
 
-def scaling_row(src, dst, q: int, mode: str, fixed_dataset: bool) -> dict:
-    (row,) = whatif(src, [q], mode=mode, fixed_dataset=fixed_dataset)
-    warm = dst.config.warmup_steps
-    t = dst.step_end_s
-    step_meas = (t[-1] - t[warm - 1]) / (len(t) - warm)
-    total_meas = dst.forecast.actual_total_s if dst.forecast else float(t[-1])
-    return {
-        "from_ranks": src.ranks,
-        "to_ranks": q,
-        "predicted_step_s": row.step_time_s,
-        "measured_step_s": step_meas,
-        "step_error_pct": pct(row.step_time_s, step_meas),
-        "predicted_total_s": row.total_time_s,
-        "measured_total_s": total_meas,
-        "total_error_pct": pct(row.total_time_s, total_meas),
-        "predicted_comm_pct": row.comm_pct,
-        "measured_comm_pct": dst.comm_pct,
-    }
+def _watch(oa, seen: dict) -> None:
+    p = oa.predict()
+    seen[p.steps_done] = (
+        p.predicted_total_s,
+        p.interval_s,
+        naive_total_s(p.elapsed_s, p.steps_done, p.total_steps),
+    )
 
 
-def bench(name: str, out: Path, timeout: float, calibrate: bool) -> dict:
-    script, flags, mode, fixed_dataset, launcher = EXAMPLES[name]
-    if not (BIN / launcher).exists() and shutil.which(launcher) is None:
-        return {"example": name, "skipped": f"{launcher} not installed"}
-    res: dict = {
-        "example": name,
-        "mode": mode,
-        "fixed_dataset": fixed_dataset,
-        "flags": flags,
-        "load_before": load(),
-    }
-    runs = {}
-    for ranks in (2, 1):
-        d = out / f"{name}-{ranks}"
-        res[f"wall_{ranks}_s"] = launch(script, ranks, d, flags, timeout)
-        if calibrate and ranks == 1:
-            subprocess.run(
-                [
-                    str(BIN / "mpiexec"),
-                    "-n",
-                    "2",
-                    sys.executable,
-                    "-m",
-                    "ailens._calibrate",
-                    "--out",
-                    str(d / "calibration.json"),
-                ],
-                check=True,
-                timeout=120,
-                capture_output=True,
-            )
-        runs[ranks] = analyze(load_run(d))
-        res[f"forecast_{ranks}"] = forecast_row(runs[ranks])
-    d = out / f"{name}-2-early"
-    res["wall_early_s"] = launch(script, 2, d, [*flags, "--early-stop"], timeout)
-    doc = json.loads((d / "forecast.json").read_text())
-    full = res["forecast_2"].get("actual_total_s")
-    res["early_stop"] = {
-        "steps_run": doc["steps_done"],
-        "total_steps": doc["total_steps"],
-        "step_fraction": doc["steps_done"] / doc["total_steps"] if doc["total_steps"] else None,
-        "signature_step": doc["signature_step"],
-        "predicted_total_s": doc["predicted_total_s"],
-        "full_run_actual_s": full,
-        "error_pct": pct(doc["predicted_total_s"], full),
-        "time_fraction": doc["elapsed_s"] / full if full else None,
-    }
-    res["scaling"] = [
-        scaling_row(runs[1], runs[2], 2, mode, fixed_dataset),
-        scaling_row(runs[2], runs[1], 1, mode, fixed_dataset),
+def _step_cv(a) -> float:
+    """Coefficient of variation of the training-step times after warm-up (sections out)."""
+    t = np.asarray(a.step_end_s)
+    d = np.diff(np.concatenate(([0.0], t)))
+    for m in a.run.ranks[0].marks:
+        if m.get("kind") == "section" and m.get("step", 0) < len(d):
+            d[m["step"]] -= (m["t_end_ns"] - m["t_begin_ns"]) / 1e9
+    d = d[a.config.warmup_steps :]
+    return float(d.std() / d.mean()) if len(d) > 1 and d.mean() > 0 else 0.0
+
+
+# --------------------------------------------------------------------------- synthetic runs
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 10**9
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += int(round(seconds * 1e9))
+
+
+class FakeCounter:
+    kind, unit, fallback_reason = "cpu-ns", "ns", None
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def read(self) -> int:
+        return self.clock.now  # one busy core: work = time
+
+    def close(self) -> None:
+        pass
+
+
+def synthetic(name: str, run_dir: Path, seed: int = 0) -> list[str]:
+    """Drive a real Lens through a scripted run with a fake clock; returns its structure."""
+    rng = np.random.default_rng(seed)
+    n, m = 2000, 0.1
+    d = rng.normal(m, 0.05 * m, n)
+    structure: list[str] = []
+    sections: dict[int, tuple[str, float]] = {}
+    schedule: dict = {}
+    if name == "steady-cv2":
+        d = rng.normal(m, 0.02 * m, n)
+    elif name == "steady-cv10":
+        d = rng.normal(m, 0.10 * m, n)
+    elif name == "noisy-machine":  # 4 % of the steps 2-4x slower: another job's bursts
+        slow = rng.random(n) < 0.04
+        d[slow] *= rng.uniform(2, 4, slow.sum())
+        structure.append("noise")
+    elif name == "eval-marked":  # an evaluation section after each epoch, schedule known
+        schedule = {"steps_per_epoch": 100, "eval_every_epochs": 1, "eval_steps": 30}
+        sections = {k: ("eval", rng.normal(1.0, 0.05)) for k in range(100, n + 1, 100)}
+        structure.append("eval")
+    elif name == "eval-in-steps":  # a plain loop: the evaluation makes an epoch's first step long
+        schedule = {"steps_per_epoch": 50}
+        d[50::50] += 0.5
+        structure.append("eval")
+    elif name == "eval-and-checkpoint-unknown":  # nothing said: both learned from the steps
+        d[24::25] += 0.5
+        d[99::100] += 1.0
+        structure += ["eval", "checkpoint"]
+    elif name == "slowdown":  # another job takes the cores at 3 % of the steps and stays
+        d[60:] *= 1.3
+        structure.append("slowdown")
+    elif name == "burst":  # another job from 2 to 4 % of the steps
+        d[40:80] *= 1.5
+        structure.append("slowdown")
+    elif name == "long-warmup":
+        d[:30] *= np.linspace(4, 1, 30)
+        structure.append("warm-up")
+    elif name == "gc-pauses":  # three one-off pauses, far apart
+        d[[120, 900, 1600]] += 2.0
+        structure.append("one-offs")
+    elif name == "drift":  # thermal throttling: 20 % slower by the end
+        d *= np.linspace(1, 1.2, n)
+        structure.append("slowdown")
+    else:
+        raise ValueError(name)
+    d = np.clip(d, 0.2 * m, None)
+    clock = FakeClock()
+    lens = ailens.Lens(
+        run_dir=run_dir,
+        clock=clock,
+        work_counter=FakeCounter(clock),
+        total_steps=n,
+        framework="synthetic",
+    )
+    if schedule:
+        lens.set_schedule(**schedule)
+    clock.advance(0.5)  # start-up before the first step
+    for i, x in enumerate(d):
+        clock.advance(0.8 * x)
+        lens.collective_begin("allreduce", 4 << 20)
+        clock.advance(0.2 * x)
+        lens.collective_end()
+        lens.step_end()
+        if i + 1 in sections:
+            what, secs = sections[i + 1]
+            lens.section_begin(what)
+            clock.advance(secs)
+            lens.section_end()
+    lens.close()
+    return structure
+
+
+SYNTHETIC = (
+    "steady-cv2",
+    "steady-cv10",
+    "noisy-machine",
+    "eval-marked",
+    "eval-in-steps",
+    "eval-and-checkpoint-unknown",
+    "slowdown",
+    "burst",
+    "long-warmup",
+    "gc-pauses",
+    "drift",
+)
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def corpus(args) -> int:
+    rows = []
+    for d in sorted(p for p in args.dir.iterdir() if (p / "case.json").is_file()):
+        case = json.loads((d / "case.json").read_text())
+        try:
+            row = replay(d)
+        except (ValueError, ailens.TraceError) as e:
+            print(f"skipped {d.name}: {e}", file=sys.stderr)
+            continue
+        rows.append({"name": d.name, "kind": "recorded", "structure": case["structure"], **row})
+    if not args.no_synthetic:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in SYNTHETIC:
+                for seed in range(args.seeds):
+                    run_dir = Path(tmp) / f"{name}-{seed}"
+                    structure = synthetic(name, run_dir, seed)
+                    row = replay(run_dir)
+                    rows.append(
+                        {
+                            "name": f"synthetic/{name}/{seed}",
+                            "kind": "synthetic",
+                            "structure": structure,
+                            **row,
+                        }
+                    )
+    summary = summarise(rows)
+    print(table(rows, summary))
+    if args.json:
+        args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
+    return 0
+
+
+def summarise(rows: list[dict]) -> dict:
+    at5 = [
+        abs(r["error_pct"]["ailens"]["5"])
+        for r in rows
+        if r["error_pct"]["ailens"]["5"] is not None
     ]
-    res["calibrated"] = calibrate
-    res["load_after"] = load()
-    return res
+    at5n = [
+        abs(r["error_pct"]["naive"]["5"]) for r in rows if r["error_pct"]["naive"]["5"] is not None
+    ]
+    worse = []
+    for r in rows:
+        for pct in ("5", "10", "20"):
+            ours, naive = r["error_pct"]["ailens"][pct], r["error_pct"]["naive"][pct]
+            if ours is None or naive is None or abs(ours) > abs(naive) + 0.25:
+                worse.append(f"{r['name']}@{pct}%")
+    cov = [c for r in rows for c in r["covered"].values() if c is not None]
+    late = [
+        r["name"]
+        for r in rows
+        if r["step_cv"] <= 0.10
+        and (r["signature_fraction"] is None or r["signature_fraction"] > 0.05)
+    ]
+    return {
+        "runs": len(rows),
+        "median_abs_error_5pct": {"ailens": _median(at5), "naive": _median(at5n)},
+        "worse_than_naive": worse,
+        "coverage": sum(cov) / len(cov) if cov else None,
+        "pairs": len(cov),
+        "late_signature_cv_le_10pct": late,
+    }
 
 
-def fmt(x, spec=".1f", suffix="") -> str:
-    return "n/a" if x is None else f"{x:{spec}}{suffix}"
+def _median(x: list[float]) -> float | None:
+    return float(np.median(x)) if x else None
 
 
-def _share(x) -> str:
-    return fmt(None if x is None else 100 * x, ".1f", "%")
+def _f(x, spec="+.2f") -> str:
+    return "   n/a" if x is None else f"{x:{spec}}"
 
 
-def summary(results: list[dict]) -> str:
+def table(rows: list[dict], s: dict) -> str:
     out = [
-        "",
-        "Total-time forecast made at the signature (full runs)",
-        "example        ranks  signature  % steps  % time  predicted    actual    error  interval",
+        f"{'run':<40} {'steps':>6} {'cv':>5} {'sig%':>5}  "
+        + "  ".join(f"{p:>2}%: ailens  naive  in" for p in FRACTIONS)
     ]
-    for r in results:
-        if "skipped" in r:
-            out.append(f"{r['example']:<14} skipped: {r['skipped']}")
-            continue
-        for ranks in (2, 1):
-            f = r[f"forecast_{ranks}"]
-            head = f"{r['example']:<14} {ranks:>5}  "
-            if f.get("predicted_total_s") is None:
-                out.append(head + "no forecast: " + "; ".join(f.get("warnings", [])))
-            elif f["signature_step"] is None:
-                out.append(head + "no signature: step time never settled within the tolerance")
-            else:
-                out.append(
-                    head + f"{f['signature_step']:>9}  {_share(f['step_fraction']):>7}  "
-                    f"{_share(f['time_fraction']):>6}  {f['predicted_total_s']:>8.2f}s "
-                    f"{f['actual_total_s']:>8.2f}s  {fmt(f['error_pct'], '+.2f', '%'):>7}  "
-                    + ("inside" if f["inside_interval"] else "OUTSIDE")
-                )
-    out += [
-        "",
-        "Early stop on 2 ranks: its forecast for the full run vs the full run",
-        "example        steps run  % steps  % time  predicted   full run    error",
-    ]
-    for r in results:
-        e = r.get("early_stop")
-        if not e:
-            continue
-        if e["signature_step"] is None:
-            out.append(f"{r['example']:<14} no signature: ran all {e['steps_run']} steps")
-            continue
-        out.append(
-            f"{r['example']:<14} {e['steps_run']:>9}  {_share(e['step_fraction']):>7}  "
-            f"{_share(e['time_fraction']):>6}  {e['predicted_total_s']:>8.2f}s "
-            f"{fmt(e['full_run_actual_s'], '.2f', 's'):>9}  {fmt(e['error_pct'], '+.2f', '%'):>7}"
+    for r in rows:
+        sig = r["signature_fraction"]
+        line = (
+            f"{r['name'][:40]:<40} {r['steps']:>6} {r['step_cv']:>5.2f} "
+            f"{'  n/a' if sig is None else f'{100 * sig:5.1f}'}  "
         )
+        cells = []
+        for p in FRACTIONS:
+            k = str(p)
+            c = r["covered"][k]
+            cells.append(
+                f"    {_f(r['error_pct']['ailens'][k]):>6} {_f(r['error_pct']['naive'][k]):>6} "
+                f"{'  ' if c is None else ('ok' if c else '--')}"
+            )
+        out.append(line + "  ".join(cells))
+    m = s["median_abs_error_5pct"]
     out += [
         "",
-        "Scaling what-if vs measured",
-        "example        mode    from->to  step pred  step meas  step err  total err  "
-        "comm% pred/meas",
+        f"median |error| at 5 %: ailens {_f(m['ailens'], '.2f')} %, progress bar "
+        f"{_f(m['naive'], '.2f')} %  (goal <= 1 %)",
+        f"interval coverage: {_f(None if s['coverage'] is None else 100 * s['coverage'], '.1f')} % "
+        f"of {s['pairs']} (run, fraction) pairs  (goal >= 90 %)",
+        f"worse than the progress bar by > 0.25 points at 5/10/20 %: "
+        f"{len(s['worse_than_naive'])}  {', '.join(s['worse_than_naive'][:12])}",
+        f"signature later than 5 % on runs with step CV <= 10 %: "
+        f"{len(s['late_signature_cv_le_10pct'])}  "
+        + ", ".join(s["late_signature_cv_le_10pct"][:12]),
     ]
-    for r in results:
-        for c in r.get("scaling", ()):
-            out.append(
-                f"{r['example']:<14} {r['mode']:<7} {c['from_ranks']:>4}->{c['to_ranks']:<3} "
-                f"{c['predicted_step_s'] * 1e3:>8.1f}ms {c['measured_step_s'] * 1e3:>8.1f}ms "
-                f"{fmt(c['step_error_pct'], '+.1f', '%'):>8}  "
-                f"{fmt(c['total_error_pct'], '+.1f', '%'):>8}  "
-                f"{c['predicted_comm_pct']:.1f}/{c['measured_comm_pct']:.1f}"
-            )
-    loads = [
-        f"{r['example']} {r.get('load_before')} -> {r.get('load_after')}"
-        for r in results
-        if "skipped" not in r
-    ]
-    out += ["", "load average before -> after (1/5/15 min): " + ", ".join(loads)]
     return "\n".join(out)
+
+
+# --------------------------------------------------------------------------- recording
+
+# name: (run script, ranks, flags, structure, slowdown at this fraction of the steps or None)
+CASES = {
+    "kmeans-1": (
+        "examples/kmeans/run",
+        1,
+        ["--points", "100000", "--iterations", "1500"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "kmeans-2": (
+        "examples/kmeans/run",
+        2,
+        ["--points", "200000", "--iterations", "1500"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "kmeans-2-slowdown": (
+        "examples/kmeans/run",
+        2,
+        ["--points", "200000", "--iterations", "1500"],
+        ["eval", "checkpoint", "slowdown"],
+        0.4,
+    ),
+    "resnet50-ddp-1": (
+        "examples/resnet50/run",
+        1,
+        ["--framework", "ddp", "--steps", "600", "--image-size", "32", "--batch-size", "4"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "resnet50-ddp-2": (
+        "examples/resnet50/run",
+        2,
+        ["--framework", "ddp", "--steps", "600", "--image-size", "32", "--batch-size", "4"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "resnet50-ddp-2-slowdown": (
+        "examples/resnet50/run",
+        2,
+        ["--framework", "ddp", "--steps", "600", "--image-size", "32", "--batch-size", "4"],
+        ["eval", "checkpoint", "slowdown"],
+        0.3,
+    ),
+    "resnet50-horovod-1": (
+        "examples/resnet50/run",
+        1,
+        ["--framework", "horovod", "--steps", "600", "--image-size", "32", "--batch-size", "4"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "resnet50-horovod-2": (
+        "examples/resnet50/run",
+        2,
+        ["--framework", "horovod", "--steps", "600", "--image-size", "32", "--batch-size", "4"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-torch-1": (
+        "examples/mnist/run",
+        1,
+        ["--framework", "torch", "--epochs", "30", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-torch-2": (
+        "examples/mnist/run",
+        2,
+        ["--framework", "torch", "--epochs", "60", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-ddp-1": (
+        "examples/mnist/run",
+        1,
+        ["--framework", "ddp", "--epochs", "30", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-ddp-2": (
+        "examples/mnist/run",
+        2,
+        ["--framework", "ddp", "--epochs", "60", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-keras-1": (
+        "examples/mnist/run",
+        1,
+        ["--framework", "keras", "--epochs", "30", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-keras-2": (
+        "examples/mnist/run",
+        2,
+        ["--framework", "keras", "--epochs", "60", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+    "mnist-keras-plain-1": (
+        "examples/mnist/run",
+        1,
+        ["--framework", "keras-plain", "--epochs", "30", "--batch-size", "16"],
+        ["eval", "checkpoint"],
+        None,
+    ),
+}
+
+
+def record(args) -> int:
+    names = args.only.split(",") if args.only else list(CASES)
+    for name in names:
+        script, ranks, flags, structure, slow_at = CASES[name]
+        out = args.dir / name
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp) / "run"
+            cmd = [
+                sys.executable,
+                str(REPO / script),
+                "--ranks",
+                str(ranks),
+                "--run-dir",
+                str(run_dir),
+                "--progress-every",
+                "0",
+                *flags,
+            ]
+            before = loadavg()
+            print(f"== {name}: {' '.join(cmd[1:])}  (load {before})", flush=True)
+            t0 = time.time()
+            code = _run_with_slowdown(cmd, run_dir, slow_at)
+            if code:
+                print(f"   failed with exit code {code}; not stored", flush=True)
+                continue
+            if out.exists():
+                shutil.rmtree(out)
+            out.mkdir(parents=True)
+            for f in [*run_dir.glob("rank-*.ailens"), run_dir / "forecast.json"]:
+                if f.is_file():
+                    shutil.copy2(f, out / f.name)
+            case = {
+                "command": " ".join(
+                    [Path(sys.executable).name, script, "--ranks", str(ranks), *flags]
+                ),
+                "structure": structure,
+                "slowdown_at_fraction": slow_at,
+                "load_before": before,
+                "load_after": loadavg(),
+                "wall_s": round(time.time() - t0, 1),
+                "recorded": time.strftime("%Y-%m-%d %H:%M:%S%z"),
+                "cores": os.cpu_count(),
+            }
+            (out / "case.json").write_text(json.dumps(case, indent=1) + "\n")
+            print(
+                f"   stored in {out} ({case['wall_s']} s, load after {case['load_after']})",
+                flush=True,
+            )
+    return 0
+
+
+def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> int:
+    """Run an example; at ``slow_at`` of its steps start two CPU hogs (another job taking the
+    cores) that stay until it ends."""
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    hogs: list[subprocess.Popen] = []
+    try:
+        while proc.poll() is None:
+            time.sleep(0.5)
+            if slow_at is None or hogs:
+                continue
+            doc = _read_json(run_dir / "forecast.json")
+            if doc and doc.get("total_steps") and doc["steps_done"] >= slow_at * doc["total_steps"]:
+                hogs = [
+                    subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                    for _ in range(os.cpu_count() or 2)
+                ]
+        return proc.wait()
+    finally:
+        for h in hogs:
+            h.kill()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- live
+
+
+def live(args) -> int:
+    """Run examples end to end now and score their forecasts (the machine's load included)."""
+    rows = []
+    for name in args.examples.split(","):
+        script, ranks, flags, structure, _ = CASES[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp) / "run"
+            before = loadavg()
+            code = subprocess.run(
+                [
+                    sys.executable,
+                    str(REPO / script),
+                    "--ranks",
+                    str(ranks),
+                    "--run-dir",
+                    str(run_dir),
+                    "--progress-every",
+                    "0",
+                    *flags,
+                ],
+                cwd=REPO,
+                capture_output=True,
+                timeout=args.timeout,
+            ).returncode
+            if code:
+                print(f"{name}: exit code {code}", file=sys.stderr)
+                continue
+            rows.append(
+                {
+                    "name": name,
+                    "kind": "live",
+                    "structure": structure,
+                    "load": [before, loadavg()],
+                    **replay(run_dir),
+                }
+            )
+    summary = summarise(rows)
+    print(table(rows, summary))
+    print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
+    if args.json:
+        args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
+    return 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--examples", default=",".join(EXAMPLES), help="comma-separated: " + ", ".join(EXAMPLES)
-    )
-    ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench_forecast")
-    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds per example run")
-    ap.add_argument(
-        "--calibrate", action="store_true", help="run `ailens calibrate` for the 1->2 what-if"
-    )
-    ap.add_argument(
-        "--max-load",
-        type=float,
-        default=None,
-        help="before each run, wait (up to 30 min) for the 1-minute load average to drop "
-        "below this",
-    )
+    sub = ap.add_subparsers(dest="mode")
+    c = sub.add_parser("corpus", help="replay the stored corpus and the synthetic runs")
+    c.add_argument("--dir", type=Path, default=CORPUS)
+    c.add_argument("--json", type=Path)
+    c.add_argument("--seeds", type=int, default=2, help="seeds per synthetic scenario")
+    c.add_argument("--no-synthetic", action="store_true")
+    r = sub.add_parser("record", help="run the examples and store their traces in the corpus")
+    r.add_argument("--dir", type=Path, default=CORPUS)
+    r.add_argument("--only", help="comma-separated case names: " + ", ".join(CASES))
+    v = sub.add_parser("live", help="run examples end to end now and score their forecasts")
+    v.add_argument("--examples", default="kmeans-2,resnet50-ddp-2,mnist-torch-2")
+    v.add_argument("--json", type=Path)
+    v.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args()
-    global MAX_LOAD
-    MAX_LOAD = args.max_load
-    args.out.mkdir(parents=True, exist_ok=True)
-    print(
-        f"bench_forecast: {os.cpu_count()} cores, load {load()}, runs under {args.out}", flush=True
-    )
-    results = []
-    for name in args.examples.split(","):
-        if name not in EXAMPLES:
-            print(f"unknown example {name!r}; choose from {', '.join(EXAMPLES)}", file=sys.stderr)
-            return 2
-        print(f"== {name}", flush=True)
-        try:
-            results.append(bench(name, args.out, args.timeout, args.calibrate))
-        except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-            results.append({"example": name, "skipped": f"failed: {e}"})
-        print(json.dumps(results[-1], indent=1, default=str), flush=True)
-    print(summary(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-    return 0
+    if args.mode is None:
+        ap.print_help()
+        return 2
+    return {"corpus": corpus, "record": record, "live": live}[args.mode](args)
 
 
 if __name__ == "__main__":

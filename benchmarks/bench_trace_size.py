@@ -34,8 +34,9 @@ from ailens._trace import TraceWriter, read_trace
 PER_STEP = 26  # broadcast + 24 buckets + loss allreduce
 
 
-def realistic_chunk(rng: np.random.Generator, start: int, n: int, t0: int,
-                    counter: str) -> tuple[dict[str, np.ndarray], int]:
+def realistic_chunk(
+    rng: np.random.Generator, start: int, n: int, t0: int, counter: str
+) -> tuple[dict[str, np.ndarray], int]:
     """Columns for ticks [start, start + n) of the DDP-like pattern, absolute times from t0."""
     k = np.arange(start, start + n)
     pos = k % PER_STEP
@@ -43,16 +44,23 @@ def realistic_chunk(rng: np.random.Generator, start: int, n: int, t0: int,
     nbytes = np.where(pos == 0, 4096, np.where(pos == PER_STEP - 1, 4, 25 << 20))
     nbytes[pos == PER_STEP - 2] = 7 << 20  # the last, smaller bucket
     # Forward before the first bucket is long; buckets come every ~2 ms during backward.
-    gap = np.where(pos == 1, rng.lognormal(np.log(40e6), 0.05, n),
-                   rng.lognormal(np.log(2e6), 0.15, n))
+    gap = np.where(
+        pos == 1, rng.lognormal(np.log(40e6), 0.05, n), rng.lognormal(np.log(2e6), 0.15, n)
+    )
     dur = rng.lognormal(np.log(3e6), 0.25, n)
     dur[pos == 0] = rng.lognormal(np.log(40e3), 0.3, (pos == 0).sum())
     t_begin = t0 + np.cumsum(gap).astype(np.int64)
     t_end = t_begin + dur.astype(np.int64)  # ends after the next begin: overlap, as in DDP
     ipc = 2.5 if counter == "instructions" else 0.97
     work = (gap * rng.normal(ipc, 0.03 * ipc, n)).astype(np.int64)
-    cols = {"op": op, "step": (k // PER_STEP).astype(np.uint32), "nbytes": nbytes.astype(np.int64),
-            "t_begin": t_begin, "t_end": t_end, "work": work}
+    cols = {
+        "op": op,
+        "step": (k // PER_STEP).astype(np.uint32),
+        "nbytes": nbytes.astype(np.int64),
+        "t_begin": t_begin,
+        "t_end": t_end,
+        "work": work,
+    }
     return cols, int(t_begin[-1])
 
 
@@ -61,8 +69,14 @@ def trace_size(events: int, run_dir: Path, counter: str = "cpu-ns", seed: int = 
     chunk = LensConfig().chunk_events
     rng = np.random.default_rng(seed)
     path = run_dir / "rank-00000.ailens"
-    meta = {"format_version": 1, "rank": 0, "world_size": 1, "counter": counter,
-            "run_id": "bench", "config": LensConfig(run_dir=run_dir).to_dict()}
+    meta = {
+        "format_version": 1,
+        "rank": 0,
+        "world_size": 1,
+        "counter": counter,
+        "run_id": "bench",
+        "config": LensConfig(run_dir=run_dir).to_dict(),
+    }
     t = time.perf_counter()
     w = TraceWriter(path, meta)
     w.write_ops(["allreduce", "broadcast"])
@@ -76,8 +90,9 @@ def trace_size(events: int, run_dir: Path, counter: str = "cpu-ns", seed: int = 
         s = np.arange(steps_written, last_step, dtype=np.uint32)
         if len(s):  # step ends, as the Lens flushes them
             back = (last_step - s).astype(np.int64)
-            w.write_steps({"step": s, "t_ns": t0 - back * 90_000_000,
-                           "work": s.astype(np.int64) * 87_000_000})
+            w.write_steps(
+                {"step": s, "t_ns": t0 - back * 90_000_000, "work": s.astype(np.int64) * 87_000_000}
+            )
             steps_written = last_step
     w.write_info({"closed": True, "disabled": None, "ticks": events})
     w.close()
@@ -85,13 +100,21 @@ def trace_size(events: int, run_dir: Path, counter: str = "cpu-ns", seed: int = 
     size = path.stat().st_size
     t = time.perf_counter()
     n_read = read_trace(path).n_events
-    return {"events": events, "bytes": size, "bytes_per_event": size / events,
-            "counter": counter, "chunk_events": chunk, "write_s": write_s,
-            "read_s": time.perf_counter() - t, "read_events": n_read}
+    return {
+        "events": events,
+        "bytes": size,
+        "bytes_per_event": size / events,
+        "counter": counter,
+        "chunk_events": chunk,
+        "write_s": write_s,
+        "read_s": time.perf_counter() - t,
+        "read_events": n_read,
+    }
 
 
-def lens_memory(ticks: int, run_dir: Path, every: int = 100, first: int = 100_000,
-                samples: int = 10) -> dict:
+def lens_memory(
+    ticks: int, run_dir: Path, every: int = 100, first: int = 100_000, samples: int = 10
+) -> dict:
     """Feed a real Lens ``ticks`` begin/end pairs; RSS (MB) at ``first`` ticks and after."""
     import psutil
 
@@ -115,9 +138,14 @@ def lens_memory(ticks: int, run_dir: Path, every: int = 100, first: int = 100_00
     elapsed = time.perf_counter() - t
     lens.close()
     size = (run_dir / "rank-00000.ailens").stat().st_size
-    return {"ticks": ticks, "rss_mb": rss, "growth_mb": rss[ticks] - rss[first],
-            "per_pair_us": elapsed / ticks * 1e6, "trace_bytes_per_event": size / ticks,
-            "disabled": lens.disabled}
+    return {
+        "ticks": ticks,
+        "rss_mb": rss,
+        "growth_mb": rss[ticks] - rss[first],
+        "per_pair_us": elapsed / ticks * 1e6,
+        "trace_bytes_per_event": size / ticks,
+        "disabled": lens.disabled,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,15 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(r))
     elif args.what == "size":
-        print(f"{r['events']:,} events ({r['counter']}): {r['bytes']:,} bytes on disk = "
-              f"{r['bytes_per_event']:.2f} bytes/event  (write {r['write_s']:.1f} s, "
-              f"read back {r['read_s']:.1f} s)")
+        print(
+            f"{r['events']:,} events ({r['counter']}): {r['bytes']:,} bytes on disk = "
+            f"{r['bytes_per_event']:.2f} bytes/event  (write {r['write_s']:.1f} s, "
+            f"read back {r['read_s']:.1f} s)"
+        )
     else:
         for k, v in r["rss_mb"].items():
             print(f"  {k:>12,} ticks  RSS {v:8.1f} MB")
-        print(f"{r['ticks']:,} ticks: RSS growth after {min(r['rss_mb']):,} ticks = "
-              f"{r['growth_mb']:+.1f} MB; {r['per_pair_us']:.2f} µs per begin/end pair; "
-              f"trace {r['trace_bytes_per_event']:.2f} bytes/event")
+        print(
+            f"{r['ticks']:,} ticks: RSS growth after {min(r['rss_mb']):,} ticks = "
+            f"{r['growth_mb']:+.1f} MB; {r['per_pair_us']:.2f} µs per begin/end pair; "
+            f"trace {r['trace_bytes_per_event']:.2f} bytes/event"
+        )
     return 0
 
 

@@ -41,7 +41,14 @@ import numpy as np
 import ailens
 from ailens._config import LensConfig
 from ailens._online import write_json
-from ailens._trace import TraceWriter, encode_events
+from ailens._ticks import partition
+from ailens._trace import (
+    FORMAT_VERSION,
+    TraceWriter,
+    encode_events,
+    encode_exchanges,
+    encode_json,
+)
 from ailens.phases import OnlinePhases, magnitude
 
 
@@ -124,23 +131,11 @@ class SyntheticRun:
         comm = np.zeros(self.work.shape, dtype=np.float64)
         compute = np.zeros(self.work.shape, dtype=np.float64)
         for r in range(self.ranks):
-            c, g = partition(
+            c, g, _ = partition(
                 self.begin_ns[:, r] - self.offsets_ns[r], self.end_ns[:, r] - self.offsets_ns[r]
             )
             comm[:, r], compute[:, r] = c, g
         return comm.mean(axis=1) / 1e9, compute.mean(axis=1) / 1e9
-
-
-def partition(
-    t_begin: np.ndarray, t_end: np.ndarray, prev_end: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Exclusive comm and compute gap per tick (ns) from one rank's begin/end times, the same
-    partition ``Lens._summarise_upto`` uses."""
-    t_end = np.where(t_end >= 0, t_end, t_begin)
-    prev_max = np.maximum.accumulate(np.concatenate(([prev_end], t_end)))[:-1]
-    compute = np.maximum(t_begin - prev_max, 0)
-    comm = np.maximum(t_end - np.maximum(t_begin, prev_max), 0)
-    return comm, compute
 
 
 def _rank_factors(ranks: int, imbalance: float) -> np.ndarray:
@@ -175,6 +170,8 @@ def write_run(
     online: bool = True,
     config: dict | None = None,
     running: bool = False,
+    known_total: bool = True,
+    exchange_every: int = 5,
     extra_meta: dict | None = None,
 ) -> SyntheticRun:
     """Write a synthetic run directory at ``path`` and return its ground truth.
@@ -187,8 +184,11 @@ def write_run(
     LensConfig fields recorded in the header (e.g. ``{"total_steps": 500}`` for a run read
     before its end, ``{"tolerance": 0}``). ``running``: no rank writes its closing record, as
     when a run directory is read while training still goes on. ``online``: also write rank 0's
-    ``phases-online.json``. ``extra_meta``: more header keys (``node``, ``run``), as the Lens
-    writes them. ``host``: one hostname, or one per rank (ranks on several nodes).
+    ``phases-online.json``. ``known_total``: the run said its total steps at the start (a
+    schedule mark, as integrations write when the framework knows it). ``exchange_every``:
+    steps between the exchange records (the online analysis's evaluation points).
+    ``extra_meta``: more header keys (``node``, ``run``), as the Lens writes them. ``host``:
+    one hostname, or one per rank (ranks on several nodes).
     """
     if ranks < 1 or steps < 1:
         raise ValueError("ranks and steps must be >= 1")
@@ -254,7 +254,7 @@ def write_run(
     files, written = [], []
     for r in range(ranks):
         meta = {
-            "format_version": 1,
+            "format_version": FORMAT_VERSION,
             "ailens_version": ailens.__version__,
             "run_id": run_id,
             "rank": r,
@@ -291,13 +291,15 @@ def write_run(
                 chunk_events,
                 kill_step if killed else None,
                 close=not running,
+                total=(cfg.total_steps or steps) if known_total else None,
+                exchange_every=exchange_every,
             )
         )
 
     if online:
         comm, compute = np.zeros((n, ranks)), np.zeros((n, ranks))
         for r in range(ranks):
-            comm[:, r], compute[:, r] = partition(
+            comm[:, r], compute[:, r], _ = partition(
                 begin_ns[:, r] - offsets[r], end_ns[:, r] - offsets[r]
             )
         ph = OnlinePhases(tolerance=cfg.tolerance, min_share=cfg.min_phase_share)
@@ -356,6 +358,8 @@ def _write_rank(
     chunk_events: int,
     kill_step: int | None,
     close: bool = True,
+    total: int | None = None,
+    exchange_every: int = 5,
 ) -> int:
     """Write one rank's file like the Lens's writer thread does; returns events written."""
     n = len(op)
@@ -367,6 +371,23 @@ def _write_rank(
     step_work[:] = np.cumsum(per_step).astype(np.int64)
     w = TraceWriter(f, meta)
     w.write_ops(op_names)
+    if total:
+        schedule = {"kind": "schedule", "total_steps": total, "seq": 0, "step": 0, "at_step": 0}
+        w.write_raw(encode_json(b"MARK", [schedule]))
+    # Exchanges every ``exchange_every`` step ends (and at the end), covering the ticks begun.
+    ends = [s for s in range(exchange_every, steps + 1, exchange_every)]
+    if not ends or ends[-1] != steps:
+        ends.append(steps)
+    upto = np.searchsorted(step, np.asarray(ends), side="left")
+    x_rows = {
+        "seq": np.arange(1, len(ends) + 1),
+        "step": np.asarray(ends),
+        "ticks": np.minimum(upto, n),
+        "live": np.ones(len(ends)),
+        "disabled": np.zeros(len(ends)),
+        "stop": np.zeros(len(ends)),
+        "t_ns": step_t[np.asarray(ends) - 1],
+    }
     steps_done = 0
     pos = 0
     try:
@@ -387,6 +408,13 @@ def _write_rank(
                 return pos
             w.write_events(cols)
             pos = stop
+            # Exchanges whose ticks are all written by now go with this chunk.
+            keep = x_rows["ticks"] <= stop
+            if kill_step is not None:
+                keep &= x_rows["step"] <= kill_step
+            if keep.any():
+                w.write_raw(encode_exchanges({k: v[keep] for k, v in x_rows.items()}))
+                x_rows = {k: v[~keep] for k, v in x_rows.items()}
             # Steps that ended before this chunk's last collective began are flushed with it.
             upto = int(np.searchsorted(step_t, t_begin[stop - 1]))
             if upto > steps_done:
@@ -406,6 +434,8 @@ def _write_rank(
                     "work": step_work[steps_done:],
                 }
             )
+        if len(x_rows["seq"]):
+            w.write_raw(encode_exchanges(x_rows))
         if not close:
             return n
         end_ns = int(step_t[-1]) + 200_000

@@ -66,13 +66,21 @@ def test_skew_names_the_rank_that_computes_most(a):
 
 def test_forecast_of_a_finished_run(syn, a):
     f = a.forecast
-    assert f.total_steps == 300  # finished without early stop: every step ran
-    assert f.actual_total_s == pytest.approx((syn.step_end_ns[-1, 0] - syn.offsets_ns[0]) / 1e9)
+    assert f.total_steps == 300  # the run said so at the start
+    info = a.run.ranks[0].info
+    assert f.actual_total_s == pytest.approx(info["end_ns"] / 1e9)  # its close: the run's end
     assert f.signature_step is not None and f.signature_fraction == f.signature_step / 300
-    assert f.made_at_step == f.signature_step
+    assert f.made_at_step == f.signature_step and f.basis == "signature"
     lo, hi = f.interval_s
     assert lo <= f.predicted_total_s <= hi
+    assert (hi - lo) / 2 <= a.config.signature_rel_tol * f.predicted_total_s
     assert abs(f.error_pct) < 3
+    # The progress bar's forecast at the same step, from the same step ends.
+    s = f.made_at_step
+    assert f.naive_total_s == pytest.approx(a.step_end_s[s - 1] * 300 / s)
+    assert sum(c.remaining_s for c in f.components) == pytest.approx(
+        f.predicted_total_s - f.elapsed_s
+    )
     d = f.to_dict()
     for k in (
         "predicted_total_s",
@@ -80,13 +88,19 @@ def test_forecast_of_a_finished_run(syn, a):
         "signature_step",
         "signature_fraction",
         "actual_total_s",
+        "naive_eta_s",
+        "history",
     ):
         assert k in d
+    steps = [h[0] for h in d["history"]]
+    assert steps == sorted(set(steps))  # one point per step at most
     json.dumps(d)
 
 
 def test_partial_run_is_analysed_over_common_ticks_with_warnings(tmp_path):
-    syn = write_run(tmp_path / "run", ranks=3, steps=80, seed=5, kill_rank=1, kill_step=40)
+    syn = write_run(
+        tmp_path / "run", ranks=3, steps=80, seed=5, kill_rank=1, kill_step=40, known_total=False
+    )
     run = load_run(syn.path)
     assert not run.complete
     a = analyze(run)

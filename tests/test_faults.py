@@ -8,6 +8,7 @@ mount one (root), and an injected ENOSPC (a file object that refuses bytes) ever
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -22,7 +23,8 @@ import pytest
 from conftest import REPO, mpiexec, run_ranks, tagged_records
 
 from ailens import Lens, load_run
-from ailens import _lens as lens_module
+from ailens import _writer as writer_module
+from ailens._writer import WriterThread
 
 TRAIN = str(REPO / "tests/parallel/fault_train_mpi.py")
 KILL = str(REPO / "tests/parallel/fault_kill_mpi.py")
@@ -269,6 +271,18 @@ class FullDisk:
         return getattr(self.f, name)
 
 
+def full_disk(budget: int):
+    """A writer factory whose trace file is a FullDisk of ``budget`` bytes after the header,
+    and the list that receives that FullDisk."""
+    disks: list[FullDisk] = []
+
+    def wrap(f):
+        disks.append(FullDisk(f, budget))
+        return disks[-1]
+
+    return functools.partial(WriterThread, file_wrapper=wrap), disks
+
+
 def _fill(lens: Lens, n: int, start: int = 0) -> None:
     for i in range(start, start + n):
         lens.collective_begin("allreduce", 8 * (i % 7 + 1))
@@ -281,13 +295,13 @@ def _wait_refused(lens: Lens) -> None:
     """Block until the writer has met the full disk: its queue is processed in order, so a
     round trip through it (a no-op op list) shows it has tried every earlier chunk."""
     seen = threading.Event()
-    real = lens_module._ENCODERS["ops"]
-    lens_module._ENCODERS["ops"] = lambda names: (seen.set(), real(names))[1]
+    real = writer_module._ENCODERS["ops"]
+    writer_module._ENCODERS["ops"] = lambda names: (seen.set(), real(names))[1]
     try:
         lens._writer.put_ops(list(lens._op_names))
         assert seen.wait(30)
     finally:
-        lens_module._ENCODERS["ops"] = real
+        writer_module._ENCODERS["ops"] = real
 
 
 def _warning_messages(caplog) -> list[str]:
@@ -296,10 +310,11 @@ def _warning_messages(caplog) -> list[str]:
 
 def test_full_disk_that_frees_up_loses_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="ailens")
-    lens = Lens(run_dir=tmp_path, chunk_events=64)
-    disk = lens._writer._writer._file = FullDisk(lens._writer._writer._file, 3000)
+    writer, disks = full_disk(3000)
+    lens = Lens(run_dir=tmp_path, chunk_events=64, writer=writer)
+    disk = disks[0]
     _fill(lens, 2000)
-    lens._flush_events()
+    lens.flush()
     _wait_refused(lens)
     assert lens.disabled is None and lens.ticks == 2000 and disk.refused
     disk.budget = 10**9  # space comes back (a log rotated, a checkpoint deleted)
@@ -317,9 +332,8 @@ def test_full_disk_that_frees_up_loses_nothing(tmp_path, caplog):
 
 def test_disk_full_until_close_leaves_a_readable_prefix(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="ailens")
-    lens = Lens(run_dir=tmp_path, chunk_events=64)
+    lens = Lens(run_dir=tmp_path, chunk_events=64, writer=full_disk(4000)[0])
     header = (tmp_path / "rank-00000.ailens").stat().st_size
-    lens._writer._writer._file = FullDisk(lens._writer._writer._file, 4000)
     _fill(lens, 3000)
     lens.close()
     assert lens.disabled is None and lens.ticks == 3000 and lens.steps == 300
@@ -332,10 +346,9 @@ def test_disk_full_until_close_leaves_a_readable_prefix(tmp_path, caplog):
 
 
 def test_backlog_over_its_cap_stops_the_trace_not_the_training(tmp_path, caplog, monkeypatch):
-    monkeypatch.setattr(lens_module, "_BACKLOG_BYTES", 2000)
+    monkeypatch.setattr(writer_module, "BACKLOG_BYTES", 2000)
     caplog.set_level(logging.INFO, logger="ailens")
-    lens = Lens(run_dir=tmp_path, chunk_events=64)
-    lens._writer._writer._file = FullDisk(lens._writer._writer._file, 2500)
+    lens = Lens(run_dir=tmp_path, chunk_events=64, writer=full_disk(2500)[0])
     _fill(lens, 5000)
     lens.close()
     assert lens.ticks == 5000 and lens.steps == 500  # still counted, the exchange stays in step
@@ -355,7 +368,7 @@ def test_real_full_disk_then_space_freed(tmp_path, caplog):
         ballast.write_bytes(b"\0" * (60 << 10))
         lens = Lens(run_dir=mnt / "run", chunk_events=256)
         _fill(lens, 3000)
-        lens._flush_events()
+        lens.flush()
         _wait_refused(lens)
         assert lens.disabled is None
         ballast.unlink()

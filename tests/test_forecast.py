@@ -1,5 +1,6 @@
-"""Signature rule, forecast arithmetic, cost models and the alpha-beta fit; a real Lens for
-online == offline; real MPI ranks for early stop and calibration."""
+"""The forecast model (step level, recurring extras, sections, interval, signature), the cost
+models and the alpha-beta fit; a real Lens for online == offline; real MPI ranks for early
+stop and calibration."""
 
 from __future__ import annotations
 
@@ -17,17 +18,18 @@ from ailens import LensConfig, load_run
 from ailens._analysis import analyze
 from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
-    StepStats,
-    forecast_total,
-    new_significant_phases,
-    step_time_changed,
-    step_time_precise,
-    step_time_stable,
+    Forecaster,
+    StepLevel,
+    naive_total_s,
     t_quantile,
 )
-from ailens._online import OnlineAnalysis, replay
+from ailens._online import OnlineAnalysis
 
 # --------------------------------------------------------------------------- cost models
+
+A, B, G = 7e-6, 2e-10, 5e-11
+P = CostParams(A, B, G)
+
 
 A, B, G = 7e-6, 2e-10, 5e-11
 P = CostParams(A, B, G)
@@ -142,287 +144,173 @@ def test_t_quantile_matches_scipy():
             )
 
 
-# --------------------------------------------------------------------------- signature rule
+# --------------------------------------------------------------------------- the model
 
 
-def test_step_time_stable_compares_two_disjoint_windows():
-    assert step_time_stable([100] * 10 + [101] * 10, 10, 0.02)
-    assert not step_time_stable([100] * 10 + [103] * 10, 10, 0.02)
-    assert not step_time_stable([100] * 19, 10, 0.02)  # not two full windows yet
-    assert step_time_stable([999] * 5 + [100] * 20, 10, 0.0)  # only the last 2W count
+def _feed(f: Forecaster, durations_s, *, start_ns: int = 0) -> list:
+    """Feed step durations; returns the prediction after each step."""
+    t, out = start_ns, []
+    for d in durations_s:
+        t += int(round(d * 1e9))
+        f.on_step(t)
+        out.append(f.predict())
+    return out
 
 
-def test_step_time_changed_needs_a_large_and_significant_difference():
-    rng = np.random.default_rng(0)
-    older = list(np.round(1e7 * (1 + 0.01 * rng.standard_normal(40))).astype(int))
-    last = list(np.round(1e7 * (1 + 0.01 * rng.standard_normal(10))).astype(int))
-    assert not step_time_changed(_stats(older), last, 0.02)
-    assert step_time_changed(_stats(older), [int(x * 1.1) for x in last], 0.02)
-    # A 10 % jump inside 30 % noise is not significant: no restart on noise.
-    wild = list(np.round(1e7 * (1 + 0.3 * rng.standard_normal(50))).astype(int))
-    assert not step_time_changed(_stats(wild[:40]), [int(x * 1.1) for x in wild[40:]], 0.02)
-    # A change long before the last window still shows against the older mean.
-    mixed = [14_000_000] * 20 + [10_000_000] * 20
-    assert step_time_changed(_stats(mixed), [10_000_000] * 10, 0.02)
+def _noisy(n, mean=0.1, cv=0.05, seed=0):
+    return np.random.default_rng(seed).normal(mean, cv * mean, n).clip(mean * 0.3)
 
 
-def test_a_long_warm_up_restarts_the_statistics():
-    # The first 8 steps are 40 % slower (a warm-up longer than warmup_steps=2): the forecast
-    # must use the steady 10 ms steps only.
-    rng = np.random.default_rng(11)
-    level = np.where(np.arange(200) < 8, 14e6, 10e6)
-    step_ns = np.round(level * (1 + 0.002 * rng.standard_normal(200))).astype(np.int64)
-    oa = _replay(_series(step_ns), total_steps=1000)
-    f = oa.forecast()
-    assert oa.restarts >= 1 and f.regime_start_step > 8
-    assert f.signature_step is not None and f.step_time_s == pytest.approx(0.010, rel=0.005)
-    assert f.predicted_total_s == pytest.approx(
-        f.elapsed_s + (1000 - f.made_at_step) * 0.010, rel=1e-3
-    )
+def test_a_forecast_from_the_first_steps_after_warm_up():
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 1000})
+    preds = _feed(f, [1.0, 0.5] + [0.1] * 10)  # two slow warm-up steps
+    assert preds[2].predicted_total_s is None  # one step after warm-up: no spread yet
+    p = preds[4]
+    assert p.predicted_total_s == pytest.approx(1.5 + 0.3 + 995 * 0.1)
+    lo, hi = p.interval_s
+    assert lo <= p.predicted_total_s <= hi
+    assert p.naive_total_s == pytest.approx(1.8 * 1000 / 5)  # the progress bar keeps the warm-up
 
 
-def test_new_significant_phases_are_late_ids_with_a_share_of_the_window():
-    then = [5.0, 1.0]
-    assert new_significant_phases([6.0, 1.5], then, 2, 0.01) == []
-    assert new_significant_phases([6.0, 1.5, 0.5], then, 2, 0.01) == [3]  # 0.5 of 2.0
-    assert new_significant_phases([6.0, 1.5, 0.001], then, 2, 0.01) == []  # under 1 %
+def test_a_one_off_outlier_does_not_move_the_level():
+    durations = list(_noisy(200))
+    durations[100] = 3.0  # a 30x step: a GC pause, a burst from another process
+    f = Forecaster()
+    f.on_schedule({"total_steps": 2000})
+    preds = _feed(f, durations)
+    before, after = preds[99], preds[101]
+    assert after.step_time_s == pytest.approx(before.step_time_s, rel=0.01)
+    # The forecast moves by the time the outlier took, not by its rate over the remaining run.
+    moved = after.predicted_total_s - before.predicted_total_s
+    assert moved == pytest.approx(3.0, rel=0.2)
+    assert abs(after.naive_total_s - before.naive_total_s) > 20  # the progress bar swings
 
 
-W, WARM, MIN = 10, 2, 20
+def test_a_lasting_change_of_speed_is_adopted_within_a_few_steps():
+    durations = list(_noisy(100, 0.1)) + list(_noisy(100, 0.15, seed=1))
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000})
+    preds = _feed(f, durations)
+    assert preds[99].step_time_s == pytest.approx(0.1, rel=0.03)
+    assert preds[100 + StepLevel.CHANGE_RUN].step_time_s == pytest.approx(0.15, rel=0.05)
+    assert f.level.changes and f.level.changes[0][0] == 100
+    # Wider for the rest of the run: a change of speed was seen.
+    assert preds[150].half_width_rel > preds[99].half_width_rel
+
+
+def test_a_slow_drift_is_followed():
+    durations = 0.1 * (1 + np.linspace(0, 0.3, 400)) * np.random.default_rng(3).normal(1, 0.01, 400)
+    f = Forecaster()
+    f.on_schedule({"total_steps": 400})
+    preds = _feed(f, durations)
+    assert preds[-1].step_time_s == pytest.approx(durations[-20:].mean(), rel=0.05)
+
+
+def test_recurring_extra_time_is_learned_from_two_occurrences():
+    base = list(_noisy(60, 0.1, cv=0.02))
+    for k in range(9, 60, 10):  # every 10th step also evaluates: +50 ms
+        base[k] += 0.05
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000})
+    preds = _feed(f, base)
+    assert not [c for c in preds[15].components if c.name.startswith("every")]
+    comp = next(c for c in preds[-1].components if c.name.startswith("every 10 steps"))
+    assert comp.source == "learned" and comp.per_occurrence_s == pytest.approx(0.05, rel=0.2)
+    assert comp.remaining == 94  # steps 69, 79, ..., 999
+    truth = sum(base) + 940 * 0.1 + 94 * 0.05
+    assert preds[-1].predicted_total_s == pytest.approx(truth, rel=0.01)
+
+
+def test_a_period_the_schedule_names_is_taken_from_one_occurrence():
+    base = list(_noisy(40, 0.1, cv=0.02))
+    base[25] += 0.5  # the first step of epoch 2 carries the evaluation of epoch 1
+    f = Forecaster()
+    f.on_schedule({"total_steps": 500, "steps_per_epoch": 25})
+    p = _feed(f, base)[-1]
+    comp = next(c for c in p.components if c.name.startswith("every 25 steps"))
+    assert comp.source == "schedule" and comp.remaining == len(range(50, 500, 25))
+
+
+def test_sections_are_timed_and_scheduled_apart_from_the_steps():
+    f = Forecaster()
+    f.on_schedule({"total_steps": 100, "steps_per_epoch": 20, "eval_every_epochs": 1})
+    t = 0
+    for i in range(45):
+        t += 100_000_000
+        f.on_step(t)
+        if (i + 1) % 20 == 0:  # an evaluation after each epoch's last step: 0.3 s
+            f.on_section("eval", i + 1, t, t + 300_000_000)
+            t += 300_000_000
+    p = f.predict()
+    assert p.step_time_s == pytest.approx(0.1)  # the sections are not training time
+    comp = next(c for c in p.components if c.name == "section eval")
+    assert comp.source == "schedule" and comp.remaining == 3  # after steps 60, 80, 100
+    assert p.predicted_total_s == pytest.approx(100 * 0.1 + 5 * 0.3, rel=1e-6)
+
+
+def test_interval_covers_the_truth_on_stationary_runs():
+    covered = 0
+    for seed in range(40):
+        d = _noisy(1000, 0.1, cv=0.1, seed=seed)
+        f = Forecaster()
+        f.on_schedule({"total_steps": 1000})
+        t = 0
+        for x in d[:50]:
+            t += int(x * 1e9)
+            f.on_step(t)
+        lo, hi = f.predict().interval_s
+        covered += lo <= d.sum() <= hi
+    assert covered >= 36  # >= 90 % of 40
+
+
+def test_naive_total_is_the_progress_bar():
+    assert naive_total_s(10.0, 5, 100) == 200.0
+    assert naive_total_s(10.0, 0, 100) is None and naive_total_s(10.0, 5, None) is None
 
 
 def _cfg(**kw):
-    return LensConfig(
-        run_dir="unused",
-        signature_window=W,
-        warmup_steps=WARM,
-        signature_min_steps=MIN,
-        signature_rel_tol=0.02,
-        exchange_ticks=256,
-        exchange_seconds=0,  # agreed interval: one step, so the rule is evaluated every step
-        **kw,
-    )
+    base = dict(run_dir="/nonexistent", signature_min_steps=10, warmup_steps=2)
+    return LensConfig(**{**base, **kw})
 
 
-def _series(step_ns, ticks_per_step=3, simo_fn=None, comm_share=0.3):
-    """A run as replay() takes it: steps of the given durations, ticks splitting each step
-    into compute then comm (comm_share of the step), SIMO from simo_fn(step, tick)."""
-    step_ns = np.asarray(step_ns, dtype=np.int64)
-    steps = len(step_ns)
-    t = np.cumsum(step_ns)
-    tick_step = np.repeat(np.arange(steps), ticks_per_step)
-    per_tick = np.repeat(step_ns, ticks_per_step) / ticks_per_step
-    simo_fn = simo_fn or (lambda s, k: 20 + 4 * k)
-    s = np.array(
-        [simo_fn(st, k % ticks_per_step) for k, st in enumerate(tick_step)], dtype=np.int64
-    )
-    key = np.zeros(len(s), dtype=np.int64)
-    return t, tick_step, s, key, per_tick * comm_share, per_tick * (1 - comm_share)
+def test_signature_is_the_first_evaluation_within_the_tolerance():
+    from ailens._exchange import Summed
 
-
-def _replay(series, cfg=None, total_steps=None):
-    t, tick_step, s, key, comm, compute = series
-    return replay(
-        cfg or _cfg(),
-        2,
-        ["allreduce"],
-        t,
-        tick_step,
-        s,
-        key,
-        comm,
-        compute,
-        total_steps=total_steps,
-    )
-
-
-def _evaluation_steps(steps):
-    """Steps after which the Lens exchanges: first after W // 2 steps, then (interval agreed
-    with exchange_seconds=0) after every step."""
-    return list(range(W // 2, steps + 1))
-
-
-def test_signature_ready_exactly_when_the_rule_first_holds():
-    oa = _replay(_series([10_000_000] * 100))
-    first = min(s for s in _evaluation_steps(100) if s >= MIN and s - WARM >= 2 * W)
-    assert oa.signature_ready and oa.signature_step == first == 22
-
-
-def _rule_by_hand(step_ns, simo_ticks, tick_step, comm, compute, tol=0.02, share=0.01):
-    """The documented rule, evaluated directly on the arrays at every exchange step."""
-    from ailens.phases import assign
-
-    d = [int(x) for x in step_ns]
-    ids = assign(np.asarray(simo_ticks), 1, key=np.zeros(len(simo_ticks), dtype=np.int64))
-    t_tick = np.asarray(comm) + np.asarray(compute)
-    evals = _evaluation_steps(len(d))
-    start = WARM  # index of the regime's first step time
-    for s in evals:
-        if s - start >= 2 * W and step_time_changed(_stats(d[start : s - W]), d[s - W : s], tol):
-            start = s - W
-        post = d[start:s]
-        if s < MIN or len(post) < 2 * W:
-            continue
-        old, new = sum(post[-2 * W : -W]), sum(post[-W:])
-        if abs(new - old) > tol * old:
-            continue
-        if not step_time_precise(_stats(post), tol):
-            continue
-        ref = max(e for e in [0, *evals] if e <= s - W)
-        now_ticks, ref_ticks = int((tick_step < s).sum()), int((tick_step < ref).sum())
-        n_ref = int(ids[:ref_ticks].max()) if ref_ticks else 0
-        win_ids, win_t = ids[ref_ticks:now_ticks], t_tick[ref_ticks:now_ticks]
-        heavy = [
-            i
-            for i in set(win_ids.tolist())
-            if i > n_ref and win_t[win_ids == i].sum() >= share * win_t.sum()
-        ]
-        if ref and not heavy:
-            return s
-    return None
-
-
-@pytest.mark.parametrize("seed", range(12))
-def test_signature_step_equals_the_rule_evaluated_by_hand(seed):
-    rng = np.random.default_rng(seed)
-    steps = 160
-    level = np.where(np.arange(steps) < rng.integers(0, 60), 14e6, 10e6)  # a late level shift
-    noise = rng.choice([0.002, 0.01, 0.03])
-    step_ns = np.round(level * (1 + noise * rng.standard_normal(steps))).astype(np.int64)
-    late = int(rng.integers(10, 120))  # a heavy phase appears at this step
-    series = _series(step_ns, simo_fn=lambda st, k: 60 if (k == 0 and st >= late) else 20 + 4 * k)
-    t, tick_step, s, key, comm, compute = series
-    oa = _replay(series)
-    assert oa.signature_step == _rule_by_hand(step_ns, s, tick_step, comm, compute)
-
-
-def test_signature_not_ready_while_a_new_phase_appears():
-    # A new, heavy phase appears in step 20 (0-based tick step): nothing may be ready until a
-    # whole window after the exchange that brought it (after step 21), i.e. the first
-    # evaluation whose reference snapshot (<= s - W) already holds it.
-    series = _series(
-        [10_000_000] * 100, simo_fn=lambda st, k: 40 if (st >= 20 and k == 0) else 20 + 4 * k
-    )
-    oa = _replay(series)
-    assert oa.signature_step == min(s for s in _evaluation_steps(100) if s - W >= 21) == 31
-
-
-def test_signature_never_ready_with_phases_that_keep_appearing_or_drifting_time():
-    grow = _series(
-        [10_000_000] * 200, simo_fn=lambda st, k: 100 + 3 * (st // 8) if k == 0 else 20 + 4 * k
-    )
-    assert not _replay(grow).signature_ready
-    drift = _series((10_000_000 * 1.01 ** np.arange(200)).astype(np.int64))
-    assert not _replay(drift).signature_ready
-    rng = np.random.default_rng(0)
-    noisy = _series((10_000_000 * (1 + 0.02 * rng.standard_normal(200))).astype(np.int64))
-    assert _replay(noisy).signature_ready  # stationary noise does settle
-
-
-def test_total_steps_only_changes_the_forecast_not_the_signature():
-    series = _series([10_000_000] * 60)
-    a, b = _replay(series), _replay(series, total_steps=1000)
-    assert a.signature_step == b.signature_step
-    assert a.forecast().predicted_total_s is None and "per-step time only" in a.forecast().note
-    assert b.forecast().predicted_total_s == pytest.approx(1000 * 0.01)
-
-
-# --------------------------------------------------------------------------- forecast arithmetic
-
-
-def _stats(d, block_len=W):
-    """StepStats of integer-ns step times, blocks of block_len as OnlineAnalysis keeps them."""
-    d = [int(x) for x in d]
-    blocks = [sum(d[i : i + block_len]) for i in range(0, len(d) - block_len + 1, block_len)]
-    return StepStats(
-        len(d),
-        sum(d),
-        sum(x * x for x in d),
-        len(blocks),
-        sum(blocks),
-        sum(b * b for b in blocks),
-        block_len,
-    )
-
-
-def test_forecast_arithmetic_with_phases_and_outside_time():
-    d = np.array([9, 11, 10, 10, 12, 8], dtype=np.int64) * 1_000_000  # ns
-    n, m = len(d), d.mean() / 1e9
-    sd = d.std(ddof=1) / 1e9
-    out = forecast_total(
-        elapsed_s=1.5,
-        steps_done=10,
-        total_steps=110,
-        stats=_stats(d),
-        phase_step_s=[0.004, 0.003, 0.0001],
-        kept=[1, 2],
-    )
-    r = 100
-    assert out["predicted_total_s"] == pytest.approx(1.5 + r * m)
-    half = t_quantile(0.975, n - 1) * sd * math.sqrt(r + r * r / n)
-    assert out["interval_s"] == pytest.approx((1.5 + r * m - half, 1.5 + r * m + half))
-    assert dict(out["remaining_by_phase_s"]) == pytest.approx({1: 0.4, 2: 0.3})
-    assert out["remaining_other_phases_s"] == pytest.approx(0.01)
-    # What no tick covers (here 10 ms - 7.1 ms per step) is forecast as outside collectives.
-    assert out["remaining_outside_s"] == pytest.approx(r * (m - 0.0071))
-    assert out["step_time_s"] == pytest.approx(m)
-
-
-def test_online_forecast_splits_steps_into_phases_and_outside_time():
-    # Ticks cover 60 % of each 10 ms step; the rest (optimizer, data loading) is outside.
-    t, tick_step, s, key, comm, compute = _series([10_000_000] * 100)
-    oa = replay(
-        _cfg(), 2, ["allreduce"], t, tick_step, s, key, comm * 0.6, compute * 0.6, total_steps=1000
-    )
+    oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"], live=False)
+    oa.on_mark({"kind": "schedule", "total_steps": 2000})
+    empty = Summed(np.zeros(0), np.zeros(0), np.zeros(0), 0, False, 0)
+    t = 0
+    ready_at = None
+    for step, d in enumerate(_noisy(400, 0.1, cv=0.05)):
+        t += int(d * 1e9)
+        oa.on_step(step, t)
+        if step % 5 == 4:
+            p = oa.predict()
+            oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
+            if ready_at is None and p.steps_done >= 10 and p.half_width_rel <= 0.02:
+                ready_at = p.steps_done
+    assert oa.signature_step == ready_at is not None and ready_at <= 100  # <= 5 % of 2000
     f = oa.forecast()
-    r = 1000 - f.made_at_step
-    assert f.predicted_total_s == pytest.approx(f.elapsed_s + r * 0.01)
-    assert f.remaining_outside_s == pytest.approx(0.4 * 0.01 * r, rel=1e-6)
-    assert sum(v for _, v in f.remaining_by_phase_s) + f.remaining_other_phases_s == pytest.approx(
-        0.6 * 0.01 * r
-    )
+    assert f.basis == "signature" and f.made_at_step == ready_at
 
 
-def test_interval_contains_the_truth_on_stationary_series():
-    rng = np.random.default_rng(42)
-    total, at, hits, trials = 1000, 40, 0, 400
-    for _ in range(trials):
-        d = np.maximum(rng.normal(0.01, 0.001, total), 1e-4)
-        ns = np.round(d * 1e9).astype(np.int64)
-        used = ns[WARM:at]
-        truth = ns.sum() / 1e9
-        out = forecast_total(
-            elapsed_s=ns[:at].sum() / 1e9,
-            steps_done=at,
-            total_steps=total,
-            stats=_stats(used),
-        )
-        lo, hi = out["interval_s"]
-        hits += lo <= truth <= hi
-    assert 0.92 <= hits / trials <= 0.98
+def test_online_state_stays_small():
+    from ailens._exchange import Summed
 
-
-def test_batch_means_widen_the_interval_for_slow_swings():
-    # Step time switching between two levels every 25 steps (another job comes and goes):
-    # step-to-step spread is small, the swings are not.
-    rng = np.random.default_rng(7)
-    level = np.where((np.arange(400) // 25) % 2, 12e6, 8e6)
-    d = np.round(level * (1 + 0.01 * rng.standard_normal(400))).astype(np.int64)
-    st = _stats(d)
-    sd, df, method = st.spread()
-    assert method == "batch means of 10 steps" and df == st.blocks - 1 == 39
-    assert sd > 5 * (np.diff(d).std() / 1e9 / np.sqrt(2))
-    few = _stats(d[:40])  # 4 blocks: not enough for batch means yet
-    assert few.spread()[2] == "step-to-step"
-
-
-def test_precision_half_of_the_rule():
-    rng = np.random.default_rng(3)
-    calm = np.round(1e7 * (1 + 0.01 * rng.standard_normal(20))).astype(np.int64)
-    noisy = np.round(1e7 * (1 + 0.3 * rng.standard_normal(200))).astype(np.int64)
-    assert step_time_precise(_stats(calm), 0.02)
-    assert not step_time_precise(_stats(noisy), 0.02)  # +/-2 % needs ~900 such steps
-    assert not _replay(_series(noisy)).signature_ready
+    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"], live=False)
+    oa.on_mark({"kind": "schedule", "total_steps": 100_000})
+    batch = Summed(np.array([20, 24, 28] * 6), np.ones(18), np.ones(18), 0, False, 0)
+    rng = np.random.default_rng(0)
+    t = 0
+    for step in range(20_000):
+        t += int(1e6 * (1 + (rng.random() < 0.05) * 5))  # 5 % slow steps: many outliers
+        oa.on_step(step, t)
+        if step % 6 == 5:
+            oa.on_batch(batch, np.zeros(18, dtype=np.int64), np.full(18, step))
+    lv = oa.forecaster.level
+    assert len(lv.recent) <= StepLevel.KEEP and len(oa.history) < 512
+    assert oa.phases.n_phases <= 3
 
 
 # --------------------------------------------------------------------------- real Lens
@@ -433,12 +321,15 @@ def _plain_loop(run_dir, steps, **cfg):
     x = rng.random(30_000)
     lens = ailens.Lens(run_dir=run_dir, total_steps=steps, **cfg)
     done = 0
-    for _ in range(steps):
+    for i in range(steps):
         for k in range(3):
             float(np.sort(x).sum())
             lens.collective_begin("allreduce", 1000 * (k + 1))
             lens.collective_end()
         lens.step_end()
+        if i % 40 == 39:
+            with lens.section("eval"):
+                float(np.sort(x).sum())
         done += 1
         if lens.should_stop:
             break
@@ -446,7 +337,7 @@ def _plain_loop(run_dir, steps, **cfg):
     return lens, done
 
 
-def test_offline_analysis_reproduces_the_online_decision(tmp_path):
+def test_offline_analysis_reproduces_the_online_numbers(tmp_path):
     lens, done = _plain_loop(tmp_path, 150, signature_rel_tol=0.5, exchange_seconds=0.005)
     online = json.loads((tmp_path / "forecast.json").read_text())
     f = analyze(load_run(tmp_path)).forecast
@@ -455,8 +346,10 @@ def test_offline_analysis_reproduces_the_online_decision(tmp_path):
     assert f.signature_step == online["signature_step"] == lens.online.signature_step
     assert f.predicted_total_s == online["predicted_total_s"]
     assert list(f.interval_s) == online["interval_s"]
+    assert f.naive_total_s == online["naive_total_s"]
     assert f.actual_total_s == online["actual_total_s"] and f.actual_total_s is not None
     assert [list(h) for h in f.history] == online["history"]
+    assert [c.name for c in f.components] == [c["name"] for c in online["components"]]
 
 
 def test_early_stop_in_one_process_forecasts_the_full_run(tmp_path):
@@ -465,21 +358,20 @@ def test_early_stop_in_one_process_forecasts_the_full_run(tmp_path):
     )
     doc = json.loads((tmp_path / "forecast.json").read_text())
     assert done < 2000 and lens.should_stop
-    assert (
-        doc["total_steps"] == 2000 and doc["steps_done"] == done and doc["actual_total_s"] is None
-    )
-    # A forecast for all 2000 steps: the steps not run are in it (step time from the same
-    # document, so the check holds however loaded the machine is).
+    assert doc["total_steps"] == 2000 and doc["steps_done"] == done
+    assert doc["actual_total_s"] is None
+    # A forecast for all 2000 steps: the steps not run are in it.
     remaining = (2000 - done) * doc["step_time_s"]
-    assert doc["predicted_total_s"] > doc["elapsed_s"] + 0.5 * remaining
+    assert doc["predicted_total_s"] >= doc["elapsed_s"] + remaining
     assert done < 1000
     assert doc["signature_fraction"] == doc["signature_step"] / 2000
 
 
-def test_progress_lines_go_to_stderr(tmp_path, capfd):
+def test_progress_lines_go_to_stderr_with_the_progress_bar_beside(tmp_path, capfd):
     _plain_loop(tmp_path, 60, progress_every=20)
     err = capfd.readouterr().err
     assert "ailens: step 20/60 (33.3%)" in err and "ailens: step 60/60 (100.0%)" in err
+    assert "a progress bar would say" in err
 
 
 def test_forecast_json_is_written_live_then_final(tmp_path):
@@ -494,28 +386,12 @@ def test_forecast_json_is_written_live_then_final(tmp_path):
             live = json.loads((tmp_path / "forecast.json").read_text())
             assert live["final"] is False and live["steps_done"] == 40
             assert live["latest"]["predicted_total_s"] > live["elapsed_s"]
+            assert lens.forecast.step == 40 and lens.forecast.eta_s > 0
     lens.close()
     final = json.loads((tmp_path / "forecast.json").read_text())
     assert final["final"] is True and final["steps_done"] == 200
-    assert final["actual_total_s"] == pytest.approx(lens.online.last_t_ns / 1e9)
-    assert final["closed_s"] >= final["actual_total_s"]
-
-
-def test_online_state_stays_small():
-    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"], live=False)
-    t = 0
-    for step in range(5000):
-        t += 1_000_000
-        oa.on_step(step, t)
-        if step % 6 == 5:
-            oa.on_batch(
-                np.array([20, 24, 28] * 6),
-                np.zeros(18, dtype=np.int64),
-                np.ones(18),
-                np.ones(18),
-                0,
-            )
-    assert len(oa._snaps) <= W and len(oa._recent) == 2 * W and len(oa.history) < 512
+    assert final["actual_total_s"] == pytest.approx(final["closed_s"])
+    assert final["closed_s"] >= lens.online.forecaster.t_last / 1e9
 
 
 # --------------------------------------------------------------------------- parallel
@@ -577,9 +453,9 @@ def test_early_stop_on_real_ranks_stops_everyone_at_the_same_step(tmp_path):
     doc = json.loads((run_dir / "forecast.json").read_text())
     assert doc["predicted_total_s"] > 0 and doc["total_steps"] == 5000 and doc["final"]
     assert doc["signature_step"] <= done[0]["steps"]
-    # The default exchange cadence (exchange_seconds of steps, agreed by rank 0) is replayed
-    # from the schedule rank 0 recorded: the offline decision is the online one.
-    assert doc["exchange_schedule"]
+    # The exchanges rank 0 recorded are where the offline analysis evaluates too: the
+    # offline decision is the online one.
+    assert len(load_run(run_dir).ranks[0].exchanges["seq"]) > 1
     a = analyze(load_run(run_dir))
     assert a.forecast.signature_step == doc["signature_step"]
     assert a.forecast.predicted_total_s == doc["predicted_total_s"]

@@ -100,19 +100,65 @@ def test_config_is_frozen_keyword_only_and_validated(tmp_path):
         Lens(run_dir=tmp_path, no_such_setting=1)
 
 
-def test_internal_fault_disables_once_and_training_goes_on(tmp_path, caplog, monkeypatch):
-    lens = Lens(run_dir=tmp_path, chunk_events=4)
+class FakeClock:
+    """A clock the test moves: ``advance(ns)``; every read also ticks 1 ns."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        self.now += 1
+        return self.now
+
+    def advance(self, ns: int) -> None:
+        self.now += ns
+
+
+class FakeCounter:
+    """A work counter the test drives; ``fail_after`` reads, it raises (a broken counter)."""
+
+    kind, unit, fallback_reason = "cpu-ns", "ns", None
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.value, self.reads, self.fail_after = 0, 0, fail_after
+
+    def read(self) -> int:
+        self.reads += 1
+        if self.fail_after is not None and self.reads > self.fail_after:
+            raise RuntimeError("boom")
+        return self.value
+
+    def close(self) -> None:
+        pass
+
+
+def test_fake_clock_and_counter_give_exact_times_and_work(tmp_path):
+    clock, counter = FakeClock(), FakeCounter()
+    with Lens(run_dir=tmp_path, clock=clock, work_counter=counter) as lens:
+        for _ in range(3):
+            clock.advance(5_000)
+            counter.value += 40_000  # work before the collective
+            lens.collective_begin("allreduce", 64)
+            clock.advance(2_000)
+            counter.value += 7  # work inside it (not counted for the next tick)
+            lens.collective_end()
+            lens.step_end()
+    ev = load_run(tmp_path).ranks[0].events
+    assert list(ev["work"]) == [40_000, 40_000, 40_000]
+    assert list(ev["t_end"] - ev["t_begin"]) == [2_001, 2_001, 2_001]
+    assert list(np.diff(ev["t_begin"])) == [7_003, 7_003]
+
+
+def test_internal_fault_disables_once_and_training_goes_on(tmp_path, caplog):
+    counter = FakeCounter()
+    lens = Lens(run_dir=tmp_path, chunk_events=4, work_counter=counter)
     for _ in range(10):
         lens.collective_begin("allreduce", 8)
         lens.collective_end()
-
-    def broken(*a, **k):
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(lens, "_intern", broken)
+    counter.fail_after = counter.reads  # the counter breaks: ailens must not
     with caplog.at_level(logging.WARNING, logger="ailens"):
         for _ in range(5):
-            lens.collective_begin("new-op", 8)  # raises inside ailens
+            lens.collective_begin("allreduce", 8)  # raises inside ailens
             lens.collective_end()
             lens.step_end()
         lens.close()
@@ -164,21 +210,19 @@ def test_unclosed_lens_flushes_at_interpreter_exit(tmp_path):
 
 def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
     code = (
-        "import sys, ailens\n"
+        "import time, ailens\n"
+        "from ailens._trace import read_trace\n"
         f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=100)\n"
-        "i = 0\n"
-        "while True:\n"
-        "    lens.collective_begin('allreduce', 64); lens.collective_end(); i += 1\n"
-        "    if i == 1000:\n"
-        "        lens.step_end(); lens._flush_events()\n"
-        "        lens._writer._queue.put(('stop', None)); lens._writer._thread.join()\n"
-        "        print('flushed', flush=True)\n"
-        "        lens._writer = type(lens._writer)(lens.run_dir, 1, lens.meta, lambda e: None)\n"
-        "        break\n"
-        "import time\n"
-        "while True: lens.collective_begin('allreduce', 64); lens.collective_end()\n"
+        "for _ in range(1000):\n"
+        "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
+        "lens.step_end(); lens.flush()\n"
+        "while read_trace(lens._writer.path).n_events < 1000: time.sleep(0.01)\n"
+        "print('flushed', flush=True)\n"
+        "for _ in range(50):  # recorded, not flushed: lost with the process\n"
+        "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
+        "time.sleep(600)\n"
     )
-    # The child flushes 1000 events, then keeps recording; SIGKILL lands mid-stream.
+    # The child has 1000 events on disk and more in memory when SIGKILL lands.
     p = _child(code, tmp_path)
     assert p.stdout.readline().strip() == "flushed"
     p.send_signal(signal.SIGKILL)

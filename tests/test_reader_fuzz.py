@@ -258,7 +258,7 @@ def test_bit_flip_in_a_chunk_keeps_earlier_chunks(tmp_path):
 
 def test_wrong_version_names_both_versions(tmp_path):
     body = json.dumps(META).encode()
-    with pytest.raises(TraceError, match="version 7.*reads version 1"):
+    with pytest.raises(TraceError, match="version 7.*reads versions 1, 2"):
         read_trace(_put(tmp_path / "x.ailens", header_raw(body, version=7)))
 
 

@@ -1,11 +1,10 @@
 """Text, JSON and HTML reports in process, on synthetic run directories."""
 
 import base64
+import dataclasses
+import html
 import json
 import re
-import shutil
-import subprocess
-import tempfile
 from html.parser import HTMLParser
 
 import numpy as np
@@ -13,8 +12,20 @@ import pytest
 from synthetic import Collective, write_run
 
 import ailens
-from ailens._report import default_whatif_ranks, fmt_s, format_report, grid, report_dict
-from ailens.phases import assign
+from ailens import _report
+from ailens._report import (
+    Row,
+    build_report,
+    default_whatif_ranks,
+    fmt_s,
+    format_forecast,
+    format_report,
+    grid,
+    render_json,
+    render_text,
+    report_dict,
+)
+from ailens.phases import assign, format_table2, format_table3_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -157,48 +168,103 @@ def test_short_run_reports_without_crashing(tmp_path):
     json.dumps(report_dict(a, _rows(a)), allow_nan=False)
 
 
+# --------------------------------------------------------------------------- sections
+
+
+def _cells_in_order(line: str, cells) -> bool:
+    """``line`` is the row of ``cells``: each one there, in order, two spaces apart or more."""
+    pattern = r"\s{2,}".join(re.escape(c) for c in cells if c)
+    return re.fullmatch(r"\s*" + pattern, line) is not None
+
+
+def test_every_section_reaches_all_three_renderers(analysis):
+    """One build, three renderers: each row's cells are in the text and on the page, each
+    section's JSON keys in ``report --json``."""
+    pytest.importorskip("matplotlib")
+    from ailens._html import render_html
+
+    _, a = analysis
+    rows = _rows(a)
+    report = build_report(a, rows)
+    text, page, d = render_text(report), render_html(a, rows), render_json(report)
+    assert text == format_report(a, rows) and d == report_dict(a, rows)
+    keys = [s.key for s in report.sections]
+    assert keys == ["table2", "table3", "top", "skew", "forecast", "forecast_parts", "whatif"]
+    for s in report.sections:
+        assert s.rows, s.key  # this run fills every section
+        assert s.title in text and html.escape(s.title) in page, s.title
+        for row in s.rows:
+            assert any(_cells_in_order(ln, row.cells) for ln in text.splitlines()), row
+            for cell in row.cells:
+                assert f">{html.escape(cell)}</" in page, cell
+        for key, value in s.json.items():
+            assert d[key] == json.loads(json.dumps(value)), key
+    for f in report.header.figures:
+        assert f.value in text and html.escape(f.value) in page, f
+
+
+def test_a_row_added_to_the_forecast_section_shows_everywhere(analysis, monkeypatch):
+    """The one change a new forecast line needs: a row in ``forecast_section``."""
+    pytest.importorskip("matplotlib")
+    from ailens._html import render_html
+
+    _, a = analysis
+    build = _report.forecast_section
+
+    def with_progress_bar(a):
+        s = build(a)
+        extra = Row(("A progress bar would say", "12.3 s"))
+        return dataclasses.replace(s, rows=(*s.rows, extra))
+
+    monkeypatch.setattr(_report, "forecast_section", with_progress_bar)
+    assert "A progress bar would say  12.3 s" in format_forecast(a).splitlines()
+    assert "A progress bar would say  12.3 s" in format_report(a, _rows(a)).splitlines()
+    page = render_html(a, _rows(a))
+    assert '<td class="l"><b>A progress bar would say</b></td><td class="l">12.3 s</td>' in page
+
+
+def test_forecast_error_is_the_forecasts_own(tmp_path):
+    from ailens._analysis import analyze
+
+    s = write_run(tmp_path / "run", ranks=2, steps=200, noise=0.02)
+    f = analyze(ailens.load_run(s.path)).forecast
+    assert f.signature_step is not None and f.actual_total_s and f.error_pct is not None
+    lines = format_forecast(analyze(ailens.load_run(s.path))).splitlines()
+    actual = next(line for line in lines if line.startswith("Actual total time"))
+    where = "inside" if f.covered else "OUTSIDE"
+    assert f"(error {f.error_pct:+.1f}%, {where} the interval)" in actual
+
+
+def test_phases_tables_are_the_reports_rows(analysis):
+    """ailens.phases' Table 2 and Table 3 formats show the cells of the report's tables."""
+    _, a = analysis
+    text = format_report(a, _rows(a))
+    t2 = text.split("Table 2", 1)[1].split("Table 3", 1)[0].splitlines()
+    for line in format_table2(a.table, detail=True).splitlines()[1:]:
+        cells = re.split(r"\s{2,}", line.strip())
+        row = next(ln for ln in t2 if ln.startswith(cells[0] + " "))
+        assert re.split(r"\s{2,}", row.strip())[:-1] == cells  # the report adds Share
+    t3 = text.split("Table 3", 1)[1].splitlines()[4].split()
+    row = format_table3_row(a.table, a.n_phases_previous, processes=a.ranks).split(" | ")
+    assert row[0] == "" and row[1:4] == t3[:3] and row[5:] == t3[4:]  # AET: wall time there
+
+
 # --------------------------------------------------------------------------- html
 
 
-def test_html_page_validates_and_renders(analysis, tmp_path):
+def test_html_page_validates(analysis):
+    """The page parses and is self-contained; tests/test_html_render.py opens it in a browser."""
     pytest.importorskip("matplotlib")
     from ailens._html import render_html
 
     _, a = analysis
     page = render_html(a, _rows(a))
     check_html_page(page, min_images=5)
-    for text in ("Table 2. Phases", "Table 3.", "Forecast", "What-if", "Skew"):
-        assert text in page, text
+    for text in ("Table 2. Phases", "Table 3.", "Top ", "Skew", "Forecast", "What-if"):
+        assert f"<h2>{text}" in page, text
     for p in a.table.phases:
-        assert f"</span>{p.id}</td>" in page
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium not installed: HTML validated but not rendered")
-    html_file, shot = tmp_path / "r.html", tmp_path / "r.png"
-    html_file.write_text(page)
-    with tempfile.TemporaryDirectory() as profile:
-        subprocess.run(
-            [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                f"--screenshot={shot}",
-                "--window-size=1280,2400",
-                html_file.as_uri(),
-            ],
-            capture_output=True,
-            timeout=90,
-            check=False,
-        )
-    data = shot.read_bytes()
-    assert data.startswith(PNG_MAGIC) and len(data) > 50_000  # a rendered page, not a blank one
+        assert f"</span>{p.id}</td>" in page  # coloured like the phase in the plots
+    assert page.count('<tr class="total">') == 1 and page.count('<tr class="this">') == 1
 
 
 def test_html_of_a_partial_run_shows_the_warning(tmp_path):

@@ -83,7 +83,7 @@ for step in range(WINDOW, WINDOW + LOCAL):
     handle.step_end()
     if rank == 1 and step >= KILL_STEP:
         # Rows handed to the writer so far (the Lens' own counter; a test peeks at it).
-        flushed, on_disk = lens._base, disk_events()
+        flushed, on_disk = lens.flushed_ticks, disk_events()
         if on_disk >= flushed:
             print(
                 "KILL "
@@ -94,7 +94,7 @@ for step in range(WINDOW, WINDOW + LOCAL):
                         "on_disk": on_disk,
                         "flushed": flushed,
                         "step": step,
-                        "exchanged": lens._exchanged,
+                        "exchanged": lens.exchanged_ticks,
                     }
                 ),
                 flush=True,
@@ -110,7 +110,7 @@ print(
             "ticks": lens.ticks,
             "steps": lens.steps,
             "disabled": lens.disabled,
-            "exchanged": lens._exchanged,
+            "exchanged": lens.exchanged_ticks,
         }
     ),
     flush=True,

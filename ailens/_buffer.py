@@ -1,0 +1,179 @@
+"""The event buffer: preallocated columns that ``collective_begin``/``collective_end`` fill.
+
+The hot path writes a few integers into ``array.array`` columns (no Python object per event).
+Completed rows leave in tick order: ``take_complete`` hands them to the writer and keeps the
+rows whose collective is still open (overlapping DDP buckets, async work) at the front.
+
+``begin`` and ``end`` are bound directly as the Lens's ``collective_begin``/``collective_end``,
+so a recorded collective costs two method calls and four clock reads. A failure calls
+``on_fault`` (the Lens disables itself) and the tick still counts.
+"""
+
+from __future__ import annotations
+
+import threading
+from array import array
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["EventBuffer"]
+
+# Column name, array typecode, numpy dtype; the order of the trace's EVTS columns.
+_COLUMNS = (
+    ("op", "H", np.uint16),
+    ("step", "I", np.uint32),
+    ("nbytes", "q", np.int64),
+    ("t_begin", "q", np.int64),
+    ("t_end", "q", np.int64),
+    ("work", "q", np.int64),
+)
+
+
+class EventBuffer:
+    """Event columns of one rank. ``ticks`` counts every collective begun (also after a
+    fault); ``step`` is set by the Lens at each step end."""
+
+    def __init__(
+        self,
+        cap: int,
+        *,
+        clock: Callable[[], int],
+        read_work: Callable[[], int],
+        t0: int,
+        work0: int,
+        intern: Callable[[str], int],
+        on_fault: Callable[[BaseException], None],
+    ) -> None:
+        self._cap = cap
+        self._clock = clock
+        self._read_work = read_work
+        self._t0 = t0
+        self._intern = intern
+        self._on_fault = on_fault
+        self.op_ids: dict[str, int] = {}
+        self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work = (
+            array(code, bytes(np.dtype(dt).itemsize * cap)) for _, code, dt in _COLUMNS
+        )
+        self._mark = work0  # counter at the last collective event
+        self.ticks = 0
+        self.step = 0
+        self.oldest_open = 0  # lowest tick whose end has not been seen
+        self.base = 0  # tick number of row 0
+        self.n = 0  # rows in use
+        self.on_full: Callable[[], None] = lambda: None  # the Lens flushes
+        self.lock = threading.Lock()  # end() may run on a framework thread
+
+    # ------------------------------------------------------------ hot path
+
+    def begin(self, op: str, nbytes: int) -> int:
+        """Record the start of a collective; returns its tick."""
+        try:
+            t = self._clock()
+            w = self._read_work()
+            i = self.n
+            if i == self._cap:
+                self.on_full()
+                i = self.n
+            op_id = self.op_ids.get(op)
+            if op_id is None:
+                op_id = self._new_op(op)
+            self._c_op[i] = op_id
+            self._c_step[i] = self.step
+            self._c_nbytes[i] = nbytes
+            self._c_begin[i] = t - self._t0
+            self._c_end[i] = -1
+            self._c_work[i] = w - self._mark
+            self._mark = w
+            self.n = i + 1
+            tick = self.ticks
+            self.ticks = tick + 1
+            return tick
+        except Exception as e:  # noqa: BLE001 - fail open
+            self._on_fault(e)
+            return self.count(op, nbytes)
+
+    def end(self, tick: int | None = None) -> None:
+        """Record the end of the oldest open collective, or of ``tick``."""
+        lock = self.lock
+        lock.acquire()  # a flush on the training thread may be moving rows right now
+        try:
+            t = self._clock()
+            w = self._read_work()
+            if tick is None:
+                tick = self.oldest_open
+            row = tick - self.base
+            if 0 <= row < self.n and self._c_end[row] < 0:
+                self._c_end[row] = t - self._t0
+                self._mark = w
+                if tick == self.oldest_open:
+                    if tick + 1 == self.ticks:  # the common, blocking case
+                        self.oldest_open = tick + 1
+                    else:
+                        self._advance_open()
+        except Exception as e:  # noqa: BLE001
+            lock.release()
+            self._on_fault(e)
+            return
+        lock.release()
+
+    def count(self, op: str, nbytes: int) -> int:
+        """The disabled path of ``begin``: the tick counts, nothing is recorded."""
+        tick = self.ticks
+        self.ticks = tick + 1
+        return tick
+
+    @staticmethod
+    def ignore(tick: int | None = None) -> None:
+        """The disabled path of ``end``."""
+
+    # ------------------------------------------------------------ rows
+
+    def _new_op(self, op: str) -> int:
+        if not isinstance(op, str) or not op:
+            raise TypeError(f"collective op must be a non-empty str, got {op!r}")
+        op_id = self._intern(op)
+        self.op_ids[op] = op_id
+        return op_id
+
+    def _advance_open(self) -> None:
+        tick, end, base = self.oldest_open + 1, self.ticks, self.base
+        while tick < end and self._c_end[tick - base] >= 0:
+            tick += 1
+        self.oldest_open = tick
+
+    def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Copies of rows [start, stop) as numpy columns."""
+        cols = (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work)
+        return {
+            name: np.frombuffer(col, dt, stop)[start:].copy()
+            for (name, _, dt), col in zip(_COLUMNS, cols, strict=True)
+        }
+
+    def complete_rows(self, final: bool, max_cap: int) -> int:
+        """How many front rows may leave now (call with ``lock`` held): the completed prefix,
+        or everything when ``final``. A full buffer whose oldest collective never ends grows
+        up to ``max_cap`` rows, then lets its rows go as unfinished (their late ends are
+        ignored) rather than grow without bound."""
+        stop = self.n if final else min(self.n, self.oldest_open - self.base)
+        if stop == 0 and self.n == self._cap:
+            if self._cap < max_cap:
+                for col in self._all():
+                    col.extend(col)  # contents past n are don't-care
+                self._cap *= 2
+                return 0
+            stop = self.n
+            self.oldest_open = self.base + self.n
+        return stop
+
+    def drop_front(self, stop: int) -> None:
+        """Forget rows [0, stop) (call with ``lock`` held): later rows move to the front."""
+        keep = self.n - stop
+        if keep:
+            for col in self._all():
+                col[:keep] = col[stop : self.n]
+        self.base += stop
+        self.n = keep
+
+    def _all(self) -> tuple[array, ...]:
+        return (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work)

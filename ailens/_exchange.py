@@ -1,0 +1,129 @@
+"""The cross-rank exchange: how ranks sum their per-tick summaries, and when.
+
+Every rank sends the same fixed-size int64 payload through the integration's own sum
+collective (an allreduce of a small CPU array): a header, then three columns of ``k`` values
+(work magnitude, comm ns, compute ns). The sum gives every rank the same SIMO per tick and
+the comm/compute totals, so the online phase tables are identical on every rank.
+
+When: at a step end, once ``exchange_ticks`` ticks are pending or the agreed number of steps
+has passed since the last exchange (then also with no tick pending). The decision uses only
+tick and step counts, which every rank shares, so all ranks enter the collective at the same
+step. Rank 0 proposes the next
+interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart), and the
+sum carries its proposal to everyone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from ._ticks import TickSummary
+
+__all__ = ["Cadence", "Header", "Summed", "decode", "encode"]
+
+Exchange = Callable[[np.ndarray], np.ndarray]
+"""Sums an int64 array elementwise across all ranks and returns the sum (every rank)."""
+
+# Exchanges never wait longer than this many steps.
+MAX_INTERVAL_STEPS = 1000
+
+
+class Header(IntEnum):
+    """Payload slots before the columns; each is summed across ranks."""
+
+    VALID = 0  # ticks in this batch (rank 0 writes it, others 0)
+    DISABLED = 1  # 1 from each rank that contributes nothing (ailens disabled there)
+    STOP = 2  # rank 0's early-stop vote
+    INTERVAL = 3  # rank 0's proposal: steps until the next exchange (0: no proposal)
+
+
+HEAD = len(Header)
+
+
+def encode(
+    k: int,
+    batch: TickSummary | None,
+    *,
+    rank: int,
+    stop_vote: bool = False,
+    interval: int = 0,
+) -> np.ndarray:
+    """This rank's payload for a batch of ``k`` slots (``batch`` None: a disabled rank)."""
+    payload = np.zeros(HEAD + 3 * k, dtype=np.int64)
+    if batch is None:
+        payload[Header.DISABLED] = 1
+        return payload
+    n = len(batch)
+    if rank == 0:
+        payload[Header.VALID] = n
+        payload[Header.STOP] = int(stop_vote)
+        payload[Header.INTERVAL] = interval
+    payload[HEAD : HEAD + n] = batch.mag
+    payload[HEAD + k : HEAD + k + n] = batch.comm_ns
+    payload[HEAD + 2 * k : HEAD + 2 * k + n] = batch.compute_ns
+    return payload
+
+
+@dataclass(frozen=True)
+class Summed:
+    """What every rank reads from a summed payload."""
+
+    simo: np.ndarray  # per tick, sum of magnitudes over the live ranks
+    comm_ns: np.ndarray  # per tick, mean over the live ranks
+    compute_ns: np.ndarray
+    disabled_ranks: int
+    stop: bool
+    interval: int
+
+
+def decode(total: np.ndarray, n: int, k: int, world_size: int) -> Summed:
+    """The first ``n`` ticks of a summed payload of ``k`` slots."""
+    disabled = int(total[Header.DISABLED])
+    live = max(world_size - disabled, 1)
+    return Summed(
+        simo=total[HEAD : HEAD + n].copy(),
+        comm_ns=total[HEAD + k : HEAD + k + n] / live,
+        compute_ns=total[HEAD + 2 * k : HEAD + 2 * k + n] / live,
+        disabled_ranks=disabled,
+        stop=bool(total[Header.STOP] > 0),
+        interval=int(total[Header.INTERVAL]),
+    )
+
+
+class Cadence:
+    """When to exchange: a pure function of shared counts, plus rank 0's proposal."""
+
+    def __init__(self, batch_ticks: int, seconds: float, first_interval: int) -> None:
+        self.batch_ticks = batch_ticks
+        self.seconds = seconds
+        self.every = max(1, first_interval)  # steps between exchanges, as agreed
+        self.ticks_done = 0  # ticks already exchanged
+        self.step_at = 0  # steps done at the last exchange
+        self.t_at = 0  # rank 0's clock then (ns)
+
+    def due(self, ticks: int, steps: int) -> bool:
+        """An exchange now: a full batch is pending, or the agreed steps have passed (also
+        with nothing pending: the exchange is where the forecast is evaluated and early stop
+        voted)."""
+        return ticks - self.ticks_done >= self.batch_ticks or steps - self.step_at >= self.every
+
+    def propose(self, steps: int, now_ns: int) -> int:
+        """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange."""
+        n = steps - self.step_at
+        if n <= 0:
+            return 0
+        step_s = (now_ns - self.t_at) / 1e9 / n
+        want = self.seconds / step_s if step_s > 0 else MAX_INTERVAL_STEPS
+        return int(min(max(math.ceil(want), 1), MAX_INTERVAL_STEPS))
+
+    def done(self, ticks: int, steps: int, now_ns: int, agreed_interval: int) -> None:
+        self.ticks_done = ticks
+        self.step_at = steps
+        self.t_at = now_ns
+        if agreed_interval > 0:
+            self.every = agreed_interval
