@@ -552,6 +552,7 @@ def whatif_section(rows, *, mode: str = "weak", ranks_now: int | None = None) ->
         cells += (str(getattr(r, "links", "")),) if links else ()
         out.append(Row(cells, kind="this" if this else ""))
     note = f"{mode} scaling, speedup against 1 rank" + ("; * = this run" if ranks_now else "")
+    assumed = list(dict.fromkeys(a for r in rows or () for a in getattr(r, "assumptions", ())))
     return Section(
         key="whatif",
         title="What-if: other rank counts",
@@ -559,7 +560,7 @@ def whatif_section(rows, *, mode: str = "weak", ranks_now: int | None = None) ->
         + (("Links",) if links else ()),
         right=(True,) * 6 + (False,) * links,
         rows=tuple(out),
-        notes=(note + ".",) if out else (),
+        notes=(note + ".", *(f"Assumption: {x}." for x in assumed)) if out else (),
         empty=f"No what-if: {NO_TICKS}",
         json={"whatif_mode": mode, "whatif": whatif_dicts(rows)},
     )

@@ -63,6 +63,16 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = 0.0
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0")
+    return v
+
+
 def _share(text: str) -> float:
     try:
         v = float(text)
@@ -134,6 +144,21 @@ def _add_whatif_opts(p: argparse.ArgumentParser, *, ranks_required: bool) -> Non
         "(default: as many as the run had per host; one node for a single-host run)",
     )
     g.add_argument(
+        "--cores-per-node",
+        type=_positive_float,
+        default=None,
+        metavar="N",
+        help="cores the ranks of one node may use (default: what the run had: its ranks' "
+        "CPU affinity, capped by a cgroup CPU quota)",
+    )
+    g.add_argument(
+        "--threads-per-rank",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="intra-op threads of each rank (default: what the run had)",
+    )
+    g.add_argument(
         "--calibration",
         type=Path,
         default=None,
@@ -200,15 +225,17 @@ def build_parser() -> argparse.ArgumentParser:
         "whatif",
         help="predicted step and total time at other rank counts",
         description="Predict step time, total time, speedup, efficiency and % communication "
-        "at other "
-        "rank counts, from the run's phases and an alpha-beta model of its collectives.",
+        "at other rank counts, ranks per node, cores and threads per rank: compute scaled by "
+        "the cores each rank's threads get, collectives by an alpha-beta model of the run's "
+        "transport (fitted on its own collectives, or measured by `ailens calibrate`). "
+        "Every assumption is listed with the result; see docs/whatif.md.",
     )
     _add_run_dir(p)
     p.add_argument(
         "--json",
         action="store_true",
         help="print a JSON list of rows: ranks, step_time_s, total_time_s, "
-        "speedup, efficiency, comm_pct",
+        "speedup, efficiency, comm_pct, the target layout and its assumptions",
     )
     _add_whatif_opts(p, ranks_required=False)
     _add_analysis_opts(p)
@@ -288,14 +315,26 @@ def _calibration(args) -> dict | None:
     return doc
 
 
-def _whatif(args, a, ranks: list[int]):
-    from ._analysis import whatif
+def _whatif(args, a, ranks: list[int], *, strict: bool = True):
+    from ._whatif import whatif
 
     if not a.n_ticks:
         return []
-    return whatif(
-        a, ranks, mode=args.mode, ranks_per_node=args.ranks_per_node, calibration=_calibration(args)
-    )
+    try:
+        return whatif(
+            a,
+            ranks,
+            mode=args.mode,
+            ranks_per_node=args.ranks_per_node,
+            cores_per_node=args.cores_per_node,
+            threads_per_rank=args.threads_per_rank,
+            calibration=_calibration(args),
+        )
+    except ValueError as e:  # too few steps to scale: say so; the rest of a report stands
+        if strict:
+            raise CliError(str(e)) from None
+        print(f"WARNING: no what-if: {e}", file=sys.stderr)
+        return []
 
 
 def _print(text: str) -> None:
@@ -307,7 +346,7 @@ def _cmd_report(args) -> int:
 
     run = _load(args)
     a = _analyze(args, run)
-    rows = _whatif(args, a, args.ranks or default_whatif_ranks(a.ranks))
+    rows = _whatif(args, a, args.ranks or default_whatif_ranks(a.ranks), strict=False)
     if args.html is not None:
         from ._html import render_html
 

@@ -162,7 +162,7 @@ def write_run(
     kill_rank: int | None = None,
     kill_step: int | None = None,
     run_id: str | None = None,
-    host: str = "synthhost",
+    host: str | Sequence[str] = "synthhost",
     framework: str = "synthetic",
     backend: str = "",
     chunk_events: int = 64,
@@ -172,6 +172,7 @@ def write_run(
     running: bool = False,
     known_total: bool = True,
     exchange_every: int = 5,
+    extra_meta: dict | None = None,
 ) -> SyntheticRun:
     """Write a synthetic run directory at ``path`` and return its ground truth.
 
@@ -186,6 +187,8 @@ def write_run(
     ``phases-online.json``. ``known_total``: the run said its total steps at the start (a
     schedule mark, as integrations write when the framework knows it). ``exchange_every``:
     steps between the exchange records (the online analysis's evaluation points).
+    ``extra_meta``: more header keys (``node``, ``run``), as the Lens writes them. ``host``:
+    one hostname, or one per rank (ranks on several nodes).
     """
     if ranks < 1 or steps < 1:
         raise ValueError("ranks and steps must be >= 1")
@@ -256,7 +259,7 @@ def write_run(
             "run_id": run_id,
             "rank": r,
             "world_size": ranks,
-            "host": host,
+            "host": host if isinstance(host, str) else host[r],
             "pid": 10_000 + r,
             "framework": framework,
             "backend": backend,
@@ -268,6 +271,7 @@ def write_run(
                 "%Y-%m-%dT%H:%M:%S%z", time.localtime((wall0 + int(offsets[r])) / 1e9)
             ),
             "config": cfg.to_dict(),
+            **(extra_meta or {}),
         }
         f = path / f"rank-{r:05d}.ailens"
         files.append(f)

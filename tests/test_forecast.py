@@ -16,13 +16,10 @@ from conftest import mpiexec, run_ranks
 import ailens
 from ailens import LensConfig, load_run
 from ailens._analysis import analyze
+from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
-    CostParams,
     Forecaster,
     StepLevel,
-    canonical_op,
-    collective_time,
-    fit_cost_params,
     naive_total_s,
     t_quantile,
 )
