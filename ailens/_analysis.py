@@ -1,11 +1,10 @@
-"""Offline analysis of a saved run: logical trace across ranks, phases, forecast, what-if.
+"""Offline analysis of a saved run: logical trace across ranks, phases, forecast.
 
 ``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
 the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own definition), the
 SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
 and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
-and forecast are the ones the run decided. ``whatif`` scales the measured step to other rank
-counts with the cost models of ``_forecast``. Assumptions are in docs/forecast.md.
+and forecast are the ones the run decided. The what-if (``_whatif``) reads this analysis.
 """
 
 from __future__ import annotations
@@ -19,22 +18,13 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
-from ._forecast import (
-    DEFAULT_INTER,
-    DEFAULT_INTRA,
-    CostParams,
-    Fit,
-    Forecast,
-    WhatIfRow,
-    collective_time,
-    fit_cost_params,
-)
+from ._forecast import Forecast
 from ._online import OnlineAnalysis, feed_recorded
 from ._ticks import summarise
 from ._trace import Run
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 
-__all__ = ["PhaseSkew", "RunAnalysis", "ScalingModel", "analyze", "scaling_model", "whatif"]
+__all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
 
 
 @dataclass(frozen=True)
@@ -331,7 +321,8 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
         marks.append({"kind": "schedule", "total_steps": int(total_steps), "at_step": 0, "seq": 0})
     # The run ended when rank 0 closed, if every rank finished (a killed rank: it did not).
     end = first.info.get("end_ns") if run.complete else None
-    feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end, watch)
+    crashed = bool(first.info.get("crashed"))
+    feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end, watch, crashed)
     return oa
 
 
@@ -376,205 +367,3 @@ def _skew(
             PhaseSkew(p.id, ranks[int(np.argmax(row))], spread, tuple(float(x) for x in row))
         )
     return tuple(out)
-
-
-# --------------------------------------------------------------------------- what-if
-
-
-@dataclass(frozen=True)
-class ScalingModel:
-    """The link parameters the what-if uses and where each came from."""
-
-    ranks: int
-    run_fit: Fit  # fit on this run's own collectives (None params at 1 rank)
-    intra: CostParams
-    inter: CostParams
-    run_links: str  # "intra" or "inter": what this run's collectives crossed
-    ranks_per_node: int | None  # None: every rank count fits on one node
-
-    def params(self, links: str) -> CostParams:
-        return self.inter if links == "inter" else self.intra
-
-    def to_dict(self) -> dict:
-        return {
-            "ranks": self.ranks,
-            "run_fit": self.run_fit.to_dict(),
-            "intra": self.intra.to_dict(),
-            "inter": self.inter.to_dict(),
-            "run_links": self.run_links,
-            "ranks_per_node": self.ranks_per_node,
-        }
-
-
-def _load_calibration(a: RunAnalysis) -> dict | None:
-    path = Path(a.run.path)
-    f = path / "calibration.json" if path.is_dir() else None
-    if f is None or not f.is_file():
-        return None
-    try:
-        return json.loads(f.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _params(d: dict | None, source: str) -> CostParams | None:
-    if not d:
-        return None
-    try:
-        return CostParams(
-            float(d["alpha"]), float(d["beta"]), float(d.get("gamma", 0.0)), source=source
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def scaling_model(
-    a: RunAnalysis, *, calibration: dict | None = None, ranks_per_node: int | None = None
-) -> ScalingModel:
-    """Link parameters for the what-if: ``calibration`` (or the run directory's
-    calibration.json) first, then the fit on this run's collectives, then labelled defaults.
-
-    The run fit uses, per tick, the exclusive comm time (not covered by an earlier collective,
-    so queueing behind overlapping DDP buckets is removed) at its minimum over ranks (the
-    last rank to arrive waits least, so load-imbalance waiting is removed).
-    """
-    hosts = {h for h in a.hosts if h}
-    multi = len(hosts) > 1
-    run_links = "inter" if multi else "intra"
-    if ranks_per_node is None and multi:
-        ranks_per_node = max(a.hosts.count(h) for h in hosts)
-    cal = calibration if calibration is not None else _load_calibration(a)
-    names = np.asarray(a.op_names, dtype=object)
-    ops = names[a.tick_op] if a.n_ticks else np.zeros(0, dtype=object)
-    fit = fit_cost_params(
-        ops, a.ranks, a.tick_nbytes, a.comm_min_s, source="fit on this run's collectives"
-    )
-    cal_intra = _params((cal or {}).get("intra"), "ailens calibrate (intra-node)")
-    cal_inter = _params((cal or {}).get("inter"), "ailens calibrate (inter-node)")
-    fitted = (
-        fit.params
-        if fit.params is not None and (fit.params.alpha > 0 or fit.params.beta > 0)
-        else None
-    )
-    intra = cal_intra or (fitted if not multi else None) or DEFAULT_INTRA
-    inter = cal_inter or (fitted if multi else None)
-    if inter is None:
-        inter = CostParams(
-            max(intra.alpha, DEFAULT_INTER.alpha),
-            max(intra.beta, DEFAULT_INTER.beta),
-            intra.gamma,
-            source=f"{DEFAULT_INTER.source} (inter-node not measured)",
-        )
-    if multi and cal_intra is None:
-        intra = dataclasses.replace(inter, source=f"{inter.source}; intra-node assumed equal")
-    return ScalingModel(a.ranks, fit, intra, inter, run_links, ranks_per_node)
-
-
-def whatif(
-    a: RunAnalysis,
-    ranks: list[int],
-    *,
-    mode: str = "weak",
-    ranks_per_node: int | None = None,
-    calibration: dict | None = None,
-    fixed_dataset: bool = True,
-) -> list[WhatIfRow]:
-    """Predicted step time, total time, speedup, efficiency and comm % at each rank count.
-
-    ``mode="weak"``: per-rank batch fixed, per-rank compute unchanged; with
-    ``fixed_dataset`` (default: the same epochs over the same data) the steps scale by
-    p/p'. ``mode="strong"``: global batch fixed, per-rank compute x p/p', steps unchanged.
-    Message sizes stay as measured (gradients do not depend on the rank count). Each
-    collective is scaled by its cost model (see ``_forecast.collective_time``) between the
-    run's rank count and p': time x T(p')/T(p); from a 1-rank run the modelled T(p') is added.
-    Time outside collectives scales like compute; startup and other one-off time stays.
-    """
-    if mode not in ("weak", "strong"):
-        raise ValueError(f"mode={mode!r}: choose weak or strong")
-    if not ranks or any(int(r) < 1 for r in ranks):
-        raise ValueError("ranks must be positive integers")
-    model = scaling_model(a, calibration=calibration, ranks_per_node=ranks_per_node)
-    p = a.ranks
-    warm = a.config.warmup_steps
-    n_steps = len(a.step_end_s)
-    t_steps = np.asarray(a.step_end_s) * 1e9
-    if n_steps - warm >= 1:
-        steady = (a.tick_step >= warm) & (a.tick_step < n_steps)
-        per = n_steps - warm
-        t0 = t_steps[warm - 1] if warm >= 1 else 0.0
-        m = (t_steps[-1] - t0) / 1e9 / per
-    else:  # no steps: the whole recording counts as one step
-        steady = np.ones(a.n_ticks, dtype=bool)
-        per = 1
-        m = float(a.comm_s.sum() + a.compute_s.sum())
-    comm, compute = a.comm_s[steady], a.compute_s[steady]
-    outside = m - float(comm.sum() + compute.sum()) / per
-    f = a.forecast
-    total_steps = f.total_steps if f is not None and f.total_steps else max(n_steps, 1)
-    if f is not None:
-        measured_total = f.actual_total_s if f.actual_total_s is not None else f.predicted_total_s
-    else:
-        measured_total = float(t_steps[-1] / 1e9) if n_steps else a.total_s
-    fixed = max(measured_total - total_steps * m, 0.0)
-
-    names = np.asarray(a.op_names, dtype=object)
-    ops = names[a.tick_op[steady]] if a.n_ticks else np.zeros(0, dtype=object)
-    sizes = a.tick_nbytes[steady]
-    ids = a.phase_ids[steady]
-    groups: dict[tuple[str, int], np.ndarray] = {}
-    for key in set(zip(ops.tolist(), sizes.tolist(), strict=True)):
-        groups[key] = (ops == key[0]) & (sizes == key[1])
-
-    def links(q: int) -> str:
-        if q == 1:
-            return "none"
-        rpn = model.ranks_per_node
-        return "inter" if rpn is not None and q > rpn else "intra"
-
-    def predict(q: int) -> tuple[float, float, float, float, np.ndarray, np.ndarray]:
-        scale = 1.0 if mode == "weak" else p / q
-        comm_q = comm.copy() if q == p else np.zeros(len(comm))
-        if q > 1 and q != p:
-            par_q, par_p = model.params(links(q)), model.params(model.run_links)
-            for (op, nb), mask in groups.items():
-                t_q = collective_time(op, q, nb, par_q)
-                if p == 1:
-                    comm_q[mask] = comm[mask] + t_q
-                else:
-                    t_p = collective_time(op, p, nb, par_p)
-                    comm_q[mask] = comm[mask] * (t_q / t_p) if t_p > 0 else comm[mask]
-        compute_q = compute * scale
-        comm_step = float(comm_q.sum()) / per
-        step = float(compute_q.sum()) / per + comm_step + outside * scale
-        steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)
-        return step, comm_step, steps, fixed + steps * step, compute_q, comm_q
-
-    base_total = predict(1)[3]
-    rows = []
-    for q in sorted({int(r) for r in ranks}):
-        step, comm_step, steps, total, compute_q, comm_q = predict(q)
-        speedup = base_total / total if total > 0 else float("nan")
-        size = int(ids.max()) + 1 if len(ids) else 1
-        pc = np.bincount(ids, weights=compute_q, minlength=size) / per
-        pm = np.bincount(ids, weights=comm_q, minlength=size) / per
-        rows.append(
-            WhatIfRow(
-                ranks=q,
-                step_time_s=float(step),
-                total_time_s=float(total),
-                speedup=float(speedup),
-                efficiency=float(speedup / q),
-                comm_pct=float(100.0 * comm_step / step) if step > 0 else 0.0,
-                steps=float(steps),
-                compute_step_s=float(step - comm_step),
-                comm_step_s=float(comm_step),
-                links=links(q),
-                measured=q == p,
-                phases=tuple(
-                    (ph.id, float(pc[ph.id]), float(pm[ph.id]))
-                    for ph in a.table.phases
-                    if ph.id < size
-                ),
-            )
-        )
-    return rows

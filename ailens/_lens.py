@@ -25,6 +25,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import time
 from array import array
 from collections.abc import Callable
@@ -113,6 +114,7 @@ class Lens:
         self._stop_agreed = False
         self._steps = 0
         self._close_hooks: list[Callable[[], None]] = []
+        self._crashed = False
         self._section: tuple[str, int, int] | None = None
         self._writer: WriterThread | None = None
         self.online: OnlineAnalysis | None = None
@@ -204,7 +206,6 @@ class Lens:
             self.run_dir, self.rank, self.meta, self._fault_from_writer, self._disk_trouble
         )
         self._install_live_methods()
-        self._install_fault_injection()
         atexit.register(self._atexit)
         if cfg.total_steps or cfg.steps_per_epoch:
             self.set_schedule(total_steps=cfg.total_steps, steps_per_epoch=cfg.steps_per_epoch)
@@ -241,6 +242,11 @@ class Lens:
     @property
     def steps(self) -> int:
         return self._steps
+
+    @property
+    def total_steps(self) -> int | None:
+        """The run's total steps as known now (schedule, set_total_steps), or None."""
+        return None if self.online is None else self.online.total_steps
 
     @property
     def flushed_ticks(self) -> int:
@@ -375,7 +381,7 @@ class Lens:
         try:
             if self.disabled is None:
                 end_ns = self._clock() - self._t0
-                self.online.on_close(end_ns)
+                self.online.on_close(end_ns, crashed=self._crashed)
                 self._flush(final=True)
                 self._writer.put_info(self._final_info(end_ns))
                 self.online.finish(self.run_dir)
@@ -627,30 +633,6 @@ class Lens:
         if self.online is not None:
             self.online.io_failed = True  # the live forecast.json would hit the same disk
 
-    def _install_fault_injection(self) -> None:
-        """Test hook: AILENS_INJECT_FAULT="<rank>:<tick>" raises inside ailens on that rank."""
-        spec = os.environ.get("AILENS_INJECT_FAULT")
-        if not spec:
-            return
-        rank_s, _, tick_s = spec.partition(":")
-        if int(rank_s) != self.rank:
-            return
-        at = int(tick_s or 0)
-        real_end = self.collective_end
-
-        def faulty_end(tick: int | None = None) -> None:
-            if self._buf.ticks > at:
-                try:
-                    raise RuntimeError(
-                        f"injected fault at tick {self._buf.ticks} (AILENS_INJECT_FAULT)"
-                    )
-                except RuntimeError as e:
-                    self._fault(e)
-                return
-            real_end(tick)
-
-        self.collective_end = faulty_end
-
     def _final_info(self, end_ns: int) -> dict:
         try:
             work = self.counter.read() - self._work0
@@ -658,6 +640,7 @@ class Lens:
             work = None
         return {
             "closed": self.closed,
+            "crashed": self._crashed,
             "disabled": self.disabled,
             "ticks": self._buf.ticks,
             "steps": self._steps,
@@ -677,6 +660,8 @@ class Lens:
         # At interpreter exit frameworks may already be finalised: close locally, no exchange.
         if not self.closed:
             self._exchange_fn = None
+            # An uncaught exception ends the script: the run did not finish its steps.
+            self._crashed = getattr(sys, "last_value", None) is not None
             self.close()
         if self.online is not None and self.disabled is None:
             try:

@@ -129,9 +129,12 @@ class OnlineAnalysis:
                 str(mark["name"]), int(mark["step"]), int(mark["t_begin_ns"]), int(mark["t_end_ns"])
             )
 
-    def on_close(self, end_ns: int) -> None:
+    def on_close(self, end_ns: int, *, crashed: bool = False) -> None:
         """The run ended (the Lens closed) at ``end_ns``; with no total given, the steps done
-        are the total (a run that was not stopped early ran all its steps)."""
+        are the total (a run that was not stopped early, nor ended by an uncaught exception,
+        ran all its steps). A crashed run has no actual total."""
+        if crashed:
+            return
         self.end_ns = end_ns
         if not self.total_steps and not self.cfg.early_stop and self.steps:
             self.forecaster.on_schedule({"total_steps": self.steps, "learned": True})
@@ -387,6 +390,7 @@ def feed_recorded(
     batch,
     end_ns: int | None,
     watch=None,
+    crashed: bool = False,
 ) -> None:
     """Feed a recorded stream of rank 0 to ``oa`` in the order the Lens fed it.
 
@@ -419,7 +423,7 @@ def feed_recorded(
             if watch is not None:
                 watch(oa)
     if end_ns is not None:
-        oa.on_close(int(end_ns))
+        oa.on_close(int(end_ns), crashed=crashed)
 
 
 def _fmt(s: float) -> str:

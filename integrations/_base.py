@@ -308,8 +308,7 @@ class Attachment:
             finder.period,
             self.lens.ticks,
         )
-        online = self.lens.online
-        total = online.total_steps if online is not None else None
+        total = self.lens.total_steps
         if total and finder.merged > self._merged:  # those iterations are in the first step
             self.lens.set_total_steps(max(1, total - (finder.merged - self._merged)))
         self._merged = finder.merged

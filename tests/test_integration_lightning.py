@@ -100,7 +100,7 @@ def test_early_stop_also_stops_a_rank_where_ailens_disabled_itself(tmp_path):
     config = {"early_stop": True, "signature_rel_tol": 0.5, "exchange_seconds": 0}
     results = fit_ddp(
         tmp_path, "--samples", "1600", "--epochs", "2", "--config", json.dumps(config),
-        env={"AILENS_INJECT_FAULT": "1:5"},
+        "--fault", "1:5",
     )  # fmt: skip
     assert results[0]["disabled"] is None and "injected fault" in results[1]["disabled"]
     assert results[0]["global_step"] == results[1]["global_step"] < 200

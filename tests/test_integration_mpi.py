@@ -15,8 +15,9 @@ import pytest
 from conftest import REPO, rank_results
 
 MPI = pytest.importorskip("mpi4py.MPI")
-from ailens import load_run  # noqa: E402
 from ailens.integrations.mpi import buffer_nbytes, object_nbytes  # noqa: E402
+
+from ailens import load_run  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "parallel" / "mpi_script.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"

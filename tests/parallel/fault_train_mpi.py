@@ -42,9 +42,8 @@ logging.getLogger("ailens").setLevel(logging.INFO)
 if run_dir == "-":
     comm, lens = world, None
 else:
-    from inject_fault import inject
-
     from ailens.integrations.mpi import wrap
+    from inject_fault import inject
 
     comm = wrap(
         world,

@@ -34,9 +34,8 @@ if mode == "oneline":
 
     ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)  # the one line
 elif mode == "lens":
-    from inject_fault import inject
-
     from ailens.integrations import horovod as ailens_hvd
+    from inject_fault import inject
 
     lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)
     inject(lens.lens, fault)

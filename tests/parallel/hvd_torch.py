@@ -26,9 +26,8 @@ opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
 
 lens = None
 if mode == "lens":
-    from inject_fault import inject
-
     from ailens.integrations import horovod as ailens_hvd
+    from inject_fault import inject
 
     lens = ailens_hvd.attach(hvd, optimizer=opt, run_dir=run_dir, exchange_ticks=16)
     inject(lens.lens, fault)

@@ -8,7 +8,8 @@ import os
 
 import torch
 from ailens.integrations.lightning import LensCallback
-from lightning.pytorch import LightningModule, Trainer
+from inject_fault import inject
+from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -44,6 +45,16 @@ def loader(n: int, seed: int) -> DataLoader:
     return DataLoader(data, batch_size=8)
 
 
+class InjectFault(Callback):
+    """Once the Lens exists, make it fail inside on the rank the spec names."""
+
+    def __init__(self, lens_callback, spec: str) -> None:
+        self.lens_callback, self.spec = lens_callback, spec
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        inject(self.lens_callback.lens, self.spec)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run-dir", required=True)
@@ -51,6 +62,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=160, help="training samples (all ranks)")
     ap.add_argument("--accumulate", type=int, default=1)
     ap.add_argument("--config", default="{}", help="LensCallback keywords as JSON")
+    ap.add_argument("--fault", default="", help='"<rank>:<tick>": ailens fails there')
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -63,7 +75,7 @@ def main() -> None:
         devices=2,
         max_epochs=args.epochs,
         accumulate_grad_batches=args.accumulate,
-        callbacks=[callback, bar],
+        callbacks=[callback, InjectFault(callback, args.fault), bar],
         num_sanity_val_steps=1,
         logger=False,
         enable_checkpointing=False,

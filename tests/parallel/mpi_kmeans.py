@@ -11,9 +11,8 @@ import json
 import sys
 
 import numpy as np
-from mpi4py import MPI
-
 from ailens.integrations.mpi import wrap
+from mpi4py import MPI
 
 run_dir, iterations = sys.argv[1], int(sys.argv[2])
 world = MPI.COMM_WORLD

@@ -22,9 +22,8 @@ def main() -> None:
     world = MPI.COMM_WORLD
     comm = world
     if args.lens:
-        from inject_fault import inject
-
         from ailens.integrations.mpi import wrap
+        from inject_fault import inject
 
         comm = wrap(
             world,

@@ -38,9 +38,8 @@ def main() -> None:
     hook_calls = [0]
     handle = None
     if args.lens:
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-
         from ailens.integrations.torch import attach
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         def my_hook(state, bucket):
             hook_calls[0] += 1
