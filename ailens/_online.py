@@ -359,7 +359,9 @@ class OnlineAnalysis:
         """The process is exiting: the job's wall time is known now (rank 0 rewrites
         forecast.json with it)."""
         self.exit_wall_ns = wall_ns
-        if self.end_ns is not None:  # closed: the final document gets the job's end too
+        # Closed: the final document gets the job's end too (unless the run directory has
+        # gone meanwhile, e.g. a temporary one: nothing to update then).
+        if self.end_ns is not None and Path(self.cfg.run_dir).is_dir():
             self._write_forecast(final=True)
 
     def finish(self, run_dir: Path) -> None:

@@ -363,22 +363,31 @@ def test_backlog_over_its_cap_stops_the_trace_not_the_training(tmp_path, caplog,
 def test_real_full_disk_then_space_freed(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="ailens")
     with tiny_tmpfs(tmp_path / "mnt", "64k") as mnt:
-        # Leave ~8 KiB free, then free the ballast halfway through the run.
-        ballast = mnt / "ballast"
-        ballast.write_bytes(b"\0" * (60 << 10))
         lens = Lens(run_dir=mnt / "run", chunk_events=256)
-        _fill(lens, 3000)
-        lens.flush()
-        _wait_refused(lens)
-        assert lens.disabled is None
-        ballast.unlink()
-        _fill(lens, 2000, 3000)
+        # Fill the disk to the last block, then record until the writer meets it (how much
+        # fits in the trace's last partly used block depends on how well chunks compress).
+        ballast = mnt / "ballast"
+        with open(ballast, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError as e:
+                assert e.errno == errno.ENOSPC
+        n = 0
+        while not _warning_messages(caplog) and n < 100_000:
+            _fill(lens, 1000, n)
+            n += 1000
+            lens.flush()
+            _wait_refused(lens)
+        assert lens.disabled is None and _warning_messages(caplog)
+        ballast.unlink()  # space comes back halfway through the run
+        _fill(lens, 2000, n)
         lens.close()
         warned = _warning_messages(caplog)
         t = load_run(mnt / "run").ranks[0]
     assert len(warned) == 1 and "No space left" in warned[0], warned
-    assert t.complete and t.n_events == 5000
-    assert np.array_equal(t.events["nbytes"], 8 * (np.arange(5000) % 7 + 1))
+    assert t.complete and t.n_events == n + 2000
+    assert np.array_equal(t.events["nbytes"], 8 * (np.arange(n + 2000) % 7 + 1))
 
 
 def test_read_only_run_directory(tmp_path, caplog):
