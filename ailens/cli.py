@@ -29,6 +29,9 @@ training run wrote (rank-NNNNN.ailens files, default ./ailens-run).
   ailens whatif runs/demo --ranks 8,16,32     predicted step/total time at other rank counts
   ailens export runs/demo -o trace.json       Chrome/Perfetto trace (ui.perfetto.dev, chrome://tracing)
   ailens calibrate ...                        measure collective costs for the what-if model
+  ailens history add runs/demo                store the run's signature record in a history
+  ailens probe -o node.json                   describe this node with micro-benchmarks
+  ailens fit --history H.sqlite -o model.json learn step time from the history
 """
 
 
@@ -238,6 +241,22 @@ def build_parser() -> argparse.ArgumentParser:
         "speedup, efficiency, comm_pct, the target layout and its assumptions",
     )
     _add_whatif_opts(p, ranks_required=False)
+    g = p.add_argument_group("learned model (docs/learned.md)")
+    g.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="also predict with a model from `ailens fit` (shown beside the analytic one; "
+        "JSON rows get learned_step_time_s and learned_model)",
+    )
+    g.add_argument(
+        "--platform",
+        type=Path,
+        default=None,
+        metavar="P.json",
+        help="target node described by `ailens probe` (its usable cores and CPU quota)",
+    )
     _add_analysis_opts(p)
 
     p = sub.add_parser(
@@ -267,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_analysis_opts(p)
 
+    _add_learn_commands(sub)
     sub.add_parser(
         "calibrate",
         add_help=False,
@@ -376,17 +396,86 @@ def _cmd_predict(args) -> int:
 def _cmd_whatif(args) -> int:
     from ._report import default_whatif_ranks, format_whatif, whatif_dicts
 
+    model, platform = _learned_inputs(args)
     a = _analyze(args, _load(args))
     if not a.n_ticks:
         raise CliError(f"{args.run_dir}: no collective recorded on every rank; nothing to scale")
     rows = _whatif(args, a, args.ranks or default_whatif_ranks(a.ranks))
+    learned = _learned(args, a, rows, model, platform) if model is not None else None
     if args.json:
-        _print(json.dumps(whatif_dicts(rows), indent=2))
+        out = whatif_dicts(rows)
+        for d, v in zip(out, learned or (), strict=False):
+            d.update(learned_step_time_s=v, learned_model=model["best"])
+        _print(json.dumps(out, indent=2))
     else:
         for w in a.warnings:
             print(f"WARNING: {w}", file=sys.stderr)
         _print(format_whatif(rows, mode=args.mode, ranks_now=a.ranks))
+        if learned is not None:
+            _print(_format_learned(rows, learned, model))
     return 0
+
+
+def _learned_inputs(args) -> tuple[dict | None, dict | None]:
+    """The --model and --platform files, checked; --platform sets the target's cores."""
+    from ._learn import LearnError, load_model
+    from ._probe import check_platform
+
+    model = platform = None
+    if args.model is not None:
+        try:
+            model = load_model(args.model)
+        except LearnError as e:
+            raise CliError(str(e)) from None
+    if args.platform is not None:
+        try:
+            platform = check_platform(json.loads(args.platform.read_text()), str(args.platform))
+        except OSError as e:
+            raise CliError(f"{args.platform}: cannot read platform ({e.strerror})") from None
+        except ValueError as e:
+            raise CliError(
+                str(e) if str(args.platform) in str(e) else f"{args.platform}: {e}"
+            ) from None
+        if args.cores_per_node is None:
+            args.cores_per_node = float(platform["usable_cores"])
+    return model, platform
+
+
+def _learned(args, a, rows, model: dict, platform: dict | None) -> list[float]:
+    """The learned model's step time on each what-if row's target."""
+    from ._learn import predict, target
+    from ._signature_record import signature_record
+
+    src = signature_record(a, mode=args.mode, analytic_grid=False)
+    node = (platform or {}).get("node") or {}
+    out = []
+    for r in rows:
+        if platform is not None:
+            aff, quota = len(node.get("affinity") or []) or None, node.get("cpu_quota")
+        elif args.cores_per_node is not None:  # a node of exactly that many cores
+            aff, quota = None, None
+        else:  # the run's own node
+            aff, quota = src["platform"]["affinity_cores"], src["platform"]["cpu_quota"]
+        tgt = target(r.ranks, r.ranks_per_node, r.threads_per_rank, r.cores_per_node,
+                     affinity=aff, quota=quota)  # fmt: skip
+        out.append(predict(model, src, tgt, r.step_time_s) if r.step_time_s > 0 else 0.0)
+    return out
+
+
+def _format_learned(rows, learned: list[float], model: dict) -> str:
+    t = model["trained_on"]
+    val = model["validation_mape"]
+    lines = [
+        "",
+        f"Learned model ({model['best']}; validation MAPE {val[model['best']]:.1f} % vs "
+        f"analytic {val['analytic']:.1f} %; trained on {t['runs']} runs of "
+        f"{len(t['jobs'])} jobs):",
+        "ranks  threads  cores  analytic step  learned step",
+    ]
+    for r, v in zip(rows, learned, strict=True):
+        lines.append(f"{r.ranks:>5}  {r.threads_per_rank:>7}  {r.cores_per_node:>5g}  "
+                     f"{r.step_time_s * 1e3:>10.2f} ms  {v * 1e3:>9.2f} ms")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _cmd_export(args) -> int:
@@ -416,11 +505,191 @@ def _write_text(path: Path, text: str) -> None:
         raise
 
 
+# --------------------------------------------------------------------------- learning from history
+
+
+def _add_learn_commands(sub) -> None:
+    p = sub.add_parser(
+        "history",
+        help="store runs' signature records in a history database and list them",
+        description="`history add RUN_DIR...` writes each run's signature record "
+        "(RUN_DIR/signature.json: per-phase work and bytes, layout, platform, step time) and "
+        "stores it in an SQLite history; `history list` shows the stored runs. See "
+        "docs/learned.md.",
+    )
+    hs = p.add_subparsers(dest="history_command", metavar="ACTION", required=True)
+    for name in ("add", "list"):
+        h = hs.add_parser(name, help="store runs" if name == "add" else "list stored runs")
+        h.add_argument(
+            "--history",
+            type=Path,
+            default=Path("ailens-history.sqlite"),
+            metavar="H.sqlite",
+            help="history database (default ./ailens-history.sqlite; created when missing)",
+        )
+        if name == "list":
+            h.add_argument("--json", action="store_true", help="print the stored records as JSON")
+            continue
+        h.add_argument(
+            "runs",
+            nargs="+",
+            type=Path,
+            metavar="RUN_DIR",
+            help="run directories (or signature.json files) to store",
+        )
+        h.add_argument("--job", default=None, help="name of what was trained (default: "
+                       "framework, parameter count, batch size and collective sizes)")  # fmt: skip
+        h.add_argument(
+            "--mode",
+            choices=("weak", "strong"),
+            default=None,
+            help="how the job scales with ranks (default weak: per-rank batch fixed)",
+        )
+        h.add_argument("--batch-size", type=_positive_int, default=None, metavar="N",
+                       help="per-rank batch size when the run did not record it")  # fmt: skip
+        h.add_argument("--platform", default=None, metavar="NAME",
+                       help="node type name (default: CPU model, cores, memory)")  # fmt: skip
+        h.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="rebuild RUN_DIR/signature.json from the traces and replace a stored run",
+        )
+
+    p = sub.add_parser(
+        "probe",
+        help="describe this node (compute, memory bandwidth, collectives) with micro-benchmarks",
+        description="Short micro-benchmarks (numpy compute per core and on all usable cores, "
+        "memory bandwidth; collective alpha/beta when launched with ranks) written as a "
+        "platform descriptor for `ailens whatif --platform` and `ailens fit`.",
+    )
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="P.json",
+                   help="write the descriptor here (default: print it)")  # fmt: skip
+    p.add_argument("--name", default=None, help="platform name (default: CPU model and cores)")
+    p.add_argument("--seconds", type=_positive_float, default=0.5, metavar="S",
+                   help="seconds per micro-benchmark (default 0.5)")  # fmt: skip
+
+    p = sub.add_parser(
+        "fit",
+        help="learn step time across layouts and platforms from a run history",
+        description="Fit predictors of a run's step time on another layout or platform from "
+        "the runs stored in a history: the analytic what-if (baseline), ridge regression on "
+        "its residual, and an FI-Net-style network (needs torch: pip install ailens[learn]). "
+        "Configurations are split so that none is in both training and validation; the "
+        "learner with the lowest validation error is kept, and the model file says which.",
+    )
+    p.add_argument("--history", type=Path, required=True, metavar="H.sqlite")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="MODEL.json")
+    p.add_argument(
+        "--learners",
+        default="ridge,finet",
+        help="comma-separated learners to try besides the analytic baseline (default ridge,finet)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="split and initialisation seed")
+
+
+def _cmd_history(args) -> int:
+    from ._history import History, HistoryError, format_rows
+
+    try:
+        with History(args.history) as hist:
+            if args.history_command == "list":
+                if args.json:
+                    _print(json.dumps(hist.records(), indent=1))
+                else:
+                    _print(format_rows(hist.rows()))
+                return 0
+            added = 0
+            for path in args.runs:
+                rec = _record_of(path, args)
+                if hist.add(rec, replace=args.rebuild):
+                    added += 1
+                    print(f"ailens: stored {path} as job {rec['job']!r}", file=sys.stderr)
+                else:
+                    print(f"ailens: {path}: already stored (run {rec['run_id']}); --rebuild "
+                          "replaces it", file=sys.stderr)  # fmt: skip
+    except HistoryError as e:
+        raise CliError(str(e)) from None
+    print(f"ailens: {added} runs added to {args.history}", file=sys.stderr)
+    return 0
+
+
+def _record_of(path: Path, args) -> dict:
+    """The signature record of a run directory (written when missing, or with --rebuild
+    or any of --job/--mode/--batch-size/--platform) or of a signature.json file."""
+    from ._signature_record import (
+        RECORD_FILE,
+        RecordError,
+        read_record,
+        signature_record,
+        write_record,
+    )
+
+    given = any(v is not None for v in (args.job, args.mode, args.batch_size, args.platform))
+    try:
+        if path.is_file():
+            if given or args.rebuild:
+                raise CliError(f"{path}: --job/--mode/--batch-size/--platform/--rebuild need "
+                               "the run directory, not a record file")  # fmt: skip
+            return read_record(path)
+        if (path / RECORD_FILE).is_file() and not (given or args.rebuild):
+            return read_record(path)
+        from ._analysis import analyze
+        from ._trace import load_run
+
+        a = analyze(load_run(path))
+        rec = signature_record(
+            a, job=args.job, mode=args.mode, batch_size=args.batch_size, platform=args.platform
+        )
+        write_record(path, rec)
+        return rec
+    except (RecordError, ValueError) as e:
+        if isinstance(e, CliError):
+            raise
+        raise CliError(str(e) if str(path) in str(e) else f"{path}: {e}") from None
+
+
+def _cmd_probe(args) -> int:
+    from ._probe import probe
+
+    desc = probe(seconds=args.seconds, name=args.name)
+    if desc is None:  # a rank other than 0 of a launched probe
+        return 0
+    text = json.dumps(desc, indent=1)
+    if args.output is None:
+        _print(text)
+    else:
+        _write_text(args.output, text + "\n")
+        print(f"ailens: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _cmd_fit(args) -> int:
+    from ._history import History, HistoryError
+    from ._learn import LearnError, fit_model, format_fit, save_model
+
+    if not args.history.is_file():
+        raise CliError(f"{args.history}: no such history (make one with `ailens history add`)")
+    learners = [x.strip() for x in args.learners.split(",") if x.strip()]
+    try:
+        with History(args.history) as hist:
+            records = hist.records()
+        model = fit_model(records, learners=learners, seed=args.seed)
+    except (HistoryError, LearnError) as e:
+        raise CliError(str(e)) from None
+    save_model(model, args.output)
+    _print(format_fit(model))
+    print(f"ailens: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
 _COMMANDS = {
     "report": _cmd_report,
     "predict": _cmd_predict,
     "whatif": _cmd_whatif,
     "export": _cmd_export,
+    "history": _cmd_history,
+    "probe": _cmd_probe,
+    "fit": _cmd_fit,
 }
 
 
