@@ -34,6 +34,8 @@ __all__ = [
     "LEARNERS",
     "LearnError",
     "configs",
+    "config_key",
+    "target",
     "pairs",
     "analytic_from_record",
     "target_of_record",
@@ -194,13 +196,24 @@ def pairs(records: list[dict], targets: set | None = None, sources: set | None =
 
 
 def split_configs(keys, frac: float, seed: int) -> tuple[set, set]:
-    """Configurations split at random into (train, held-out), the held-out share ``frac``."""
-    keys = sorted(set(keys), key=repr)
+    """Seed 002's split of configurations into (train, held-out): the runs (one key per run,
+    repeats allowed) split at random (1 - frac) : frac, each side deduplicated, and the
+    configurations on both sides (the intersection) dealt out again (1 - frac) : frac, so
+    no configuration is on both sides."""
+    keys = list(keys)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(keys))
     n_out = max(1, int(round(frac * len(keys))))
-    out = {keys[i] for i in order[:n_out]}
-    return set(keys) - out, out
+    held = {keys[i] for i in order[:n_out]}
+    train = {keys[i] for i in order[n_out:]}
+    both = sorted(train & held, key=repr)
+    both = [both[i] for i in rng.permutation(len(both))]
+    cut = int(round((1 - frac) * len(both)))
+    train = (train - set(both)) | set(both[:cut])
+    held = (held - set(both)) | set(both[cut:])
+    if not train or not held:
+        raise LearnError(f"{len(set(keys))} configurations: too few to hold some out")
+    return train, held
 
 
 def mape(pred: np.ndarray, meas: np.ndarray) -> float:
@@ -314,7 +327,7 @@ def _finet_module(torch, n_features: int, width: int = 16, modes: int = 6, block
     return FINet()
 
 
-def _fit_finet(X, y, seed: int, epochs: int = 300) -> dict:
+def _fit_finet(X, y, seed: int, steps: int = 300) -> dict:
     torch = _torch()
     if torch is None:
         raise LearnError("finet needs torch: pip install ailens[learn]")
@@ -328,23 +341,21 @@ def _fit_finet(X, y, seed: int, epochs: int = 300) -> dict:
         T = torch.tensor((y - y_mu) / y_sd, dtype=torch.float32)
         net = _finet_module(torch, X.shape[1])
         opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-3)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
-        bs = 256
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
+        bs = min(256, len(T))
         g = torch.Generator().manual_seed(seed)
-        for _ in range(epochs):
-            perm = torch.randperm(len(T), generator=g)
-            for i in range(0, len(T), bs):
-                idx = perm[i : i + bs]
-                opt.zero_grad()
-                loss = torch.nn.functional.smooth_l1_loss(net(Z[idx]), T[idx], beta=0.5)
-                loss.backward()
-                opt.step()
+        for _ in range(steps):  # a fixed budget of optimiser steps on random mini-batches
+            idx = torch.randint(0, len(T), (bs,), generator=g)
+            opt.zero_grad()
+            loss = torch.nn.functional.smooth_l1_loss(net(Z[idx]), T[idx], beta=0.5)
+            loss.backward()
+            opt.step()
             sched.step()
         state = {k: v.detach().cpu().numpy().tolist() for k, v in net.state_dict().items()}
     finally:
         torch.set_num_threads(threads)
     return {"scaler": sc, "y_mean": y_mu, "y_std": y_sd, "state": state,
-            "n_features": X.shape[1], "epochs": epochs}  # fmt: skip
+            "n_features": X.shape[1], "steps": steps}  # fmt: skip
 
 
 def _finet_predict(m: dict, X: np.ndarray) -> np.ndarray:
@@ -359,13 +370,13 @@ def _finet_predict(m: dict, X: np.ndarray) -> np.ndarray:
     return out.astype(np.float64) * m["y_std"] + m["y_mean"]
 
 
-def fit_learner(name: str, X, y, groups, seed: int = 0, *, finet_epochs: int = 300) -> dict:
+def fit_learner(name: str, X, y, groups, seed: int = 0, *, finet_steps: int = 300) -> dict:
     """Fit one learner on pairs (X, log residual y); ``groups`` are the target
     configurations (ridge's CV folds)."""
     if name == "ridge":
         return {"learner": "ridge", **_fit_ridge(X, y, groups, seed)}
     if name == "finet":
-        return {"learner": "finet", **_fit_finet(X, y, seed, finet_epochs)}
+        return {"learner": "finet", **_fit_finet(X, y, seed, finet_steps)}
     raise LearnError(f"unknown learner {name!r}: choose from {', '.join(LEARNERS)}")
 
 
@@ -390,7 +401,7 @@ def fit_model(
     learners=LEARNERS,
     seed: int = 0,
     val_frac: float = 0.2,
-    finet_epochs: int = 300,
+    finet_steps: int = 300,
     log=None,
 ) -> dict:
     """Split configurations into train/validation, fit each learner, keep the one with the
@@ -403,7 +414,7 @@ def fit_model(
     if len(y) < 4:
         raise LearnError("fewer than 4 pairs of runs of the same job at different "
                          "configurations: record more layouts or platforms per job")  # fmt: skip
-    train_k, val_k = split_configs(keys, val_frac, seed)
+    train_k, val_k = split_configs([config_key(r) for r in records], val_frac, seed)
     Xt, yt, _, _, kt = pairs(records, targets=train_k, sources=train_k)
     Xv, _, av, mv, _ = pairs(records, targets=val_k, sources=train_k)
     val = {"analytic": mape(av, mv)}
@@ -418,14 +429,14 @@ def fit_model(
         if len(yt) < 4 or not len(mv):
             skipped[name] = "too few training or validation pairs"
             continue
-        m = fit_learner(name, Xt, yt, kt, seed, finet_epochs=finet_epochs)
+        m = fit_learner(name, Xt, yt, kt, seed, finet_steps=finet_steps)
         val[name] = mape(av * np.exp(predict_residual(m, Xv)), mv)
         say(f"{name}: validation MAPE {val[name]:.2f} %")
     best = min(val, key=lambda k: val[k] if math.isfinite(val[k]) else math.inf)
     final = (
         {"learner": "analytic"}
         if best == "analytic"
-        else fit_learner(best, X, y, keys, seed, finet_epochs=finet_epochs)
+        else fit_learner(best, X, y, keys, seed, finet_steps=finet_steps)
     )
     return {
         "format": "ailens-learned-model",

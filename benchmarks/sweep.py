@@ -171,12 +171,15 @@ def run_one(example: str, size: str, platform: str, ranks: int, threads: int, ti
 
 
 def main() -> int:
+    global OUT
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", default=",".join(EXAMPLES))
     ap.add_argument("--platforms", default=",".join(PLATFORMS))
     ap.add_argument("--max-runs", type=int, default=0, help="stop after N new runs (0: all)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
+    ap.add_argument("--out", type=Path, default=OUT, help=f"dataset directory (default {OUT})")
     args = ap.parse_args()
+    OUT = args.out
     examples = args.examples.split(",")
     platforms = args.platforms.split(",")
     unknown = [x for x in examples if x not in EXAMPLES] + [

@@ -17,6 +17,7 @@ from conftest import REPO, run_ranks
 
 from ailens._history import History, HistoryError
 from ailens._learn import (
+    config_key,
     fit_learner,
     fit_model,
     load_model,
@@ -164,8 +165,8 @@ def _dataset(job_prefix: str = "kmeans/") -> list[dict]:
 
 def test_split_keeps_configurations_disjoint():
     recs = _dataset()
-    _, _, _, _, keys = pairs(recs)
-    train, held = split_configs(keys, 0.25, seed=3)
+    keys = [config_key(r) for r in recs]
+    train, held = split_configs(keys + keys[:3], 0.25, seed=3)  # repeats: still disjoint
     assert train and held and not train & held and train | held == set(keys)
     Xv, yv, av, mv, kv = pairs(recs, targets=held, sources=train)
     assert set(kv) <= held and len(yv) == len(mv) == len(av) == len(Xv)
@@ -212,10 +213,50 @@ def test_fit_and_whatif_with_the_model(runs, tmp_path):
 def test_finet_learns_the_residual():
     pytest.importorskip("torch")
     recs = _dataset()
-    model = fit_model(recs, learners=("finet",), seed=1, finet_epochs=40)
+    model = fit_model(recs, learners=("finet",), seed=1, finet_steps=40)
     assert set(model["validation_mape"]) == {"analytic", "finet"}
     assert all(np.isfinite(v) for v in model["validation_mape"].values())
-    net = fit_learner("finet", *pairs(recs)[:2], groups=pairs(recs)[4], seed=1, finet_epochs=40)
+    net = fit_learner("finet", *pairs(recs)[:2], groups=pairs(recs)[4], seed=1, finet_steps=40)
     model = {**model, "model": net}
     got = predict(model, recs[0], target_of_record(recs[-1]), analytic_s=0.01)
     assert np.isfinite(got) and got > 0
+
+
+def test_sweep_records_one_run_on_a_pinned_platform(tmp_path):
+    """benchmarks/sweep.py end to end on its cheapest cell: the kmeans example on 1 rank
+    pinned to CPU 0 (affinity, no root needed), probe and signature record only."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "sweep.py"), "--examples", "kmeans",
+         "--platforms", "core0", "--max-runs", "1", "--out", str(tmp_path), "--timeout", "90"],
+        capture_output=True, text=True, timeout=150, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    (rec_file,) = (tmp_path / "records").glob("*.json")
+    rec = read_record(rec_file)
+    assert rec["job"] == "kmeans/p20k" and rec["mode"] == "strong"
+    assert rec["platform"]["name"] == "core0" and rec["platform"]["affinity_cores"] == 1
+    assert rec["layout"]["cores_per_node"] == 1.0 and rec["layout"]["ranks"] == 1
+    assert rec["sweep"]["load_before"] >= 0 and not list(tmp_path.glob("**/*.ailens"))
+    plat = check_platform(json.loads((tmp_path / "platforms" / "core0.json").read_text()), "p")
+    assert plat["usable_cores"] == 1.0
+
+
+def test_bench_learned_writes_the_issue_keys(tmp_path):
+    if len(list(DATASET.glob("*.json"))) < 20:
+        pytest.skip(f"too few records in {DATASET} (python benchmarks/sweep.py)")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_learned.py"), "--learners", "ridge",
+         "--splits", "1", "--json", str(tmp_path / "b.json")],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    doc = json.loads((tmp_path / "b.json").read_text())
+    assert set(doc) == {"runs", "held_out", "platform_out"} and doc["runs"] >= 20
+    assert set(doc["held_out"]) == {"analytic_mape", "learned_mape", "best"}
+    assert set(doc["held_out"]["learned_mape"]) == {"ridge"}
+    assert doc["platform_out"] and all(
+        set(r) == {"platform", "mape", "r2", "ordering"} for r in doc["platform_out"]
+    )
+    assert "| analytic what-if |" in out.stdout
