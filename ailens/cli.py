@@ -640,7 +640,10 @@ def _record_of(path: Path, args) -> dict:
         rec = signature_record(
             a, job=args.job, mode=args.mode, batch_size=args.batch_size, platform=args.platform
         )
-        write_record(path, rec)
+        try:
+            write_record(path, rec)
+        except OSError as e:  # a read-only run directory: the history still gets the record
+            print(f"WARNING: {path}: cannot write {RECORD_FILE} ({e.strerror})", file=sys.stderr)
         return rec
     except (RecordError, ValueError) as e:
         if isinstance(e, CliError):
