@@ -7,6 +7,7 @@ time. Three predictors of the target's step time:
 * ``analytic``: the what-if model (``_whatif.whatif``), read from the source record's grid
   of analytic predictions (or computed live by ``ailens whatif``): the baseline;
 * ``ridge``: ridge regression (numpy) on the log residual of the analytic model;
+* ``gbt``: gradient-boosted regression trees (numpy, histogram splits) on the same residual;
 * ``finet``: an FI-Net-style network (seed 002: Fourier layers in an Inception-style
   multi-branch block) on the same residual, in torch (``pip install ailens[learn]``; skipped
   with a message when torch is missing).
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 MODEL_VERSION = 1
-LEARNERS = ("ridge", "finet")
+LEARNERS = ("ridge", "gbt", "finet")
 FEATURES = (
     "log_analytic_s", "log_src_step_s", "log_src_compute_s", "log_src_comm_s", "src_comm_frac",
     "log_src_parallelism", "src_ranks", "src_threads", "src_cores", "src_affinity",
@@ -270,6 +271,81 @@ def _ridge_predict(m: dict, X: np.ndarray) -> np.ndarray:
     return _scale(X, m["scaler"]) @ np.asarray(m["coef"]) + m["intercept"]
 
 
+def _fit_gbt(X, y, seed: int, rounds: int = 300, depth: int = 3, lr: float = 0.05,
+             min_leaf: int = 8, subsample: float = 0.8, n_bins: int = 32) -> dict:  # fmt: skip
+    """Gradient-boosted regression trees on squared error: each tree (``depth`` levels,
+    splits at feature quantiles, leaves of at least ``min_leaf`` pairs) fits the residual of
+    the trees before it on a random ``subsample`` of the pairs, shrunk by ``lr``."""
+    rng = np.random.default_rng(seed)
+    n, d = X.shape
+    qs = np.linspace(0, 1, n_bins + 1)[1:-1]
+    edges = [np.unique(np.quantile(X[:, j], qs)) for j in range(d)]
+    B = np.stack([np.searchsorted(e, X[:, j], side="right") for j, e in enumerate(edges)], 1)
+    base = float(y.mean())
+    pred = np.full(n, base)
+    trees = []
+    for _ in range(rounds):
+        r = y - pred
+        rows = rng.random(n) < subsample
+        feat, thr, left, right, val = [], [], [], [], []
+
+        def build(idx, level, feat=feat, thr=thr, left=left, right=right, val=val, r=r):
+            node = len(feat)
+            feat.append(-1), thr.append(0.0), left.append(-1), right.append(-1)
+            val.append(float(r[idx].mean()) if len(idx) else 0.0)
+            if level == depth or len(idx) < 2 * min_leaf:
+                return node
+            g, tot_c, tot_s = r[idx], len(idx), float(r[idx].sum())
+            best = (1e-12 + tot_s**2 / tot_c, -1, -1)
+            for j in range(d):
+                nb = len(edges[j]) + 1
+                cc = np.cumsum(np.bincount(B[idx, j], minlength=nb))[:-1]
+                cs = np.cumsum(np.bincount(B[idx, j], weights=g, minlength=nb))[:-1]
+                ok = (cc >= min_leaf) & (tot_c - cc >= min_leaf)
+                if not ok.any():
+                    continue
+                sse = cs**2 / np.maximum(cc, 1) + (tot_s - cs) ** 2 / np.maximum(tot_c - cc, 1)
+                gain = np.where(ok, sse, -np.inf)
+                b = int(np.argmax(gain))
+                if gain[b] > best[0]:
+                    best = (float(gain[b]), j, b)
+            if best[1] < 0:
+                return node
+            j, b = best[1], best[2]
+            feat[node], thr[node] = j, float(edges[j][b])
+            go_left = B[idx, j] <= b
+            left[node] = build(idx[go_left], level + 1)
+            right[node] = build(idx[~go_left], level + 1)
+            return node
+
+        build(np.flatnonzero(rows), 0)
+        tree = {"feat": feat, "thr": thr, "left": left, "right": right, "val": val}
+        trees.append(tree)
+        pred += lr * _tree_predict(tree, X)
+    return {"base": base, "lr": lr, "trees": trees}
+
+
+def _tree_predict(tree: dict, X: np.ndarray) -> np.ndarray:
+    feat, thr = np.asarray(tree["feat"]), np.asarray(tree["thr"])
+    left, right, val = np.asarray(tree["left"]), np.asarray(tree["right"]), np.asarray(tree["val"])
+    node = np.zeros(len(X), dtype=np.int64)
+    while True:
+        f = feat[node]
+        inner = f >= 0
+        if not inner.any():
+            return val[node]
+        x = X[np.arange(len(X)), np.where(inner, f, 0)]
+        nxt = np.where(x < thr[node], left[node], right[node])
+        node = np.where(inner, nxt, node)
+
+
+def _gbt_predict(m: dict, X: np.ndarray) -> np.ndarray:
+    out = np.full(len(X), m["base"])
+    for t in m["trees"]:
+        out += m["lr"] * _tree_predict(t, X)
+    return out
+
+
 def _torch():
     try:
         import torch
@@ -375,6 +451,8 @@ def fit_learner(name: str, X, y, groups, seed: int = 0, *, finet_steps: int = 30
     configurations (ridge's CV folds)."""
     if name == "ridge":
         return {"learner": "ridge", **_fit_ridge(X, y, groups, seed)}
+    if name == "gbt":
+        return {"learner": "gbt", **_fit_gbt(X, y, seed)}
     if name == "finet":
         return {"learner": "finet", **_fit_finet(X, y, seed, finet_steps)}
     raise LearnError(f"unknown learner {name!r}: choose from {', '.join(LEARNERS)}")
@@ -387,6 +465,8 @@ def predict_residual(m: dict, X: np.ndarray) -> np.ndarray:
         return np.zeros(len(X))
     if kind == "ridge":
         return _ridge_predict(m, X)
+    if kind == "gbt":
+        return _gbt_predict(m, X)
     if kind == "finet":
         return _finet_predict(m, X)
     raise LearnError(f"unknown learner {kind!r} in the model file; fit it again")

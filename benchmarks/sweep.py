@@ -49,15 +49,18 @@ EXAMPLES = {
     "kmeans": ("examples/kmeans/run",
                ["--progress-every", "0", "--eval-every", "0", "--checkpoint-every", "0",
                 "--iterations", "30"],
-               {"p20k": ["--points", "20000"], "p80k": ["--points", "80000"]}, "strong"),
+               {"p20k": ["--points", "20000"], "p80k": ["--points", "80000"],
+                "p5k": ["--points", "5000"]}, "strong"),
     "mnist-ddp": ("examples/mnist/run",
                   ["--framework", "ddp", "--eval-every-epochs", "0", "--checkpoint-every", "0",
                    "--progress-every", "0", "--epochs", "1"],
-                  {"b16": ["--batch-size", "16"], "b64": ["--batch-size", "64"]}, "weak"),
+                  {"b16": ["--batch-size", "16"], "b64": ["--batch-size", "64"],
+                   "b32": ["--batch-size", "32"]}, "weak"),
     "mnist-hvd": ("examples/mnist/run",
                   ["--framework", "torch", "--eval-every-epochs", "0", "--checkpoint-every", "0",
                    "--progress-every", "0", "--epochs", "1"],
-                  {"b16": ["--batch-size", "16"], "b64": ["--batch-size", "64"]}, "weak"),
+                  {"b16": ["--batch-size", "16"], "b64": ["--batch-size", "64"],
+                   "b32": ["--batch-size", "32"]}, "weak"),
     "resnet50-ddp": ("examples/resnet50/run",
                      ["--framework", "ddp", "--eval-batches", "0", "--checkpoint-every", "0",
                       "--progress-every", "0", "--steps", "8"],
@@ -140,10 +143,12 @@ def probe_platform(name: str, timeout: float) -> None:
 
 
 def run_one(example: str, size: str, platform: str, ranks: int, threads: int, timeout: float,
-            tmp: Path) -> Path | None:  # fmt: skip
+            tmp: Path, repeat: int = 0) -> Path | None:  # fmt: skip
     """One run; its signature record in records/ (None when already there)."""
     job = f"{example}/{size}"
-    key = f"{example}__{size}__{platform}__r{ranks}t{threads}"
+    key = f"{example}__{size}__{platform}__r{ranks}t{threads}" + (
+        f"__rep{repeat}" if repeat else ""
+    )
     dest = OUT / "records" / f"{key}.json"
     if dest.exists():
         return None
@@ -160,7 +165,7 @@ def run_one(example: str, size: str, platform: str, ranks: int, threads: int, ti
     rec = signature_record(analyze(load_run(d)), job=job, mode=mode, batch_size=batch,
                            platform=platform)  # fmt: skip
     rec["run_dir"] = f"(removed) {key}"
-    rec["sweep"] = {"key": key, "example": example, "size": size, "wall_s": wall,
+    rec["sweep"] = {"key": key, "example": example, "size": size, "wall_s": wall, "repeat": repeat,
                     "load_before": before, "load_after": load(), "command": cmd[1:]}  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(rec, indent=1, sort_keys=True))
@@ -177,6 +182,9 @@ def main() -> int:
     ap.add_argument("--platforms", default=",".join(PLATFORMS))
     ap.add_argument("--max-runs", type=int, default=0, help="stop after N new runs (0: all)")
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per run")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="N > 0: run the cells again as repeat N (run-to-run spread)")  # fmt: skip
+    ap.add_argument("--sizes", type=int, default=2, help="sizes per example, in order (max 3)")
     ap.add_argument("--out", type=Path, default=OUT, help=f"dataset directory (default {OUT})")
     args = ap.parse_args()
     OUT = args.out
@@ -196,9 +204,10 @@ def main() -> int:
             probe_platform(platform, args.timeout)
         todo = [
             (example, list(EXAMPLES[example][2])[size_i], platform, ranks, threads)
-            for size_i in range(2)
+            for size_i in range(args.sizes)
             for platform in platforms
             for example in examples
+            if size_i < len(EXAMPLES[example][2])
             for ranks in (1, 2)
             for threads in (1, 2)
         ]
@@ -206,7 +215,9 @@ def main() -> int:
             if args.max_runs and done >= args.max_runs:
                 break
             try:
-                got = run_one(example, size, platform, ranks, threads, args.timeout, Path(tmp))
+                got = run_one(
+                    example, size, platform, ranks, threads, args.timeout, Path(tmp), args.repeat
+                )
             except Exception as e:  # noqa: BLE001 - one failed run: go on with the others
                 failed += 1
                 print(f"FAILED {example}/{size} {platform} r{ranks}t{threads}: {e}", flush=True)
