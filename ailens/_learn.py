@@ -44,6 +44,7 @@ __all__ = [
     "fit_learner",
     "fit_model",
     "predict",
+    "predict_residual",
     "mape",
     "split_configs",
     "save_model",

@@ -23,6 +23,7 @@ from ailens._learn import (
     load_model,
     pairs,
     predict,
+    predict_residual,
     split_configs,
     target_of_record,
 )
@@ -180,14 +181,12 @@ def test_fit_and_whatif_with_the_model(runs, tmp_path):
     if len(files) < 6:
         pytest.skip("no kmeans records in benchmarks/history (python benchmarks/sweep.py)")
     assert cli("history", "add", *files, "--history", hist).returncode == 0
-    out = cli("fit", "--history", hist, "-o", tmp_path / "m.json", "--learners", "ridge")
+    out = cli("fit", "--history", hist, "-o", tmp_path / "m.json", "--learners", "ridge,gbt")
     assert out.returncode == 0, out.stderr
     assert "<- kept" in out.stdout and "analytic" in out.stdout
     model = load_model(tmp_path / "m.json")
-    assert model["best"] in ("analytic", "ridge") and set(model["validation_mape"]) == {
-        "analytic",
-        "ridge",
-    }
+    assert model["best"] in ("analytic", "ridge", "gbt")
+    assert set(model["validation_mape"]) == {"analytic", "ridge", "gbt"}
     probe = tmp_path / "p.json"
     assert cli("probe", "--seconds", "0.1", "-o", probe).returncode == 0
     wj = cli("whatif", dirs[2], "--model", tmp_path / "m.json", "--platform", probe,
@@ -260,3 +259,15 @@ def test_bench_learned_writes_the_issue_keys(tmp_path):
         set(r) == {"platform", "mape", "r2", "ordering"} for r in doc["platform_out"]
     )
     assert "| analytic what-if |" in out.stdout
+
+
+def test_gbt_fits_a_nonlinear_residual():
+    """The trees find an interaction the linear model cannot (a step up where two inputs
+    are both high), on held-out points."""
+    rng = np.random.default_rng(0)
+    X = rng.uniform(0, 1, (600, 5))
+    y = np.where((X[:, 0] > 0.5) & (X[:, 1] > 0.5), 1.0, 0.0) + 0.02 * rng.standard_normal(600)
+    m = fit_learner("gbt", X[:400], y[:400], groups=list(range(400)), seed=0)
+    err = np.abs(predict_residual(m, X[400:]) - y[400:]).mean()
+    ridge = fit_learner("ridge", X[:400], y[:400], groups=list(range(400)), seed=0)
+    assert err < 0.1 < np.abs(predict_residual(ridge, X[400:]) - y[400:]).mean()
