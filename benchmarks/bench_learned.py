@@ -5,6 +5,8 @@
 Reads the signature records of ``benchmarks/sweep.py`` (default benchmarks/history/records)
 and reports:
 
+* **repeat spread** (printed): configurations recorded more than once (``sweep.py
+  --repeat N``): how far one run lies from the others' mean, the noise floor of any MAPE;
 * **held out configurations** (seed 002's split: runs split 4:1, each side deduplicated,
   configurations on both sides dealt out again 4:1; ``--splits`` random splits, figures
   averaged): step-time MAPE of the analytic what-if and of each learner trained on the
@@ -80,6 +82,21 @@ def held_out(records: list[dict], learners, splits: int, steps: int) -> dict:
     }
 
 
+def repeat_spread(records: list[dict]) -> str | None:
+    """Run-to-run spread of configurations measured more than once: the mean |difference|
+    of each run from the other runs' mean, in % (the noise floor of any MAPE here)."""
+    devs = []
+    for c in configs(records).values():
+        t = [r["step"]["step_s"] for r in c["records"]]
+        for i, v in enumerate(t[: len(t) if len(t) > 1 else 0]):
+            rest = float(np.mean(t[:i] + t[i + 1 :]))
+            devs.append(abs(v - rest) / rest)
+    if not devs:
+        return None
+    return (f"run-to-run spread of {len(devs)} runs of repeated configurations: mean "
+            f"{100 * np.mean(devs):.1f} %, median {100 * np.median(devs):.1f} %")  # fmt: skip
+
+
 def _r2(pred: np.ndarray, meas: np.ndarray) -> float:
     ss = float(np.sum((meas - meas.mean()) ** 2))
     return 1.0 - float(np.sum((pred - meas) ** 2)) / ss if ss > 0 else float("nan")
@@ -150,6 +167,9 @@ def main() -> int:
     print(f"{len(records)} runs, {len(configs(records))} configurations, "
           f"{len({r['job'] for r in records})} jobs, "
           f"{len({r['platform']['name'] for r in records})} platforms")  # fmt: skip
+    spread = repeat_spread(records)
+    if spread:
+        print(spread)
     print("held-out configurations:")
     ho = held_out(records, learners, args.splits, args.steps)
     print("leave one platform out:")
