@@ -572,17 +572,21 @@ def _add_learn_commands(sub) -> None:
         "fit",
         help="learn step time across layouts and platforms from a run history",
         description="Fit predictors of a run's step time on another layout or platform from "
-        "the runs stored in a history: the analytic what-if (baseline), ridge regression on "
-        "its residual, and an FI-Net-style network (needs torch: pip install ailens[learn]). "
+        "the runs stored in a history: the analytic what-if (baseline), ridge regression and "
+        "gradient-boosted trees on its residual, and an FI-Net-style network (needs torch: "
+        "pip install ailens[learn]). "
         "Configurations are split so that none is in both training and validation; the "
         "learner with the lowest validation error is kept, and the model file says which.",
     )
-    p.add_argument("--history", type=Path, required=True, metavar="H.sqlite")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="MODEL.json")
+    p.add_argument("--history", type=Path, required=True, metavar="H.sqlite",
+                   help="history database from `ailens history add`")  # fmt: skip
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="MODEL.json",
+                   help="model file to write (JSON)")  # fmt: skip
     p.add_argument(
         "--learners",
-        default="ridge,finet",
-        help="comma-separated learners to try besides the analytic baseline (default ridge,finet)",
+        default="ridge,gbt,finet",
+        help="comma-separated learners to try besides the analytic baseline "
+        "(default ridge,gbt,finet)",
     )
     p.add_argument("--seed", type=int, default=0, help="split and initialisation seed")
 
