@@ -86,8 +86,9 @@ def test_record_history_add_and_list(runs):
     assert rec["platform"]["link"]["alpha_s"] is not None  # fitted on its own collectives
     st = rec["step"]
     assert st["step_s"] > 0 and 0 <= st["comm_s"] < st["step_s"] and st["compute_s"] > 0
-    ph = max(rec["phases"], key=lambda p: p["share"])
-    assert ph["op"] == "allreduce" and ph["per_step"] >= 1 and ph["work_per_occurrence"] > 0
+    ar = [p for p in rec["phases"] if p["op"] == "allreduce"]  # kmeans: 3 per iteration
+    assert ar and sum(p["per_step"] for p in ar) >= 1
+    assert all(p["work_per_occurrence"] > 0 and p["simo"] > 0 for p in ar)
     assert {c["nbytes"] for c in rec["collectives"]} >= {8192}  # kmeans' centroid sums
     # The stored analytic grid reproduces the run at its own layout (what-if contract).
     own = [r for r in rec["analytic"]["strong"] if r[:2] == [2, 1]]
