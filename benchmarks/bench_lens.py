@@ -18,8 +18,8 @@ median over rounds of the per-round ratio (with its min..max).
 - ``buffer/pair cpu-ns``: the event buffer alone (its flush only moves rows);
 - ``buffer/pair wall-only``: the buffer with no work counter (``read_work=None``): what a pair
   costs when only the wall clock is read;
-- ``lens/step_end + pair``: a step end with one pair in the step, on a fresh Lens each round (at most
-  2000 steps: the cost of a step end depends on the run's history, the online forecast);
+- ``lens/step_end + pair``: a step end with one pair in the step, on a fresh Lens each round
+  (at most 2000 steps: a step end's cost depends on the run's history, the online forecast);
 - ``lens/pair disabled``: the pair on a disabled Lens.
 
 The goal (issue 14): ``lens/pair cpu-ns [c]`` within 1.25x of ``reads/2x process_time_ns``.
@@ -64,8 +64,15 @@ def lens_with(impl: type, run_dir: str, **kw) -> Lens:
 
 
 def buffer_with(impl: type, read_work: Callable[[], int] | None):
-    buf = impl(4096, clock=time.perf_counter_ns, read_work=read_work, t0=time.perf_counter_ns(),
-               work0=read_work() if read_work else 0, intern=lambda op: 0, on_fault=print)  # fmt: skip
+    buf = impl(
+        4096,
+        clock=time.perf_counter_ns,
+        read_work=read_work,
+        t0=time.perf_counter_ns(),
+        work0=read_work() if read_work else 0,
+        intern=lambda op: 0,
+        on_fault=print,
+    )
 
     def flush() -> None:
         with buf.lock:
@@ -139,9 +146,15 @@ def main() -> int:
     rows = []
     for name, ns in samples.items():
         ratios = [a / b for a, b in zip(ns, ref, strict=True)]
-        rows.append({"name": name, "ns": round(statistics.median(ns), 1),
-                     "ratio_to_2_cpu_reads": round(statistics.median(ratios), 3),
-                     "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3)})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "ns": round(statistics.median(ns), 1),
+                "ratio_to_2_cpu_reads": round(statistics.median(ratios), 3),
+                "ratio_min": round(min(ratios), 3),
+                "ratio_max": round(max(ratios), 3),
+            }
+        )
     load = os.getloadavg()
     print(f"{'benchmark':<32} {'ns/iter':>8} {'/ 2 cpu reads':>14} {'(min..max)':>14}")
     for r in rows:

@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import Callable
 
 import torch
-
 from _ab import Unpatched, add_common_args, emit, measure
 
 Step = Callable[[], None]

@@ -63,8 +63,9 @@ def main() -> None:
     ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
     lensed_comm.close()
     if rank == 0:
+        per_step = round(ticks / max(steps, 1), 2)
         emit(CASE["name"], CASE["framework"], result, ranks=size,
-             collectives_per_step=round(ticks / max(steps, 1), 2), ailens_disabled=disabled)  # fmt: skip
+             collectives_per_step=per_step, ailens_disabled=disabled)  # fmt: skip
 
 
 if __name__ == "__main__":
