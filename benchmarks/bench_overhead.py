@@ -37,8 +37,11 @@ prints no line is reported as skipped with the reason; the others still run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +52,10 @@ HERE = Path(__file__).resolve().parent
 CASES_DIR = HERE / "overhead"
 REPO = HERE.parent
 LAUNCHERS = ("mpiexec", "torchrun", "horovodrun", "python")
+
+
+# Rank 0's result line; horovodrun prefixes each line with "[rank]<stdout>:".
+OVERHEAD_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?OVERHEAD (\{.*\})$", re.M)
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,23 @@ def missing_module(modules: list[str]) -> str | None:
     return f"not installed: {last}"
 
 
+def launch(cmd: list[str], env: dict, timeout: float) -> tuple[int, str, str]:
+    """Run a launcher in its own process group: (exit status, stdout, stderr). On a timeout,
+    or when this driver is stopped, the whole group (launcher and ranks) is killed."""
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as e:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            raise subprocess.TimeoutExpired(cmd, timeout, output=out + err) from None
+        raise
+    return proc.returncode, out, err
+
+
 def run_case(case: Case, args: argparse.Namespace) -> dict:
     """One row: the script's OVERHEAD line, or ``skipped`` with the reason."""
     row = {"name": case.name, "framework": case.framework, "ranks": case.ranks}
@@ -131,18 +155,15 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
     cmd = command(case, script, ["--pairs", str(args.pairs), "--block-s", str(args.block_s)])
     t0 = time.monotonic()
     try:
-        proc = subprocess.run(
-            cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=args.timeout,
-            start_new_session=True,
-        )  # fmt: skip
+        returncode, out, err = launch(cmd, env, args.timeout)
     except subprocess.TimeoutExpired as e:
-        tail = (e.stdout or b"")[-2000:] if isinstance(e.stdout, bytes) else (e.stdout or "")
-        return {**row, "skipped": f"timed out after {args.timeout} s", "log_tail": str(tail)}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("OVERHEAD ")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stdout + proc.stderr)[-3000:]
-        return {**row, "skipped": f"exit {proc.returncode}, no OVERHEAD line", "log_tail": tail}
-    result = json.loads(lines[-1][len("OVERHEAD ") :])
+        tail = (e.output or "")[-2000:]
+        return {**row, "skipped": f"timed out after {args.timeout} s", "log_tail": tail}
+    lines = [m.group(1) for m in OVERHEAD_LINE.finditer(out)]
+    if returncode != 0 or not lines:
+        tail = (out + err)[-3000:]
+        return {**row, "skipped": f"exit {returncode}, no OVERHEAD line", "log_tail": tail}
+    result = json.loads(lines[-1])
     return {**result, **row, "wall_s": round(time.monotonic() - t0, 1)}
 
 
@@ -169,6 +190,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
+    # SIGTERM (a timeout around this driver) unwinds like Ctrl-C, so launch() kills the ranks.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="OUT", help="write the rows to this JSON file")
     p.add_argument("--cases", help="comma-separated case names (default: all)")

@@ -112,8 +112,9 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
         named = [(f"{prefix}.{n}", p) for n, p in model.named_parameters()]
         opts.append(hvd.DistributedOptimizer(opt, named_parameters=named))
         models.append(model)
-    run_dir = hvd.broadcast_object(tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0
-                                   else None, root_rank=0)  # fmt: skip
+    # A name on every rank: Horovod's default is the object's type, which differs (str, None).
+    run_dir = tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None
+    run_dir = hvd.broadcast_object(run_dir, root_rank=0, name="ailens_run_dir")
     handle = attach(hvd, optimizer=opts[1], run_dir=run_dir)  # the one line
     unpatched = Unpatched("horovod")
     with unpatched:
@@ -128,7 +129,7 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
 
     def share(n: int) -> int:
         with unpatched:
-            return int(hvd.broadcast_object(n, root_rank=0))
+            return int(hvd.broadcast_object(n, root_rank=0, name="ailens_block_steps"))
 
     def sync() -> None:
         with unpatched:
