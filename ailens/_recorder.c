@@ -131,6 +131,8 @@ typedef struct {
     int64_t t0, mark; /* mark: the counter at the last collective event */
     int clock_how, work_how;
     PyObject *clock, *read_work, *intern, *on_fault, *on_full, *op_ids;
+    PyObject *last_op; /* the op of the last begin and its id: skips the dict lookup */
+    long last_op_id;
     LockObject *lock;
 } Recorder;
 
@@ -301,9 +303,14 @@ static PyObject *Recorder_begin(Recorder *self, PyObject *const *args, Py_ssize_
             goto failed;
         }
     }
-    long op_id = op_id_of(self, argv[0]);
-    if (op_id < 0)
-        goto failed;
+    long op_id = self->last_op_id;
+    if (argv[0] != self->last_op) {
+        op_id = op_id_of(self, argv[0]);
+        if (op_id < 0)
+            goto failed;
+        Py_XSETREF(self->last_op, Py_NewRef(argv[0]));
+        self->last_op_id = op_id;
+    }
     long long nbytes = PyLong_AsLongLong(argv[1]);
     if (nbytes == -1 && PyErr_Occurred())
         goto failed;
@@ -518,6 +525,7 @@ static int Recorder_traverse(Recorder *self, visitproc visit, void *arg)
     Py_VISIT(self->on_fault);
     Py_VISIT(self->on_full);
     Py_VISIT(self->op_ids);
+    Py_VISIT(self->last_op);
     Py_VISIT(self->lock);
     return 0;
 }
@@ -530,6 +538,7 @@ static int Recorder_clear(Recorder *self)
     Py_CLEAR(self->on_fault);
     Py_CLEAR(self->on_full);
     Py_CLEAR(self->op_ids);
+    Py_CLEAR(self->last_op);
     Py_CLEAR(self->lock);
     return 0;
 }
