@@ -30,7 +30,7 @@ __all__ = ["IMPLEMENTATION", "EventBuffer", "PyEventBuffer"]
 
 log = logging.getLogger("ailens")
 
-_ABI = 1  # RECORDER_ABI in _recorder.c
+_ABI = 2  # RECORDER_ABI in _recorder.c
 
 # Column name, array typecode, numpy dtype; the order of the trace's EVTS columns.
 _COLUMNS = (
@@ -43,7 +43,63 @@ _COLUMNS = (
 )
 
 
-class PyEventBuffer:
+class _Batches:
+    """``record``/``count_many``, shared by both implementations: collectives timed elsewhere
+    (a TF graph's own timestamps) arrive in groups. Built on each one's ``_append_rows``,
+    ``_read_work``, ``_new_op``, ``_mark`` and ``_t0``."""
+
+    _recorded_end: int  # latest end among the collectives given to record()
+
+    def record(
+        self,
+        ops: list[str],
+        nbytes,
+        t_begin,
+        t_end,
+        steps=None,
+    ) -> None:
+        """Record collectives that already ran and were timed elsewhere (on this buffer's
+        clock, ns), in tick order; ``steps``: the step of each (default: the current one). The
+        work counted since the previous event is shared among them in proportion to the time
+        before each (its begin minus the latest end before it): one counter read per group."""
+        start, n = self.ticks, len(ops)
+        try:
+            w = self._read_work()
+            t_begin, t_end = np.asarray(t_begin, np.int64), np.asarray(t_end, np.int64)
+            latest = np.maximum.accumulate(np.concatenate(([self._recorded_end], t_end)))
+            gaps = np.maximum(t_begin - latest[:-1], 0)
+            total, work = int(gaps.sum()), w - self._mark
+            if total:
+                shares = np.floor(gaps * (work / total)).astype(np.int64)
+            else:
+                shares = np.zeros(n, np.int64)
+                shares[:1] = work
+            ids = self.op_ids
+            op_ids = [ids[op] if op in ids else self._new_op(op) for op in ops]
+            step = np.full(n, self.step) if steps is None else np.asarray(steps)
+            self._append_rows(
+                np.asarray(op_ids, np.uint16),
+                step.astype(np.uint32),
+                np.asarray(nbytes, np.int64),
+                t_begin - self._t0,
+                t_end - self._t0,
+                shares,
+            )
+            if self.oldest_open == start:
+                self.oldest_open = start + n
+            self.ticks = start + n
+            self._recorded_end = int(latest[-1])
+            self._mark = w
+        except Exception as e:  # noqa: BLE001 - fail open: every tick still counts
+            self._on_fault(e)
+            self.ticks = start + n
+
+    def count_many(self, ops: list[str], nbytes, t_begin, t_end, steps=None) -> None:
+        """The disabled path of ``record``."""
+        self.ticks += len(ops)
+
+
+class PyEventBuffer(_Batches):
     """Event columns of one rank, in pure Python. ``ticks`` counts every collective begun
     (also after a fault); ``step`` is set by the Lens at each step end."""
 
@@ -69,6 +125,7 @@ class PyEventBuffer:
             array(code, bytes(np.dtype(dt).itemsize * cap)) for _, code, dt in _COLUMNS
         )
         self._mark = work0  # counter at the last collective event
+        self._recorded_end = t0
         self.ticks = 0
         self.step = 0
         self.oldest_open = 0  # lowest tick whose end has not been seen
@@ -160,6 +217,21 @@ class PyEventBuffer:
             tick += 1
         self.oldest_open = tick
 
+    def _append_rows(self, *values: np.ndarray) -> None:
+        """Complete rows at the end, one array per column; like ``begin``, a full buffer calls
+        ``on_full`` first, and rows still open at the front then make it grow to fit."""
+        k = len(values[0])
+        if self.n + k > self.cap and self.on_full is not None:
+            self.on_full()
+        i = self.n
+        if i + k > self.cap:
+            for col in self._all():
+                col.extend(array(col.typecode, bytes(col.itemsize * (i + k - self.cap))))
+            self.cap = i + k
+        for (_, _, dt), col, v in zip(_COLUMNS, self._all(), values, strict=True):
+            np.frombuffer(col, dt)[i : i + k] = v
+        self.n = i + k
+
     def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Copies of rows [start, stop) as numpy columns."""
         cols = (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work)
@@ -216,8 +288,12 @@ def _load_native() -> type | None:
         )
         return None
 
-    class NativeEventBuffer(_recorder.Recorder):
+    class NativeEventBuffer(_Batches, _recorder.Recorder):
         """:class:`PyEventBuffer` with the hot path and row moves in C (``_recorder.c``)."""
+
+        def __init__(self, cap: int, **kw) -> None:
+            super().__init__(cap, **kw)
+            self._recorded_end = kw["t0"]
 
         def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
             """Copies of rows [start, stop) as numpy columns."""

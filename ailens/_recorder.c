@@ -27,7 +27,7 @@
 #include <structmember.h>
 #include <time.h>
 
-#define RECORDER_ABI 1
+#define RECORDER_ABI 2
 
 /* How a reading is taken: by calling a Python callable, natively, or not at all (0). */
 enum { READ_CALL = 0, READ_NATIVE = 1, READ_ZERO = 2 };
@@ -415,6 +415,70 @@ static PyObject *Recorder_ignore(Recorder *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* _append_rows(op, step, nbytes, t_begin, t_end, work): k complete rows from six contiguous
+ * buffers (uint16, uint32, int64 x4; record() in _buffer.py builds them). Like begin(), a
+ * full buffer calls on_full first; rows still open at the front then make it grow to fit. */
+static PyObject *Recorder_append_rows(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const Py_ssize_t itemsize[6] = {2, 4, 8, 8, 8, 8};
+    Py_buffer views[6];
+    int got = 0;
+    PyObject *result = NULL;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "_append_rows takes 6 columns");
+        return NULL;
+    }
+    if (not_ready(self))
+        return NULL;
+    for (; got < 6; got++)
+        if (PyObject_GetBuffer(args[got], &views[got], PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    Py_ssize_t k = views[0].len / itemsize[0];
+    for (int c = 0; c < 6; c++)
+        if (views[c].itemsize != itemsize[c] || views[c].len != k * itemsize[c]) {
+            PyErr_Format(PyExc_ValueError, "column %d: want %zd items of %zd bytes", c, k,
+                         itemsize[c]);
+            goto done;
+        }
+    if (self->n + k > self->cap && self->on_full != Py_None) {
+        PyObject *r = PyObject_CallNoArgs(self->on_full);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    if (self->n + k > self->cap && grow_columns(self, self->n + k) < 0)
+        goto done;
+    Py_ssize_t i = self->n;
+    memcpy(self->c_op + i, views[0].buf, k * 2);
+    memcpy(self->c_step + i, views[1].buf, k * 4);
+    memcpy(self->c_nbytes + i, views[2].buf, k * 8);
+    memcpy(self->c_begin + i, views[3].buf, k * 8);
+    memcpy(self->c_end + i, views[4].buf, k * 8);
+    memcpy(self->c_work + i, views[5].buf, k * 8);
+    self->n = i + k;
+    result = Py_NewRef(Py_None);
+done:
+    while (got > 0)
+        PyBuffer_Release(&views[--got]);
+    return result;
+}
+
+static PyObject *Recorder_read_work_now(Recorder *self, PyObject *Py_UNUSED(args))
+{
+    int64_t w;
+    if (not_ready(self) || read_work(self, &w) < 0)
+        return NULL;
+    return PyLong_FromLongLong(w);
+}
+
+static PyObject *Recorder_new_op(Recorder *self, PyObject *op)
+{
+    if (not_ready(self))
+        return NULL;
+    long id = op_id_of(self, op);
+    return id < 0 ? NULL : PyLong_FromLong(id);
+}
+
 static PyObject *Recorder_raw_columns(Recorder *self, PyObject *args)
 {
     Py_ssize_t start, stop;
@@ -587,6 +651,9 @@ static PyMemberDef Recorder_members[] = {
     {"n", T_PYSSIZET, offsetof(Recorder, n), READONLY, "rows in use"},
     {"cap", T_PYSSIZET, offsetof(Recorder, cap), READONLY, "rows allocated"},
     {"op_ids", T_OBJECT, offsetof(Recorder, op_ids), READONLY, "op name -> id"},
+    {"_mark", T_LONGLONG, offsetof(Recorder, mark), 0, "the counter at the last event"},
+    {"_t0", T_LONGLONG, offsetof(Recorder, t0), READONLY, "clock origin of the times"},
+    {"_on_fault", T_OBJECT, offsetof(Recorder, on_fault), READONLY, "called with a fault"},
     {"lock", T_OBJECT, offsetof(Recorder, lock), READONLY, "held while rows move"},
     {NULL},
 };
@@ -598,6 +665,11 @@ static PyMethodDef Recorder_methods[] = {
     {"end", FASTCALL_KW(Recorder_end), "end(tick=None): the oldest open collective, or tick, ends."},
     {"count", FASTCALL_KW(Recorder_count), "count(op, nbytes) -> tick: the disabled begin."},
     {"ignore", FASTCALL_KW(Recorder_ignore), "ignore(tick=None): the disabled end."},
+    {"_append_rows", (PyCFunction)(void (*)(void))Recorder_append_rows, METH_FASTCALL,
+     "_append_rows(op, step, nbytes, t_begin, t_end, work): complete rows at the end."},
+    {"_read_work", (PyCFunction)Recorder_read_work_now, METH_NOARGS,
+     "_read_work() -> the work counter now."},
+    {"_new_op", (PyCFunction)Recorder_new_op, METH_O, "_new_op(op) -> the op's id."},
     {"_raw_columns", (PyCFunction)Recorder_raw_columns, METH_VARARGS,
      "_raw_columns(start, stop) -> 6 bytearrays: copies of rows [start, stop)."},
     {"complete_rows", (PyCFunction)Recorder_complete_rows, METH_VARARGS,

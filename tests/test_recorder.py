@@ -263,6 +263,34 @@ def test_end_on_another_thread_waits_while_rows_move(impl):
     assert done.is_set() and buf.columns(0, 1)["t_end"][0] > 0 and not faults
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_record_groups_timed_elsewhere(impl):
+    buf, faults = make(impl, cap=2, read_work=Ticker(0, 100), t0=1000)
+    flushed = []
+    buf.on_full = lambda: flushed.append(drain(buf))
+    assert buf.begin("allreduce", 1) == 0  # work 100; clock 1010
+    buf.end()  # work 200; clock 1020
+    # three collectives timed inside a graph (absolute ns on the buffer's clock)
+    buf.record(["allgather", "allreduce", "allgather"], [8, 16, 32], [1100, 1300, 1350],
+               [1200, 1400, 1500])  # fmt: skip
+    assert (buf.ticks, buf.oldest_open) == (4, 4) and not faults
+    rows = {k: v.tolist() for k, v in drain(buf).items()}
+    got = {k: [x for c in flushed for x in c[k].tolist()] + rows[k] for k in rows}
+    assert got["op"] == [0, 1, 0, 1] and buf.op_ids == {"allreduce": 0, "allgather": 1}
+    assert got["nbytes"] == [1, 8, 16, 32]
+    assert got["t_begin"] == [10, 100, 300, 350] and got["t_end"] == [20, 200, 400, 500]
+    # 100 units of work since the last end, shared by the gaps before each: 1100-1000 (the
+    # recorded clock starts at t0), 1300-1200, 0 (overlaps the previous one)
+    assert got["work"][0] == 100 and got["work"][1:] == [50, 50, 0]
+    buf.step = 3
+    buf.record(["allreduce"], [4], [1600], [1700], steps=[2])
+    assert drain(buf)["step"].tolist() == [2]
+    buf.record(["allreduce", None], [1, 2], [1800, 1900], [1850, 1950])  # a bad op: a fault
+    assert buf.ticks == 7 and isinstance(faults[-1], TypeError)
+    buf.count_many(["allreduce"] * 3, None, None, None)
+    assert buf.ticks == 10
+
+
 def _random_session(impl, seed: int) -> list:
     """A random mix of begins, ends (oldest, by tick, unknown), step ends and flushes, then a
     final flush; as in the Lens, a fault switches to the disabled path (``count``/``ignore``).
@@ -282,8 +310,13 @@ def _random_session(impl, seed: int) -> list:
             seen.append(("end", end()))
         elif r < 0.85:
             end(rng.randrange(max(buf.ticks, 1) + 2))
-        elif r < 0.9:
+        elif r < 0.88:
             buf.step += 1
+        elif r < 0.92 and not faults:
+            k = rng.randrange(1, 5)
+            t = [rng.randrange(1000, 2000) for _ in range(2 * k)]
+            ops = [rng.choice(["allreduce", "reduce_scatter"]) for _ in range(k)]
+            buf.record(ops, [8] * k, t[:k], t[k:], steps=None if r < 0.9 else [buf.step] * k)
         else:
             seen.append(("drain", _cols(drain(buf, max_cap=16))))
         seen.append((buf.ticks, buf.oldest_open, buf.base, buf.n, buf.cap))
