@@ -123,6 +123,10 @@ def emit(name: str, framework: str, result: Result, *, ranks: int, **extra) -> N
         "ranks": ranks,
         "loadavg": list(os.getloadavg()),
         "recorder": _buffer.IMPLEMENTATION,  # the compiled hot path ("c") or the Python one
+        "pair_step_ms": [  # per pair: mean step time of the plain block, of the lensed block
+            [round(a * 1e3, 4), round(b * 1e3, 4)]
+            for a, b in zip(result.plain, result.lensed, strict=True)
+        ],
         **extra,
     }
     print("OVERHEAD " + json.dumps(line), flush=True)
