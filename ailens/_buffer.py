@@ -1,23 +1,36 @@
 """The event buffer: preallocated columns that ``collective_begin``/``collective_end`` fill.
 
-The hot path writes a few integers into ``array.array`` columns (no Python object per event).
-Completed rows leave in tick order: ``take_complete`` hands them to the writer and keeps the
-rows whose collective is still open (overlapping DDP buckets, async work) at the front.
+The hot path writes a few integers into columns (no Python object per event). Completed rows
+leave in tick order (``complete_rows`` + ``drop_front``, under ``lock``): the Lens hands them
+to the writer and the rows whose collective is still open (overlapping DDP buckets, async
+work) stay at the front.
 
 ``begin`` and ``end`` are bound directly as the Lens's ``collective_begin``/``collective_end``,
 so a recorded collective costs two method calls and four clock reads. A failure calls
 ``on_fault`` (the Lens disables itself) and the tick still counts.
+
+Two implementations with the same behaviour: the compiled ``ailens/_recorder.c`` (built by
+``pip install`` as an optional extension; it reads the default clock and the cpu-ns counter
+with ``clock_gettime`` itself) and :class:`PyEventBuffer` here, used when the extension is
+missing, stale, or ``AILENS_PURE_PYTHON=1`` is set. ``EventBuffer`` is the one in use and
+``IMPLEMENTATION`` says which (``"c"`` or ``"python"``).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from array import array
 from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["EventBuffer"]
+__all__ = ["IMPLEMENTATION", "EventBuffer", "PyEventBuffer"]
+
+log = logging.getLogger("ailens")
+
+_ABI = 2  # RECORDER_ABI in _recorder.c
 
 # Column name, array typecode, numpy dtype; the order of the trace's EVTS columns.
 _COLUMNS = (
@@ -30,24 +43,80 @@ _COLUMNS = (
 )
 
 
-class EventBuffer:
-    """Event columns of one rank. ``ticks`` counts every collective begun (also after a
-    fault); ``step`` is set by the Lens at each step end."""
+class _Batches:
+    """``record``/``count_many``, shared by both implementations: collectives timed elsewhere
+    (a TF graph's own timestamps) arrive in groups. Built on each one's ``_append_rows``,
+    ``_read_work``, ``_new_op``, ``_mark`` and ``_t0``."""
+
+    _recorded_end: int  # latest end among the collectives given to record()
+
+    def record(
+        self,
+        ops: list[str],
+        nbytes,
+        t_begin,
+        t_end,
+        steps=None,
+    ) -> None:
+        """Record collectives that already ran and were timed elsewhere (on this buffer's
+        clock, ns), in tick order; ``steps``: the step of each (default: the current one). The
+        work counted since the previous event is shared among them in proportion to the time
+        before each (its begin minus the latest end before it): one counter read per group."""
+        start, n = self.ticks, len(ops)
+        try:
+            w = self._read_work()
+            t_begin, t_end = np.asarray(t_begin, np.int64), np.asarray(t_end, np.int64)
+            latest = np.maximum.accumulate(np.concatenate(([self._recorded_end], t_end)))
+            gaps = np.maximum(t_begin - latest[:-1], 0)
+            total, work = int(gaps.sum()), w - self._mark
+            if total:
+                shares = np.floor(gaps * (work / total)).astype(np.int64)
+            else:
+                shares = np.zeros(n, np.int64)
+                shares[:1] = work
+            ids = self.op_ids
+            op_ids = [ids[op] if op in ids else self._new_op(op) for op in ops]
+            step = np.full(n, self.step) if steps is None else np.asarray(steps)
+            self._append_rows(
+                np.asarray(op_ids, np.uint16),
+                step.astype(np.uint32),
+                np.asarray(nbytes, np.int64),
+                t_begin - self._t0,
+                t_end - self._t0,
+                shares,
+            )
+            if self.oldest_open == start:
+                self.oldest_open = start + n
+            self.ticks = start + n
+            self._recorded_end = int(latest[-1])
+            self._mark = w
+        except Exception as e:  # noqa: BLE001 - fail open: every tick still counts
+            self._on_fault(e)
+            self.ticks = start + n
+
+    def count_many(self, ops: list[str], nbytes, t_begin, t_end, steps=None) -> None:
+        """The disabled path of ``record``."""
+        self.ticks += len(ops)
+
+
+class PyEventBuffer(_Batches):
+    """Event columns of one rank, in pure Python. ``ticks`` counts every collective begun
+    (also after a fault); ``step`` is set by the Lens at each step end."""
 
     def __init__(
         self,
         cap: int,
         *,
         clock: Callable[[], int],
-        read_work: Callable[[], int],
+        read_work: Callable[[], int] | None,
         t0: int,
         work0: int,
         intern: Callable[[str], int],
         on_fault: Callable[[BaseException], None],
     ) -> None:
-        self._cap = cap
+        self.cap = cap
         self._clock = clock
-        self._read_work = read_work
+        self._read_work = read_work or int  # None: no work counter, work is 0 (int() == 0)
         self._t0 = t0
         self._intern = intern
         self._on_fault = on_fault
@@ -56,12 +125,13 @@ class EventBuffer:
             array(code, bytes(np.dtype(dt).itemsize * cap)) for _, code, dt in _COLUMNS
         )
         self._mark = work0  # counter at the last collective event
+        self._recorded_end = t0
         self.ticks = 0
         self.step = 0
         self.oldest_open = 0  # lowest tick whose end has not been seen
         self.base = 0  # tick number of row 0
         self.n = 0  # rows in use
-        self.on_full: Callable[[], None] = lambda: None  # the Lens flushes
+        self.on_full: Callable[[], None] | None = None  # the Lens flushes
         self.lock = threading.Lock()  # end() may run on a framework thread
 
     # ------------------------------------------------------------ hot path
@@ -72,8 +142,9 @@ class EventBuffer:
             t = self._clock()
             w = self._read_work()
             i = self.n
-            if i == self._cap:
-                self.on_full()
+            if i == self.cap:
+                if self.on_full is not None:
+                    self.on_full()
                 i = self.n
             op_id = self.op_ids.get(op)
             if op_id is None:
@@ -115,6 +186,9 @@ class EventBuffer:
             lock.release()
             self._on_fault(e)
             return
+        except BaseException:  # KeyboardInterrupt from a Python clock: not ours to swallow
+            lock.release()
+            raise
         lock.release()
 
     def count(self, op: str, nbytes: int) -> int:
@@ -137,10 +211,26 @@ class EventBuffer:
         return op_id
 
     def _advance_open(self) -> None:
-        tick, end, base = self.oldest_open + 1, self.ticks, self.base
+        # Rows past n hold no collective (only a broken tick count gets there): stop at n.
+        tick, end, base = self.oldest_open + 1, min(self.ticks, self.base + self.n), self.base
         while tick < end and self._c_end[tick - base] >= 0:
             tick += 1
         self.oldest_open = tick
+
+    def _append_rows(self, *values: np.ndarray) -> None:
+        """Complete rows at the end, one array per column; like ``begin``, a full buffer calls
+        ``on_full`` first, and rows still open at the front then make it grow to fit."""
+        k = len(values[0])
+        if self.n + k > self.cap and self.on_full is not None:
+            self.on_full()
+        i = self.n
+        if i + k > self.cap:
+            for col in self._all():
+                col.extend(array(col.typecode, bytes(col.itemsize * (i + k - self.cap))))
+            self.cap = i + k
+        for (_, _, dt), col, v in zip(_COLUMNS, self._all(), values, strict=True):
+            np.frombuffer(col, dt)[i : i + k] = v
+        self.n = i + k
 
     def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
         """Copies of rows [start, stop) as numpy columns."""
@@ -156,11 +246,11 @@ class EventBuffer:
         up to ``max_cap`` rows, then lets its rows go as unfinished (their late ends are
         ignored) rather than grow without bound."""
         stop = self.n if final else min(self.n, self.oldest_open - self.base)
-        if stop == 0 and self.n == self._cap:
-            if self._cap < max_cap:
+        if stop == 0 and self.n == self.cap:
+            if self.cap < max_cap:
                 for col in self._all():
                     col.extend(col)  # contents past n are don't-care
-                self._cap *= 2
+                self.cap *= 2
                 return 0
             stop = self.n
             self.oldest_open = self.base + self.n
@@ -177,3 +267,43 @@ class EventBuffer:
 
     def _all(self) -> tuple[array, ...]:
         return (self._c_op, self._c_step, self._c_nbytes, self._c_begin, self._c_end, self._c_work)
+
+
+def _load_native() -> type | None:
+    """The compiled buffer class, or None (and why, at INFO) when it cannot be used."""
+    if os.environ.get("AILENS_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _recorder
+    except ImportError as e:
+        log.info("ailens: compiled hot path unavailable (%s); using the Python one", e)
+        return None
+    if getattr(_recorder, "ABI", None) != _ABI:
+        log.info(
+            "ailens: compiled hot path %s is stale (ABI %s, want %s); using the Python one "
+            "(rebuild: pip install -e .)",
+            _recorder.__file__,
+            getattr(_recorder, "ABI", None),
+            _ABI,
+        )
+        return None
+
+    class NativeEventBuffer(_Batches, _recorder.Recorder):
+        """:class:`PyEventBuffer` with the hot path and row moves in C (``_recorder.c``)."""
+
+        def __init__(self, cap: int, **kw) -> None:
+            super().__init__(cap, **kw)
+            self._recorded_end = kw["t0"]
+
+        def columns(self, start: int, stop: int) -> dict[str, np.ndarray]:
+            """Copies of rows [start, stop) as numpy columns."""
+            raw = self._raw_columns(start, stop)
+            cols = zip(_COLUMNS, raw, strict=True)
+            return {name: np.frombuffer(b, dt) for (name, _, dt), b in cols}
+
+    return NativeEventBuffer
+
+
+NativeEventBuffer = _load_native()
+EventBuffer = NativeEventBuffer or PyEventBuffer
+IMPLEMENTATION = "python" if NativeEventBuffer is None else "c"

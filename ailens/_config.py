@@ -36,8 +36,9 @@ class LensConfig:
     total_steps: int | None = None
     # Steps per epoch when known (len(loader)): evaluation and epoch-end work recur per epoch.
     steps_per_epoch: int | None = None
-    # Signature: ready when no new significant phase appeared and the per-step time
-    # estimate moved less than signature_rel_tol over the last signature_window steps.
+    # Signature: the first evaluation (at an exchange, after signature_min_steps steps) at
+    # which the forecast's 95 % interval is within signature_rel_tol of the predicted total.
+    # The first exchange comes signature_window // 2 steps after the start.
     signature_window: int = 10
     signature_rel_tol: float = 0.02
     signature_min_steps: int = 20

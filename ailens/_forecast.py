@@ -148,6 +148,7 @@ class StepLevel:
     EW = 0.05  # weight of a new step in the robust scale
     MIN_SCALE = 0.01
     MAX_SPIKES = 256  # outliers kept for the forecast to classify (the most recent)
+    MAX_RUN = 16  # a run of same-side outliers is judged on its most recent ones: O(1) a step
 
     def __init__(self) -> None:
         self.regime_start: int | None = None
@@ -211,6 +212,8 @@ class StepLevel:
             if sign != self.run_sign:
                 self.run, self.run_sign = [], sign
             self.run.append((i, x))
+            if len(self.run) > self.MAX_RUN:  # outliers on one side that never agree
+                del self.run[0]
             self.spikes[i] = x - c
             if len(self.spikes) > self.MAX_SPIKES:
                 # Only recent outliers are classified; older ones stay in the regime's mean.

@@ -334,7 +334,7 @@ CASES = {
     "kmeans-1": (
         "examples/kmeans/run",
         1,
-        ["--points", "100000", "--iterations", "1500"],
+        ["--points", "100000", "--iterations", "1500", "--threads", "1"],
         ["eval", "checkpoint"],
         None,
     ),

@@ -240,12 +240,13 @@ class Attachment:
         kwargs: dict,
         *,
         step_key: Hashable | None = None,
+        step_op: str | None = None,
         pending: Callable[[Any, Callable[[], None]], Any] | None = None,
     ) -> Any:
         """Run the framework's collective ``fn`` exactly once, recorded as ``op``.
         ``pending(result, end)`` may return a stand-in for an asynchronous result that calls
         ``end`` on completion; otherwise the tick ends when ``fn`` returns."""
-        tick = self.begin(op, nbytes, step_key=step_key)
+        tick = self.begin(op, nbytes, step_key=step_key, step_op=step_op)
         depth = _local.depth
         _local.depth = depth + 1  # quiet(), inlined: the hot path
         try:

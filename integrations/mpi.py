@@ -164,6 +164,25 @@ _BUFFER_OPS: dict[str, tuple[str, Callable]] = {
     "Bcast": ("broadcast", _bcast_buf),
     "Barrier": ("barrier", _zero),
 }
+# Buffer collectives whose local count MPI requires to be the same on every rank.
+_EQUAL_COUNTS = frozenset(
+    (
+        "Allreduce",
+        "Iallreduce",
+        "Bcast",
+        "Ibcast",
+        "Allgather",
+        "Iallgather",
+        "Alltoall",
+        "Ialltoall",
+        "Reduce",
+        "Ireduce",
+        "Reduce_scatter_block",
+        "Scan",
+        "Exscan",
+        "Barrier",
+    )
+)
 _OBJECT_OPS: dict[str, tuple[str, Callable]] = {
     name: (name, _obj("sendobj"))
     for name in ("allreduce", "reduce", "allgather", "gather", "scatter", "alltoall", "scan")
@@ -238,12 +257,19 @@ class LensComm(Attachment):
             nbytes = int(nbytes_of(self.comm, args, kwargs))
         except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
             nbytes = 0
-        key = None
-        if self.wants_step_keys:  # the script's line tells equal collectives apart
-            caller = sys._getframe(2)
-            key = (op, nbytes, caller.f_code.co_filename, caller.f_lineno)
+        key = step_op = None
+        if self.infers_steps:
+            # Step ends are followed by op alone, without a vote, so that op must be the same
+            # on every rank: the method name, and the bytes where MPI requires equal counts
+            # (an evaluation's scalar allreduce then does not pass for the loop's first one).
+            step_op = f"{name}:{nbytes}" if name in _EQUAL_COUNTS else name
+            if self.wants_step_keys:  # the script's line tells equal collectives apart
+                caller = sys._getframe(2)
+                key = (op, nbytes, caller.f_code.co_filename, caller.f_lineno)
         pending = self._timed if nonblocking else None
-        return self.call(real, op, nbytes, args, kwargs, step_key=key, pending=pending)
+        return self.call(
+            real, op, nbytes, args, kwargs, step_key=key, step_op=step_op, pending=pending
+        )
 
     def _timed(self, request, end: Callable[[], None]) -> TimedRequest:
         req = TimedRequest(request)

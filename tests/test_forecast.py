@@ -313,6 +313,16 @@ def test_online_state_stays_small():
     assert oa.phases.n_phases <= 3
 
 
+def test_one_sided_outliers_that_never_agree_keep_a_step_cheap():
+    """Slow steps of scattered sizes, on one side only: never a change of speed, and the run
+    of outliers judged each step stays bounded (it once grew with the run: 1.3 ms a step)."""
+    lv = StepLevel()
+    rng = np.random.default_rng(1)
+    for i in range(5000):
+        lv.add(i, 0.01 if i < 50 else 0.01 * (2 + 20 * rng.random()))
+    assert len(lv.run) <= StepLevel.MAX_RUN
+
+
 # --------------------------------------------------------------------------- real Lens
 
 

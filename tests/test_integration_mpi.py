@@ -158,6 +158,18 @@ def test_short_loop_records_every_iteration_as_a_step(tmp_path):
 
 
 @pytest.mark.parallel
+def test_evaluation_collectives_stay_inside_their_iteration(tmp_path):
+    """An evaluation every 5 iterations adds a scalar allreduce like the loop's own last one:
+    it belongs to its iteration, so the steps still count iterations (not collectives / 3)."""
+    iterations = 30
+    run = run_kmeans(tmp_path / "run", iterations, "--eval-every", "5", "--total")
+    assert run.complete and run.world_size == 2
+    for rank in run.ranks:
+        assert rank.n_events == 1 + 3 * iterations + iterations // 5
+        assert len(rank.steps["step"]) == iterations
+
+
+@pytest.mark.parallel
 @pytest.mark.parametrize("total", [True, False])
 def test_run_without_close_ends_at_exit(tmp_path, total):
     """The issue's case: 40 iterations, no comm.close(): the last step is ended and the run

@@ -1,0 +1,727 @@
+/* The event buffer's hot path in C: ailens/_buffer.py's EventBuffer, same semantics.
+ *
+ * collective_begin/collective_end are bound to Recorder.begin/end. With the Lens's default
+ * clock (time.perf_counter_ns) and the cpu-ns counter (time.process_time_ns) both readings
+ * are taken here with clock_gettime (CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID: the clocks
+ * those two functions read on Linux), so a pair costs two method calls, two vDSO clock reads
+ * and two CPU-time syscalls. Any other clock or counter (a test's fake, the perf counter) is
+ * called as the Python callable it is. No Python object is made per event.
+ *
+ * Locking: end() may run on a framework thread while the training thread flushes. The flush
+ * runs Python code under `with buf.lock:`, so end() takes the same lock (a C lock here,
+ * released while waiting, so a waiting end() never holds the GIL). begin() runs on the
+ * training thread, like the flush, and takes no lock (as in the Python version).
+ *
+ * Faults: a failure inside begin/end (an Exception, not BaseException) calls on_fault(exc)
+ * and the tick still counts; the Lens then disables itself. Nothing here raises into training
+ * except a wrong call signature or an exception raised by on_fault itself.
+ *
+ * Bump RECORDER_ABI when the interface to _buffer.py changes: a stale build is then refused
+ * there and the Python path is used.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <stdint.h>
+#include <string.h>
+#include <structmember.h>
+#include <time.h>
+
+#define RECORDER_ABI 2
+
+/* How a reading is taken: by calling a Python callable, natively, or not at all (0). */
+enum { READ_CALL = 0, READ_NATIVE = 1, READ_ZERO = 2 };
+
+static PyObject *perf_counter_ns_fn; /* time.perf_counter_ns, compared by identity */
+static PyObject *process_time_ns_fn; /* time.process_time_ns */
+
+/* ------------------------------------------------------------------ Lock */
+
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+} LockObject;
+
+static inline void lock_acquire(LockObject *self)
+{
+    if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(self->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+}
+
+static PyObject *Lock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    LockObject *self = (LockObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lock = PyThread_allocate_lock();
+    if (self->lock == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void Lock_dealloc(LockObject *self)
+{
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Lock_acquire(LockObject *self, PyObject *Py_UNUSED(args))
+{
+    lock_acquire(self);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *Lock_release(LockObject *self, PyObject *Py_UNUSED(args))
+{
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lock_exit(LockObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lock_locked(LockObject *self, PyObject *Py_UNUSED(args))
+{
+    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+        PyThread_release_lock(self->lock);
+        Py_RETURN_FALSE;
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef Lock_methods[] = {
+    {"acquire", (PyCFunction)Lock_acquire, METH_NOARGS, "Block until the lock is held."},
+    {"release", (PyCFunction)Lock_release, METH_NOARGS, "Release the lock."},
+    {"__enter__", (PyCFunction)Lock_acquire, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Lock_exit, METH_FASTCALL, NULL},
+    {"locked", (PyCFunction)Lock_locked, METH_NOARGS, "Whether the lock is held now."},
+    {NULL},
+};
+
+static PyTypeObject LockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ailens._recorder.Lock",
+    .tp_doc = "A non-reentrant lock that C code takes without a Python call.",
+    .tp_basicsize = sizeof(LockObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = Lock_new,
+    .tp_dealloc = (destructor)Lock_dealloc,
+    .tp_methods = Lock_methods,
+};
+
+/* ------------------------------------------------------------------ Recorder */
+
+typedef struct {
+    PyObject_HEAD
+    /* columns, `cap` rows each; rows [0, n) are in use, row 0 is tick `base` */
+    uint16_t *c_op;
+    uint32_t *c_step;
+    int64_t *c_nbytes, *c_begin, *c_end, *c_work;
+    Py_ssize_t cap, n;
+    long long ticks, step, oldest_open, base;
+    int64_t t0, mark; /* mark: the counter at the last collective event */
+    int clock_how, work_how;
+    PyObject *clock, *read_work, *intern, *on_fault, *on_full, *op_ids;
+    PyObject *last_op; /* the op of the last begin and its id: skips the dict lookup */
+    long last_op_id;
+    LockObject *lock;
+} Recorder;
+
+static int grow_columns(Recorder *self, Py_ssize_t cap)
+{
+    void **cols[] = {(void **)&self->c_op,    (void **)&self->c_step,  (void **)&self->c_nbytes,
+                     (void **)&self->c_begin, (void **)&self->c_end,   (void **)&self->c_work};
+    size_t sizes[] = {2, 4, 8, 8, 8, 8};
+    for (int k = 0; k < 6; k++) {
+        void *p = PyMem_RawRealloc(*cols[k], (size_t)cap * sizes[k]);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1; /* the columns grown so far are merely larger than cap: harmless */
+        }
+        *cols[k] = p;
+    }
+    self->cap = cap;
+    return 0;
+}
+
+static inline int call_int(PyObject *fn, int64_t *out)
+{
+    PyObject *r = PyObject_CallNoArgs(fn);
+    if (r == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static inline int64_t timespec_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline int read_clock(Recorder *self, int64_t *out)
+{
+    if (self->clock_how == READ_NATIVE) {
+        *out = timespec_ns(CLOCK_MONOTONIC);
+        return 0;
+    }
+    return call_int(self->clock, out);
+}
+
+static inline int read_work(Recorder *self, int64_t *out)
+{
+    if (self->work_how == READ_NATIVE) {
+        *out = timespec_ns(CLOCK_PROCESS_CPUTIME_ID);
+        return 0;
+    }
+    if (self->work_how == READ_ZERO) {
+        *out = 0;
+        return 0;
+    }
+    return call_int(self->read_work, out);
+}
+
+/* The pending exception is an Exception: hand it to on_fault (returns 0); a BaseException
+ * (KeyboardInterrupt, SystemExit) or an error in on_fault itself stays raised (returns -1). */
+static int fault(Recorder *self)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *r = PyObject_CallOneArg(self->on_fault, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+static int not_ready(Recorder *self)
+{
+    if (self->op_ids != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "Recorder.__init__ was not called");
+    return 1;
+}
+
+static PyObject *count_tick(Recorder *self)
+{
+    return PyLong_FromLongLong(self->ticks++);
+}
+
+/* The op's small integer id: op_ids[op], or a new one from intern(op). */
+static long op_id_of(Recorder *self, PyObject *op)
+{
+    PyObject *id = PyDict_GetItemWithError(self->op_ids, op); /* borrowed */
+    if (id != NULL)
+        Py_INCREF(id);
+    else {
+        if (PyErr_Occurred())
+            return -1;
+        if (!PyUnicode_Check(op) || PyUnicode_GET_LENGTH(op) == 0) {
+            PyErr_Format(PyExc_TypeError, "collective op must be a non-empty str, got %R", op);
+            return -1;
+        }
+        id = PyObject_CallOneArg(self->intern, op);
+        if (id == NULL)
+            return -1;
+        if (PyDict_SetItem(self->op_ids, op, id) < 0) {
+            Py_DECREF(id);
+            return -1;
+        }
+    }
+    long v = PyLong_AsLong(id);
+    Py_DECREF(id);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0 || v > UINT16_MAX) {
+        PyErr_Format(PyExc_OverflowError, "op id %ld does not fit uint16", v);
+        return -1;
+    }
+    return v;
+}
+
+static PyObject *Recorder_begin(Recorder *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    static const char *const names[] = {"op", "nbytes"};
+    PyObject *argv[2] = {NULL, NULL};
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs > 2)
+        goto bad_args;
+    for (Py_ssize_t k = 0; k < nargs; k++)
+        argv[k] = args[k];
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        int slot = -1;
+        for (int j = 0; j < 2; j++)
+            if (PyUnicode_CompareWithASCIIString(key, names[j]) == 0)
+                slot = j;
+        if (slot < 0 || argv[slot] != NULL)
+            goto bad_args;
+        argv[slot] = args[nargs + k];
+    }
+    if (argv[0] == NULL || argv[1] == NULL)
+        goto bad_args;
+    if (not_ready(self))
+        return NULL;
+
+    int64_t t, w;
+    if (read_clock(self, &t) < 0 || read_work(self, &w) < 0)
+        goto failed;
+    Py_ssize_t i = self->n;
+    if (i == self->cap) {
+        if (self->on_full != Py_None) {
+            PyObject *r = PyObject_CallNoArgs(self->on_full);
+            if (r == NULL)
+                goto failed;
+            Py_DECREF(r);
+        }
+        i = self->n;
+        if (i >= self->cap) {
+            PyErr_SetString(PyExc_IndexError, "event buffer full");
+            goto failed;
+        }
+    }
+    long op_id = self->last_op_id;
+    if (argv[0] != self->last_op) {
+        op_id = op_id_of(self, argv[0]);
+        if (op_id < 0)
+            goto failed;
+        Py_XSETREF(self->last_op, Py_NewRef(argv[0]));
+        self->last_op_id = op_id;
+    }
+    long long nbytes = PyLong_AsLongLong(argv[1]);
+    if (nbytes == -1 && PyErr_Occurred())
+        goto failed;
+    if (self->step < 0 || self->step > UINT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "step %lld does not fit uint32", self->step);
+        goto failed;
+    }
+    self->c_op[i] = (uint16_t)op_id;
+    self->c_step[i] = (uint32_t)self->step;
+    self->c_nbytes[i] = nbytes;
+    self->c_begin[i] = t - self->t0;
+    self->c_end[i] = -1;
+    self->c_work[i] = w - self->mark;
+    self->mark = w;
+    self->n = i + 1;
+    return count_tick(self);
+
+failed:
+    if (fault(self) < 0)
+        return NULL;
+    return count_tick(self);
+bad_args:
+    PyErr_SetString(PyExc_TypeError, "begin(op, nbytes) takes exactly 2 arguments");
+    return NULL;
+}
+
+static void advance_open(Recorder *self)
+{
+    long long tick = self->oldest_open + 1, stop = self->ticks;
+    /* rows past n hold no collective: stop there (memory safety for a broken tick count) */
+    if (stop > self->base + self->n)
+        stop = self->base + self->n;
+    while (tick < stop && self->c_end[tick - self->base] >= 0)
+        tick++;
+    self->oldest_open = tick;
+}
+
+static PyObject *Recorder_end(Recorder *self, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
+{
+    PyObject *tick_obj = nargs ? args[0] : NULL;
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs > 1 || nargs + nkw > 1 ||
+        (nkw && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "tick") != 0)) {
+        PyErr_SetString(PyExc_TypeError, "end(tick=None) takes at most 1 argument");
+        return NULL;
+    }
+    if (nkw)
+        tick_obj = args[0];
+    if (not_ready(self))
+        return NULL;
+    lock_acquire(self->lock); /* a flush on the training thread may be moving rows now */
+    int64_t t, w;
+    long long tick;
+    if (read_clock(self, &t) < 0 || read_work(self, &w) < 0)
+        goto failed;
+    if (tick_obj == NULL || tick_obj == Py_None)
+        tick = self->oldest_open;
+    else {
+        tick = PyLong_AsLongLong(tick_obj);
+        if (tick == -1 && PyErr_Occurred())
+            goto failed;
+    }
+    long long row = tick - self->base;
+    if (0 <= row && row < self->n && self->c_end[row] < 0) {
+        self->c_end[row] = t - self->t0;
+        self->mark = w;
+        if (tick == self->oldest_open) {
+            if (tick + 1 == self->ticks) /* the common, blocking case */
+                self->oldest_open = tick + 1;
+            else
+                advance_open(self);
+        }
+    }
+    PyThread_release_lock(self->lock->lock);
+    Py_RETURN_NONE;
+
+failed:
+    PyThread_release_lock(self->lock->lock);
+    if (fault(self) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Recorder_count(Recorder *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
+{
+    if (nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0) != 2) {
+        PyErr_SetString(PyExc_TypeError, "count(op, nbytes) takes exactly 2 arguments");
+        return NULL;
+    }
+    return count_tick(self);
+}
+
+static PyObject *Recorder_ignore(Recorder *self, PyObject *const *args, Py_ssize_t nargs,
+                                 PyObject *kwnames)
+{
+    if (nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0) > 1) {
+        PyErr_SetString(PyExc_TypeError, "ignore(tick=None) takes at most 1 argument");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* _append_rows(op, step, nbytes, t_begin, t_end, work): k complete rows from six contiguous
+ * buffers (uint16, uint32, int64 x4; record() in _buffer.py builds them). Like begin(), a
+ * full buffer calls on_full first; rows still open at the front then make it grow to fit. */
+static PyObject *Recorder_append_rows(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    static const Py_ssize_t itemsize[6] = {2, 4, 8, 8, 8, 8};
+    Py_buffer views[6];
+    int got = 0;
+    PyObject *result = NULL;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "_append_rows takes 6 columns");
+        return NULL;
+    }
+    if (not_ready(self))
+        return NULL;
+    for (; got < 6; got++)
+        if (PyObject_GetBuffer(args[got], &views[got], PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+    Py_ssize_t k = views[0].len / itemsize[0];
+    for (int c = 0; c < 6; c++)
+        if (views[c].itemsize != itemsize[c] || views[c].len != k * itemsize[c]) {
+            PyErr_Format(PyExc_ValueError, "column %d: want %zd items of %zd bytes", c, k,
+                         itemsize[c]);
+            goto done;
+        }
+    if (self->n + k > self->cap && self->on_full != Py_None) {
+        PyObject *r = PyObject_CallNoArgs(self->on_full);
+        if (r == NULL)
+            goto done;
+        Py_DECREF(r);
+    }
+    if (self->n + k > self->cap && grow_columns(self, self->n + k) < 0)
+        goto done;
+    Py_ssize_t i = self->n;
+    memcpy(self->c_op + i, views[0].buf, k * 2);
+    memcpy(self->c_step + i, views[1].buf, k * 4);
+    memcpy(self->c_nbytes + i, views[2].buf, k * 8);
+    memcpy(self->c_begin + i, views[3].buf, k * 8);
+    memcpy(self->c_end + i, views[4].buf, k * 8);
+    memcpy(self->c_work + i, views[5].buf, k * 8);
+    self->n = i + k;
+    result = Py_NewRef(Py_None);
+done:
+    while (got > 0)
+        PyBuffer_Release(&views[--got]);
+    return result;
+}
+
+static PyObject *Recorder_read_work_now(Recorder *self, PyObject *Py_UNUSED(args))
+{
+    int64_t w;
+    if (not_ready(self) || read_work(self, &w) < 0)
+        return NULL;
+    return PyLong_FromLongLong(w);
+}
+
+static PyObject *Recorder_new_op(Recorder *self, PyObject *op)
+{
+    if (not_ready(self))
+        return NULL;
+    long id = op_id_of(self, op);
+    return id < 0 ? NULL : PyLong_FromLong(id);
+}
+
+static PyObject *Recorder_raw_columns(Recorder *self, PyObject *args)
+{
+    Py_ssize_t start, stop;
+    if (!PyArg_ParseTuple(args, "nn", &start, &stop) || not_ready(self))
+        return NULL;
+    if (start < 0 || stop > self->cap || start > stop) {
+        PyErr_Format(PyExc_ValueError, "rows [%zd, %zd) out of range (capacity %zd)", start,
+                     stop, self->cap);
+        return NULL;
+    }
+    Py_ssize_t k = stop - start;
+    return Py_BuildValue(
+        "(NNNNNN)",
+        PyByteArray_FromStringAndSize((char *)(self->c_op + start), k * 2),
+        PyByteArray_FromStringAndSize((char *)(self->c_step + start), k * 4),
+        PyByteArray_FromStringAndSize((char *)(self->c_nbytes + start), k * 8),
+        PyByteArray_FromStringAndSize((char *)(self->c_begin + start), k * 8),
+        PyByteArray_FromStringAndSize((char *)(self->c_end + start), k * 8),
+        PyByteArray_FromStringAndSize((char *)(self->c_work + start), k * 8));
+}
+
+static PyObject *Recorder_complete_rows(Recorder *self, PyObject *args)
+{
+    int final;
+    Py_ssize_t max_cap;
+    if (!PyArg_ParseTuple(args, "pn", &final, &max_cap) || not_ready(self))
+        return NULL;
+    long long open_rows = self->oldest_open - self->base;
+    Py_ssize_t stop = final || open_rows > self->n ? self->n : (Py_ssize_t)open_rows;
+    if (stop == 0 && self->n == self->cap) {
+        if (self->cap < max_cap) {
+            if (grow_columns(self, self->cap * 2) < 0)
+                return NULL;
+            return PyLong_FromLong(0);
+        }
+        stop = self->n;
+        self->oldest_open = self->base + self->n;
+    }
+    return PyLong_FromSsize_t(stop);
+}
+
+static PyObject *Recorder_drop_front(Recorder *self, PyObject *arg)
+{
+    Py_ssize_t stop = PyLong_AsSsize_t(arg);
+    if ((stop == -1 && PyErr_Occurred()) || not_ready(self))
+        return NULL;
+    if (stop < 0 || stop > self->n) {
+        PyErr_Format(PyExc_ValueError, "cannot drop %zd of %zd rows", stop, self->n);
+        return NULL;
+    }
+    Py_ssize_t keep = self->n - stop;
+    if (keep) {
+        memmove(self->c_op, self->c_op + stop, keep * sizeof *self->c_op);
+        memmove(self->c_step, self->c_step + stop, keep * sizeof *self->c_step);
+        memmove(self->c_nbytes, self->c_nbytes + stop, keep * sizeof *self->c_nbytes);
+        memmove(self->c_begin, self->c_begin + stop, keep * sizeof *self->c_begin);
+        memmove(self->c_end, self->c_end + stop, keep * sizeof *self->c_end);
+        memmove(self->c_work, self->c_work + stop, keep * sizeof *self->c_work);
+    }
+    self->base += stop;
+    self->n = keep;
+    Py_RETURN_NONE;
+}
+
+static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"cap", "clock", "read_work", "t0", "work0", "intern", "on_fault",
+                             NULL};
+    Py_ssize_t cap;
+    long long t0, work0;
+    PyObject *clock, *read_work, *intern, *on_fault;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n$OOLLOO", kwlist, &cap, &clock, &read_work,
+                                     &t0, &work0, &intern, &on_fault))
+        return -1;
+    if (self->op_ids != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Recorder is already initialised");
+        return -1;
+    }
+    if (cap < 1) {
+        PyErr_Format(PyExc_ValueError, "cap must be >= 1, got %zd", cap);
+        return -1;
+    }
+    if (grow_columns(self, cap) < 0)
+        return -1;
+    self->clock_how = clock == perf_counter_ns_fn ? READ_NATIVE : READ_CALL;
+    self->work_how = read_work == Py_None              ? READ_ZERO
+                     : read_work == process_time_ns_fn ? READ_NATIVE
+                                                       : READ_CALL;
+    self->t0 = t0;
+    self->mark = work0;
+    Py_XSETREF(self->lock, (LockObject *)PyObject_CallNoArgs((PyObject *)&LockType));
+    if (self->lock == NULL)
+        return -1;
+    Py_XSETREF(self->clock, Py_NewRef(clock));
+    Py_XSETREF(self->read_work, Py_NewRef(read_work));
+    Py_XSETREF(self->intern, Py_NewRef(intern));
+    Py_XSETREF(self->on_fault, Py_NewRef(on_fault));
+    Py_XSETREF(self->on_full, Py_NewRef(Py_None));
+    self->op_ids = PyDict_New(); /* set last: it marks the object ready */
+    return self->op_ids == NULL ? -1 : 0;
+}
+
+static int Recorder_traverse(Recorder *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->clock);
+    Py_VISIT(self->read_work);
+    Py_VISIT(self->intern);
+    Py_VISIT(self->on_fault);
+    Py_VISIT(self->on_full);
+    Py_VISIT(self->op_ids);
+    Py_VISIT(self->last_op);
+    Py_VISIT(self->lock);
+    return 0;
+}
+
+static int Recorder_clear(Recorder *self)
+{
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->read_work);
+    Py_CLEAR(self->intern);
+    Py_CLEAR(self->on_fault);
+    Py_CLEAR(self->on_full);
+    Py_CLEAR(self->op_ids);
+    Py_CLEAR(self->last_op);
+    Py_CLEAR(self->lock);
+    return 0;
+}
+
+static void Recorder_dealloc(Recorder *self)
+{
+    PyObject_GC_UnTrack(self);
+    Recorder_clear(self);
+    PyMem_RawFree(self->c_op);
+    PyMem_RawFree(self->c_step);
+    PyMem_RawFree(self->c_nbytes);
+    PyMem_RawFree(self->c_begin);
+    PyMem_RawFree(self->c_end);
+    PyMem_RawFree(self->c_work);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* on_full is settable; a callable or None */
+static PyObject *Recorder_get_on_full(Recorder *self, void *closure)
+{
+    return Py_NewRef(self->on_full ? self->on_full : Py_None);
+}
+
+static int Recorder_set_on_full(Recorder *self, PyObject *value, void *closure)
+{
+    if (value == NULL || (value != Py_None && !PyCallable_Check(value))) {
+        PyErr_SetString(PyExc_TypeError, "on_full must be a callable or None");
+        return -1;
+    }
+    Py_XSETREF(self->on_full, Py_NewRef(value));
+    return 0;
+}
+
+static PyGetSetDef Recorder_getset[] = {
+    {"on_full", (getter)Recorder_get_on_full, (setter)Recorder_set_on_full,
+     "Called when begin() finds the buffer full (the Lens flushes).", NULL},
+    {NULL},
+};
+
+static PyMemberDef Recorder_members[] = {
+    {"ticks", T_LONGLONG, offsetof(Recorder, ticks), 0, "collectives begun (also after a fault)"},
+    {"step", T_LONGLONG, offsetof(Recorder, step), 0, "the step the next rows belong to"},
+    {"oldest_open", T_LONGLONG, offsetof(Recorder, oldest_open), 0,
+     "lowest tick whose end has not been seen"},
+    {"base", T_LONGLONG, offsetof(Recorder, base), 0, "tick number of row 0"},
+    {"n", T_PYSSIZET, offsetof(Recorder, n), READONLY, "rows in use"},
+    {"cap", T_PYSSIZET, offsetof(Recorder, cap), READONLY, "rows allocated"},
+    {"op_ids", T_OBJECT, offsetof(Recorder, op_ids), READONLY, "op name -> id"},
+    {"_mark", T_LONGLONG, offsetof(Recorder, mark), 0, "the counter at the last event"},
+    {"_t0", T_LONGLONG, offsetof(Recorder, t0), READONLY, "clock origin of the times"},
+    {"_on_fault", T_OBJECT, offsetof(Recorder, on_fault), READONLY, "called with a fault"},
+    {"lock", T_OBJECT, offsetof(Recorder, lock), READONLY, "held while rows move"},
+    {NULL},
+};
+
+#define FASTCALL_KW(f) (PyCFunction)(void (*)(void))(f), METH_FASTCALL | METH_KEYWORDS
+
+static PyMethodDef Recorder_methods[] = {
+    {"begin", FASTCALL_KW(Recorder_begin), "begin(op, nbytes) -> tick: a collective starts."},
+    {"end", FASTCALL_KW(Recorder_end), "end(tick=None): the oldest open collective, or tick, ends."},
+    {"count", FASTCALL_KW(Recorder_count), "count(op, nbytes) -> tick: the disabled begin."},
+    {"ignore", FASTCALL_KW(Recorder_ignore), "ignore(tick=None): the disabled end."},
+    {"_append_rows", (PyCFunction)(void (*)(void))Recorder_append_rows, METH_FASTCALL,
+     "_append_rows(op, step, nbytes, t_begin, t_end, work): complete rows at the end."},
+    {"_read_work", (PyCFunction)Recorder_read_work_now, METH_NOARGS,
+     "_read_work() -> the work counter now."},
+    {"_new_op", (PyCFunction)Recorder_new_op, METH_O, "_new_op(op) -> the op's id."},
+    {"_raw_columns", (PyCFunction)Recorder_raw_columns, METH_VARARGS,
+     "_raw_columns(start, stop) -> 6 bytearrays: copies of rows [start, stop)."},
+    {"complete_rows", (PyCFunction)Recorder_complete_rows, METH_VARARGS,
+     "complete_rows(final, max_cap) -> rows that may leave now (hold lock)."},
+    {"drop_front", (PyCFunction)Recorder_drop_front, METH_O,
+     "drop_front(stop): forget rows [0, stop) (hold lock)."},
+    {NULL},
+};
+
+static PyTypeObject RecorderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ailens._recorder.Recorder",
+    .tp_doc = "Event columns of one rank with the begin/end hot path (see _buffer.py).",
+    .tp_basicsize = sizeof(Recorder),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Recorder_init,
+    .tp_dealloc = (destructor)Recorder_dealloc,
+    .tp_traverse = (traverseproc)Recorder_traverse,
+    .tp_clear = (inquiry)Recorder_clear,
+    .tp_methods = Recorder_methods,
+    .tp_members = Recorder_members,
+    .tp_getset = Recorder_getset,
+};
+
+static struct PyModuleDef recorder_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "ailens._recorder",
+    .m_doc = "The compiled hot path of ailens' event buffer (optional; _buffer.py falls back).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__recorder(void)
+{
+    PyObject *time = PyImport_ImportModule("time");
+    if (time == NULL)
+        return NULL;
+    perf_counter_ns_fn = PyObject_GetAttrString(time, "perf_counter_ns");
+    process_time_ns_fn = PyObject_GetAttrString(time, "process_time_ns");
+    Py_DECREF(time);
+    if (perf_counter_ns_fn == NULL || process_time_ns_fn == NULL)
+        return NULL;
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecorderType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&recorder_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", RECORDER_ABI) < 0 ||
+        PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+        PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
