@@ -228,7 +228,15 @@ def corpus(args) -> int:
         except (ValueError, ailens.TraceError) as e:
             print(f"skipped {d.name}: {e}", file=sys.stderr)
             continue
-        rows.append({"name": d.name, "kind": "recorded", "structure": case["structure"], **row})
+        rows.append(
+            {
+                "name": d.name,
+                "kind": _load_group(case),
+                "structure": case["structure"],
+                "load": [case.get("load_before"), case.get("load_after")],
+                **row,
+            }
+        )
     if not args.no_synthetic:
         with tempfile.TemporaryDirectory() as tmp:
             for name in SYNTHETIC:
@@ -245,10 +253,28 @@ def corpus(args) -> int:
                         }
                     )
     summary = summarise(rows)
+    groups = {k: summarise([r for r in rows if r["kind"] == k]) for k in _kinds(rows)}
     print(table(rows, summary))
+    for kind, s in groups.items():
+        print(f"\n-- {kind} ({s['runs']} runs)\n" + "\n".join(table([], s).splitlines()[2:]))
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
+        doc = {"runs": rows, "summary": summary, "summary_by_kind": groups}
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
+
+
+def _load_group(case: dict) -> str:
+    """Recorded runs by the machine's 1-minute load average around them: "busy" when it
+    exceeded the cores (more runnable threads than cores: other jobs took time)."""
+    loads = [
+        float(str(x).split("/")[0]) for x in (case.get("load_before"), case.get("load_after")) if x
+    ]
+    busy = bool(loads) and max(loads) > (case.get("cores") or 2)
+    return "recorded, busy machine" if busy else "recorded"
+
+
+def _kinds(rows: list[dict]) -> list[str]:
+    return sorted({r["kind"] for r in rows})
 
 
 def summarise(rows: list[dict]) -> dict:
