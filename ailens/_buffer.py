@@ -56,6 +56,7 @@ class EventBuffer:
             array(code, bytes(np.dtype(dt).itemsize * cap)) for _, code, dt in _COLUMNS
         )
         self._mark = work0  # counter at the last collective event
+        self._recorded_end = t0  # latest end among the collectives given to record()
         self.ticks = 0
         self.step = 0
         self.oldest_open = 0  # lowest tick whose end has not been seen
@@ -117,6 +118,57 @@ class EventBuffer:
             return
         lock.release()
 
+    def record(
+        self,
+        ops: list[str],
+        nbytes: list[int],
+        t_begin: list[int],
+        t_end: list[int],
+        steps: list[int] | None = None,
+    ) -> None:
+        """Record collectives that already ran and were timed elsewhere (a TF graph's own
+        timestamps, on this buffer's clock), in tick order; ``steps``: the step of each (default:
+        the current one). The work counted since the previous event is shared among them in
+        proportion to the time before each (its begin minus the latest end before it): one
+        counter read for the group."""
+        start, n = self.ticks, len(ops)
+        try:
+            w = self._read_work()
+            gaps, prev = [], self._recorded_end
+            for b, e in zip(t_begin, t_end, strict=True):
+                gaps.append(max(b - prev, 0))
+                prev = max(prev, e)
+            total, work = sum(gaps), w - self._mark
+            for i in range(n):
+                share = work * gaps[i] // total if total else (work if i == 0 else 0)
+                step = self.step if steps is None else steps[i]
+                self._append(ops[i], nbytes[i], t_begin[i], t_end[i], share, step)
+            self._recorded_end = prev
+            self._mark = w
+        except Exception as e:  # noqa: BLE001 - fail open: every tick still counts
+            self._on_fault(e)
+            self.ticks = start + n
+
+    def _append(self, op: str, nbytes: int, t_begin: int, t_end: int, work: int, step: int) -> None:
+        i = self.n
+        if i == self._cap:
+            self.on_full()
+            i = self.n
+        op_id = self.op_ids.get(op)
+        if op_id is None:
+            op_id = self._new_op(op)
+        self._c_op[i] = op_id
+        self._c_step[i] = step
+        self._c_nbytes[i] = nbytes
+        self._c_begin[i] = t_begin - self._t0
+        self._c_end[i] = t_end - self._t0
+        self._c_work[i] = work
+        self.n = i + 1
+        tick = self.ticks
+        self.ticks = tick + 1
+        if tick == self.oldest_open:
+            self.oldest_open = tick + 1
+
     def count(self, op: str, nbytes: int) -> int:
         """The disabled path of ``begin``: the tick counts, nothing is recorded."""
         tick = self.ticks
@@ -126,6 +178,10 @@ class EventBuffer:
     @staticmethod
     def ignore(tick: int | None = None) -> None:
         """The disabled path of ``end``."""
+
+    def count_many(self, ops: list[str], nbytes, t_begin, t_end, steps=None) -> None:
+        """The disabled path of ``record``."""
+        self.ticks += len(ops)
 
     # ------------------------------------------------------------ rows
 

@@ -21,9 +21,11 @@ every rank, is also where the vote and the step end run.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import os
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -81,13 +83,25 @@ def wrap(tf: Any, key: str, real: Callable, op: str, payload_of: Payload) -> Cal
     wrapper.__wrapped__ = real
     # AutoGraph would otherwise convert the wrapper (and what it calls) while tracing:
     # seconds of extra tracing for code without tensor-dependent Python control flow.
-    return tf.autograph.experimental.do_not_convert(wrapper)
+    converted = tf.autograph.experimental.do_not_convert(wrapper)
+    converted.__wrapped__ = real  # not ``wrapper``: unwrapping gives the framework's function
+    return converted
 
 
 def _record(tf, key: str, att: Attachment, real, op: str, got, args, kwargs):
     payload, float_size = got
     if tf.executing_eagerly():
+        if getattr(att, "collects_graphs", False):
+            collect(key, att)  # the graphs' collectives before this one, as they ran
         return att.call(real, op, lambda: static_nbytes(payload, float_size), args, kwargs)
+    graph = tf.compat.v1.get_default_graph()
+    if getattr(att, "collects_graphs", False) and type(graph).__name__ == "FuncGraph":
+        return _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, kwargs)
+    return _record_with_calls(tf, key, att, real, op, payload, float_size, args, kwargs)
+
+
+def _record_with_calls(tf, key, att, real, op, payload, float_size, args, kwargs):
+    """The collective ``real`` in a graph, between two Python hooks that begin and end it."""
     # Building the hooks is deterministic, so a failure here fails the same way on every
     # rank: then the op runs unhooked everywhere and tick counts still agree.
     try:
@@ -108,6 +122,180 @@ def _record(tf, key: str, att: Attachment, real, op: str, got, args, kwargs):
     except Exception as e:  # noqa: BLE001
         _graph_warn(att, key, e)
     return out
+
+
+# ---------------------------------------------------------------- slates: no Python per call
+
+SLATE_ROWS = 32  # collectives per call a slate holds; a graph with more takes more slates
+SLATE_CALLS = 128  # calls a slate holds (a ring): up to 4 calls per step between reads
+COLLECT_EVERY = 32  # step ends between two reads of the slates
+SPARE_SLATES = 8  # made ahead (eagerly) for the graphs traced before the next read
+
+
+class _Slate:
+    """What one traced graph writes at run time, with no Python call. ``calls`` counts the
+    graph's calls; call c writes the rows ``(c % SLATE_CALLS) * SLATE_ROWS + i``: (begin, end,
+    bytes not known while tracing) of the graph's i-th recorded collective, the times from
+    ``tf.timestamp()`` (s since the epoch, wall clock). :func:`collect` reads it."""
+
+    def __init__(self, tf) -> None:
+        # Made eagerly, never while tracing: tf.function refuses variables made on a retrace.
+        self.rows = tf.Variable(
+            tf.zeros([SLATE_CALLS * SLATE_ROWS, 3], tf.float64), trainable=False, name="ailens"
+        )
+        self.calls = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="ailens_calls")
+        self.graph: Callable[[], Any] = lambda: None  # weak reference to the graph using it
+        self.order = (0, 0)  # (graph in tracing order, part of it)
+        self.first_row: Any = None  # in the graph: the first row of this call
+        self.ops: list[str] = []
+        self.nbytes: list[int] = []  # known while tracing
+        self.read = 0  # calls collected so far
+
+
+class _Collector:
+    """Per key: the slates, spares, and the step ends since the last read."""
+
+    def __init__(self) -> None:
+        self.slates: list[_Slate] = []  # in use, in tracing order
+        self.spare: list[_Slate] = []
+        self.graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> slate
+        self.step_ends: list[int] = []  # clock (ns) of the step ends since the last read
+        self.warned_missed = False
+        self.collected = False  # read since the attachment began
+
+
+_collectors: dict[str, _Collector] = {}
+
+
+def prepare_slates(tf, key: str) -> None:
+    """Make spare slates for ``key`` and skip the calls not collected yet (a new attachment
+    starts from now). Eagerly: call it outside any tf.function."""
+    col = _collectors.setdefault(key, _Collector())
+    for slate in col.slates:
+        slate.read = int(slate.calls.numpy())
+    col.step_ends.clear()
+    col.collected = False
+    while len(col.spare) < SPARE_SLATES:
+        col.spare.append(_Slate(tf))
+
+
+def _stamp(tf, deps) -> Any:
+    """``tf.timestamp()`` once ``deps`` are ready, free of the chaining of stateful ops."""
+    with tf.control_dependencies(deps):
+        t = tf.timestamp()
+    _run_independently(tf, t)
+    return t
+
+
+def _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, kwargs):
+    """The collective ``real`` in ``graph``, timed in the graph onto the graph's slate."""
+    col = _collectors.get(key)
+    try:
+        deps, static, dynamic = _inputs(tf, graph, payload, float_size)
+        slate = col.graphs.get(graph) if col is not None else None
+        if slate is None or len(slate.ops) == SLATE_ROWS:
+            if col is None or not col.spare:  # all taken since the last read
+                return _record_with_calls(tf, key, att, real, op, payload, float_size, args, kwargs)
+            part = slate.order[1] + 1 if slate is not None else 0
+            graph_no = slate.order[0] if slate is not None else len(col.slates)
+            slate = col.spare.pop()
+            slate.graph, slate.order = weakref.ref(graph), (graph_no, part)
+            col.slates.append(slate)
+            col.graphs[graph] = slate
+            call = slate.calls.assign_add(1) - 1
+            slate.first_row = (call % SLATE_CALLS) * SLATE_ROWS
+        begin = _stamp(tf, deps)
+    except Exception as e:  # noqa: BLE001 - deterministic: the same on every rank
+        _graph_warn(att, key, e)
+        with quiet():
+            return real(*args, **kwargs)
+    with quiet():
+        out = real(*args, **kwargs)
+    try:
+        end = _stamp(tf, [t for t in tf.nest.flatten(out) if isinstance(t, tf.Tensor)])
+        more = tf.add_n([tf.cast(d, tf.float64) for d in dynamic]) if dynamic else 0.0
+        row = tf.stack([begin, end, tf.cast(more, tf.float64)])
+        index = slate.first_row + len(slate.ops)
+        slate.rows.scatter_update(tf.IndexedSlices(row[None], index[None]))
+        slate.ops.append(op)
+        slate.nbytes.append(static)
+    except Exception as e:  # noqa: BLE001
+        _graph_warn(att, key, e)
+    return out
+
+
+def step_ended(key: str, att: Attachment) -> None:
+    """Note a step end (call it right after the Lens's); read the slates every
+    ``COLLECT_EVERY`` step ends."""
+    col = _collectors.get(key)
+    if col is None:
+        return
+    col.step_ends.append(time.perf_counter_ns())
+    if len(col.step_ends) >= COLLECT_EVERY or not col.collected:  # the first step: at once
+        collect(key, att)
+
+
+def collect(key: str, att: Attachment) -> None:
+    """Record the collectives the graphs of ``key`` ran since the last read, each in the step
+    it ran in (by its time against the step ends), ordered by (step, graph, call) -- the same
+    order on every rank. Call it where no graph of ``key`` is running."""
+    col = _collectors.get(key)
+    if col is None:
+        return
+    lens, ends = att.lens, col.step_ends
+    first_step = lens.steps - len(ends)  # the step of a collective begun before ends[0]
+    # tf.timestamp() reads the wall clock; the Lens clock is time.perf_counter_ns.
+    offset = time.perf_counter_ns() - time.time_ns()
+    calls_of_graphs = []
+    for slate in col.slates:
+        calls = int(slate.calls.numpy())
+        if calls > slate.read:
+            calls_of_graphs.append((slate, calls))
+    col.collected = True
+    col.slates = [s for s in col.slates if s.graph() is not None]  # gone: read a last time
+    groups, missed = [], 0
+    for slate, calls in calls_of_graphs:
+        rows, n = slate.rows.numpy(), len(slate.ops)
+        first = max(slate.read, calls - SLATE_CALLS)
+        missed += first - slate.read
+        for c in range(first, calls):
+            block = rows[(c % SLATE_CALLS) * SLATE_ROWS :][:n]
+            begins = [int(t * 1e9) + offset for t in block[:, 0].tolist()]
+            ends_ = [int(t * 1e9) + offset for t in block[:, 1].tolist()]
+            nbytes = [a + int(b) for a, b in zip(slate.nbytes, block[:, 2].tolist(), strict=True)]
+            step = first_step + bisect.bisect_left(ends, min(begins, default=0))
+            groups.append(((step, *slate.order, c), slate.ops, nbytes, begins, ends_))
+        slate.read = calls
+    ends.clear()
+    if missed and not col.warned_missed:
+        col.warned_missed = True
+        att.notice(
+            "ailens: %d calls of a TF function were not read in time (over %d calls per %d "
+            "steps); their collectives are not counted",
+            missed,
+            SLATE_CALLS,
+            COLLECT_EVERY,
+            level=logging.WARNING,
+        )
+    while len(col.spare) < SPARE_SLATES:
+        import tensorflow as tf
+
+        col.spare.append(_Slate(tf))
+    if not groups:
+        return
+    groups.sort(key=lambda g: g[0])
+    ops, nbytes, t_begin, t_end, steps = [], [], [], [], []
+    for (step, *_), g_ops, g_nbytes, g_begin, g_end in groups:
+        ops += g_ops
+        nbytes += g_nbytes
+        t_begin += g_begin
+        t_end += g_end
+        steps += [step] * len(g_ops)
+    try:
+        lens.record_collectives(ops, nbytes, t_begin, t_end, steps)
+    except Exception as e:  # noqa: BLE001 - fail open; the disabled path counts the ticks
+        lens.disable(e)
+        lens.record_collectives(ops, nbytes, t_begin, t_end, steps)
 
 
 def _graph_warn(att: Attachment, key: str, e: BaseException) -> None:
@@ -139,24 +327,8 @@ def static_nbytes(x, float_size: int | None = None) -> int:
 
 def _begin_op(tf, key: str, att: Attachment, op: str, payload, float_size: int | None):
     """A numpy_function op that begins the tick once every input tensor is ready."""
-    items = []
-    for t in payload if isinstance(payload, (list, tuple)) else [payload]:
-        # A sparse gradient moves as two allgathers: its values and its indices.
-        items += [t.values, t.indices] if isinstance(t, tf.IndexedSlices) else [t]
     graph = tf.compat.v1.get_default_graph()
-    deps, static, dynamic = [], 0, []
-    for t in items:
-        if isinstance(t, tf.Tensor):
-            # An outer tensor (e.g. inside a tf.cond branch) must be captured into this
-            # graph; a control dependency on it would otherwise be dropped.
-            if t.graph is not graph and hasattr(graph, "capture"):
-                t = graph.capture(t)
-            deps.append(t)
-        n, size = t.shape.num_elements(), _itemsize(t, float_size)
-        if n is not None:
-            static += n * size
-        else:
-            dynamic.append(tf.size(t, out_type=tf.int64) * size)
+    deps, static, dynamic = _inputs(tf, graph, payload, float_size)
     inputs = [tf.add_n([tf.constant(static, tf.int64), *dynamic])]
     token, name = None, ""
     if att.infers_steps:  # number the calls of this function: they are the steps
@@ -172,6 +344,28 @@ def _begin_op(tf, key: str, att: Attachment, op: str, payload, float_size: int |
         )
     _run_independently(tf, tick)
     return tick
+
+
+def _inputs(tf, graph, payload, float_size: int | None) -> tuple[list, int, list]:
+    """(tensors to wait for, bytes known while tracing, int64 tensors of the other bytes)."""
+    items = []
+    for t in payload if isinstance(payload, (list, tuple)) else [payload]:
+        # A sparse gradient moves as two allgathers: its values and its indices.
+        items += [t.values, t.indices] if isinstance(t, tf.IndexedSlices) else [t]
+    deps, static, dynamic = [], 0, []
+    for t in items:
+        if isinstance(t, tf.Tensor):
+            # An outer tensor (e.g. inside a tf.cond branch) must be captured into this
+            # graph; a control dependency on it would otherwise be dropped.
+            if t.graph is not graph and hasattr(graph, "capture"):
+                t = graph.capture(t)
+            deps.append(t)
+        n, size = t.shape.num_elements(), _itemsize(t, float_size)
+        if n is not None:
+            static += n * size
+        else:
+            dynamic.append(tf.size(t, out_type=tf.int64) * size)
+    return deps, static, dynamic
 
 
 def _call_marker(tf, graph):
