@@ -121,53 +121,51 @@ class EventBuffer:
     def record(
         self,
         ops: list[str],
-        nbytes: list[int],
-        t_begin: list[int],
-        t_end: list[int],
-        steps: list[int] | None = None,
+        nbytes: np.ndarray,
+        t_begin: np.ndarray,
+        t_end: np.ndarray,
+        steps: np.ndarray | None = None,
     ) -> None:
         """Record collectives that already ran and were timed elsewhere (a TF graph's own
         timestamps, on this buffer's clock), in tick order; ``steps``: the step of each (default:
-        the current one). The work counted since the previous event is shared among them in
-        proportion to the time before each (its begin minus the latest end before it): one
-        counter read for the group."""
+        the current one); arrays of int64. The work counted since the previous event is shared
+        among them in proportion to the time before each (its begin minus the latest end before
+        it): one counter read for the group."""
         start, n = self.ticks, len(ops)
         try:
             w = self._read_work()
-            gaps, prev = [], self._recorded_end
-            for b, e in zip(t_begin, t_end, strict=True):
-                gaps.append(max(b - prev, 0))
-                prev = max(prev, e)
-            total, work = sum(gaps), w - self._mark
-            for i in range(n):
-                share = work * gaps[i] // total if total else (work if i == 0 else 0)
-                step = self.step if steps is None else steps[i]
-                self._append(ops[i], nbytes[i], t_begin[i], t_end[i], share, step)
-            self._recorded_end = prev
+            t_begin, t_end = np.asarray(t_begin, np.int64), np.asarray(t_end, np.int64)
+            latest = np.maximum.accumulate(np.concatenate(([self._recorded_end], t_end)))
+            gaps = np.maximum(t_begin - latest[:-1], 0)
+            total, work = int(gaps.sum()), w - self._mark
+            if total:
+                shares = np.floor(gaps * (work / total)).astype(np.int64)
+            else:
+                shares = np.zeros(n, np.int64)
+                shares[:1] = work
+            op_ids = [self.op_ids.get(op) for op in ops]
+            if None in op_ids:
+                op_ids = [self.op_ids.get(op) or self._new_op(op) for op in ops]
+            if self.n + n > self._cap:
+                self.on_full()
+            i = self.n
+            if i + n > self._cap:  # rows still open at the front: grow to fit
+                for col in self._all():
+                    col.extend(array(col.typecode, bytes(col.itemsize * (i + n - self._cap))))
+                self._cap = i + n
+            values = (op_ids, self.step if steps is None else steps, nbytes, t_begin - self._t0,
+                      t_end - self._t0, shares)  # fmt: skip
+            for (_, _, dt), col, v in zip(_COLUMNS, self._all(), values, strict=True):
+                np.frombuffer(col, dt)[i : i + n] = v
+            self.n = i + n
+            if self.oldest_open == start:
+                self.oldest_open = start + n
+            self.ticks = start + n
+            self._recorded_end = int(latest[-1])
             self._mark = w
         except Exception as e:  # noqa: BLE001 - fail open: every tick still counts
             self._on_fault(e)
             self.ticks = start + n
-
-    def _append(self, op: str, nbytes: int, t_begin: int, t_end: int, work: int, step: int) -> None:
-        i = self.n
-        if i == self._cap:
-            self.on_full()
-            i = self.n
-        op_id = self.op_ids.get(op)
-        if op_id is None:
-            op_id = self._new_op(op)
-        self._c_op[i] = op_id
-        self._c_step[i] = step
-        self._c_nbytes[i] = nbytes
-        self._c_begin[i] = t_begin - self._t0
-        self._c_end[i] = t_end - self._t0
-        self._c_work[i] = work
-        self.n = i + 1
-        tick = self.ticks
-        self.ticks = tick + 1
-        if tick == self.oldest_open:
-            self.oldest_open = tick + 1
 
     def count(self, op: str, nbytes: int) -> int:
         """The disabled path of ``begin``: the tick counts, nothing is recorded."""

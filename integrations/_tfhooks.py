@@ -1,27 +1,45 @@
 """Recording TensorFlow collectives, eagerly and inside ``tf.function`` graphs: used by the
 Horovod adapter (``horovod.tensorflow``) and the Keras adapter (``tf.distribute``).
 
-Inside a ``tf.function`` Python runs only while tracing. There each recorded collective gets
-two ``tf.numpy_function`` ops: one runs once its inputs are ready and begins the tick, one
-runs once its outputs are ready and ends it (one Python call each, ~40 us measured). They
-are marked independent of tf.function's program-order chaining of stateful ops (otherwise
-each collective would wait for the previous one to finish). A graph traced while an
-attachment is active records into whichever attachment of its key is active when it runs;
-graphs traced before carry no hooks. Collectives of one graph that become ready together
-begin in the order the executor runs them, which may differ between ranks within a step;
-the tick count is the same on every rank regardless.
+Inside a ``tf.function`` Python runs only while tracing, so what runs at each call is what the
+trace adds around each recorded collective. Two ways, chosen per graph while tracing:
 
-Steps (when the attachment infers them): a graph traced for such an attachment also gets a
-call marker, an op without inputs that numbers each call of the function; the first
-collective of each call is the step-inference observation ``"call:<function name>"``, so a
-custom training loop's steps are its calls of the training function, whatever order the
-collectives inside a call begin in. That first hook, where the previous call has finished on
-every rank, is also where the vote and the step end run.
+Slates (the attachment marks the steps: ``collects_graphs``, e.g. Keras' LensCallback with
+Horovod). No Python at run time: the collective gets two ``tf.timestamp()`` ops, one once its
+inputs are ready (begin), one once its outputs are (end), and one scatter of (begin, end, the
+bytes not known while tracing) into a row of the graph's *slate*, a small float64 variable
+made ahead of time (eagerly: tf.function refuses variables made on a retrace) that holds the
+last ``SLATE_CALLS`` calls; the graph's first recorded collective also counts the call. The
+timestamps are exempt from tf.function's program-order chaining of stateful ops, and no
+collective waits for a timestamp or a scatter. :func:`step_ended` reads the slates every
+``COLLECT_EVERY`` step ends (two eager reads per slate that ran, one otherwise), :func:`collect`
+also before an eager collective and at close: each call's collectives become ticks with their
+op and bytes, in the step whose end came after their begin, ordered by (step, graph in tracing
+order, call) -- the same on every rank -- with the work counted since the last event shared
+among them (``Lens.record_collectives``). Calls beyond ``SLATE_CALLS`` between two reads are
+not recorded (a warning says so). Collectives in a ``tf.cond`` or loop body, or traced once the
+spare slates ran out before a read, take the second way.
+
+Python hooks (otherwise). Two ``tf.numpy_function`` ops: one runs once the inputs are ready
+and begins the tick, one runs once the outputs are ready and ends it (one Python call each,
+~40 us measured), also exempt from the chaining. Collectives of one graph that become ready
+together begin in the order the executor runs them, which may differ between ranks within a
+step; the tick count is the same on every rank regardless.
+
+A graph traced while an attachment is active records into whichever attachment of its key is
+active when it runs (slates: from that attachment's start on); graphs traced before carry no
+hooks.
+
+Steps (when the attachment infers them, Python hooks only): a graph traced for such an
+attachment also gets a call marker, an op without inputs that numbers each call of the
+function; the first collective of each call is the step-inference observation
+``"call:<function name>"``, so a custom training loop's steps are its calls of the training
+function, whatever order the collectives inside a call begin in. That first hook, where the
+previous call has finished on every rank, is also where the vote and the step end run.
 """
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import logging
 import os
@@ -159,6 +177,7 @@ class _Collector:
         self.slates: list[_Slate] = []  # in use, in tracing order
         self.spare: list[_Slate] = []
         self.graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # graph -> slate
+        self.graph_numbers = itertools.count()  # tracing order (not len(slates): gc-dependent)
         self.step_ends: list[int] = []  # clock (ns) of the step ends since the last read
         self.warned_missed = False
         self.collected = False  # read since the attachment began
@@ -197,7 +216,7 @@ def _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, k
             if col is None or not col.spare:  # all taken since the last read
                 return _record_with_calls(tf, key, att, real, op, payload, float_size, args, kwargs)
             part = slate.order[1] + 1 if slate is not None else 0
-            graph_no = slate.order[0] if slate is not None else len(col.slates)
+            graph_no = slate.order[0] if slate is not None else next(col.graph_numbers)
             slate = col.spare.pop()
             slate.graph, slate.order = weakref.ref(graph), (graph_no, part)
             col.slates.append(slate)
@@ -238,35 +257,64 @@ def step_ended(key: str, att: Attachment) -> None:
 def collect(key: str, att: Attachment) -> None:
     """Record the collectives the graphs of ``key`` ran since the last read, each in the step
     it ran in (by its time against the step ends), ordered by (step, graph, call) -- the same
-    order on every rank. Call it where no graph of ``key`` is running."""
+    order on every rank. Call it where no graph of ``key`` is running. Never raises: a failure
+    after the calls were counted disables ailens and still counts every tick."""
     col = _collectors.get(key)
     if col is None:
         return
-    lens, ends = att.lens, col.step_ends
-    first_step = lens.steps - len(ends)  # the step of a collective begun before ends[0]
+    lens = att.lens
+    try:
+        todo = []  # (slate, first call, calls) with calls not read yet
+        for slate in col.slates:
+            calls = int(slate.calls.numpy())
+            if calls > slate.read:
+                todo.append((slate, max(slate.read, calls - SLATE_CALLS), calls))
+    except Exception as e:  # noqa: BLE001 - TF itself failed: nothing can be counted
+        lens.disable(e)
+        return
+    count = sum((calls - first) * len(slate.ops) for slate, first, calls in todo)
+    try:
+        record = _ticks_of(col, att, todo)
+    except Exception as e:  # noqa: BLE001
+        lens.disable(e)
+        record = None
+    if record is None and count:
+        record = ([""] * count, *([np.zeros(count, np.int64)] * 4))  # counted, not recorded
+    if record is not None:
+        try:
+            lens.record_collectives(*record)
+        except Exception as e:  # noqa: BLE001 - fail open; the disabled path counts the ticks
+            lens.disable(e)
+            lens.record_collectives(*record)
+
+
+def _ticks_of(col: _Collector, att: Attachment, todo: list) -> tuple | None:
+    """(ops, nbytes, t_begin, t_end, steps) of the calls in ``todo``, in tick order."""
+    ends = np.asarray(col.step_ends, np.int64)
+    first_step = att.lens.steps - len(ends)  # the step of a collective begun before ends[0]
+    col.step_ends.clear()
+    col.collected = True
     # tf.timestamp() reads the wall clock; the Lens clock is time.perf_counter_ns.
     offset = time.perf_counter_ns() - time.time_ns()
-    calls_of_graphs = []
-    for slate in col.slates:
-        calls = int(slate.calls.numpy())
-        if calls > slate.read:
-            calls_of_graphs.append((slate, calls))
-    col.collected = True
-    col.slates = [s for s in col.slates if s.graph() is not None]  # gone: read a last time
-    groups, missed = [], 0
-    for slate, calls in calls_of_graphs:
-        rows, n = slate.rows.numpy(), len(slate.ops)
-        first = max(slate.read, calls - SLATE_CALLS)
+    calls_done, missed = [], 0  # per call: (order key, slate, extra bytes, times, step)
+    for slate, first, calls in todo:
         missed += first - slate.read
-        for c in range(first, calls):
-            block = rows[(c % SLATE_CALLS) * SLATE_ROWS :][:n]
-            begins = [int(t * 1e9) + offset for t in block[:, 0].tolist()]
-            ends_ = [int(t * 1e9) + offset for t in block[:, 1].tolist()]
-            nbytes = [a + int(b) for a, b in zip(slate.nbytes, block[:, 2].tolist(), strict=True)]
-            step = first_step + bisect.bisect_left(ends, min(begins, default=0))
-            groups.append(((step, *slate.order, c), slate.ops, nbytes, begins, ends_))
         slate.read = calls
-    ends.clear()
+        n = len(slate.ops)
+        if not n:
+            continue
+        index = (np.arange(first, calls) % SLATE_CALLS)[:, None] * SLATE_ROWS + np.arange(n)
+        rows = slate.rows.numpy()[index]  # (calls, collectives, 3)
+        times = (rows[:, :, :2] * 1e9).astype(np.int64) + offset
+        steps = first_step + np.searchsorted(ends, times[:, :, 0].min(axis=1))
+        for j, c in enumerate(range(first, calls)):
+            order = (int(steps[j]), *slate.order, c)
+            calls_done.append((order, slate, rows[j, :, 2], times[j], steps[j]))
+    col.slates = [s for s in col.slates if s.graph() is not None]  # gone: read a last time
+    while len(col.spare) < SPARE_SLATES:
+        import tensorflow as tf
+
+        col.spare.append(_Slate(tf))
     if missed and not col.warned_missed:
         col.warned_missed = True
         att.notice(
@@ -277,25 +325,14 @@ def collect(key: str, att: Attachment) -> None:
             COLLECT_EVERY,
             level=logging.WARNING,
         )
-    while len(col.spare) < SPARE_SLATES:
-        import tensorflow as tf
-
-        col.spare.append(_Slate(tf))
-    if not groups:
-        return
-    groups.sort(key=lambda g: g[0])
-    ops, nbytes, t_begin, t_end, steps = [], [], [], [], []
-    for (step, *_), g_ops, g_nbytes, g_begin, g_end in groups:
-        ops += g_ops
-        nbytes += g_nbytes
-        t_begin += g_begin
-        t_end += g_end
-        steps += [step] * len(g_ops)
-    try:
-        lens.record_collectives(ops, nbytes, t_begin, t_end, steps)
-    except Exception as e:  # noqa: BLE001 - fail open; the disabled path counts the ticks
-        lens.disable(e)
-        lens.record_collectives(ops, nbytes, t_begin, t_end, steps)
+    if not calls_done:
+        return None
+    calls_done.sort(key=lambda g: g[0])
+    ops = [op for g in calls_done for op in g[1].ops]
+    nbytes = np.concatenate([np.add(g[1].nbytes, g[2].astype(np.int64)) for g in calls_done])
+    times = np.concatenate([g[3] for g in calls_done])
+    steps = np.concatenate([np.full(len(g[1].ops), g[4], np.int64) for g in calls_done])
+    return ops, nbytes, times[:, 0], times[:, 1], steps
 
 
 def _graph_warn(att: Attachment, key: str, e: BaseException) -> None:

@@ -17,6 +17,7 @@ all-reduce function by those arguments, and the two models must not share a trac
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import threading
@@ -33,6 +34,7 @@ def parse_args(doc: str) -> argparse.Namespace:
     add_common_args(p)
     p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     p.add_argument("--batch", type=int, default=32, help="batch per rank")
+    p.add_argument("--lens-config", type=json.loads, default={}, help="LensConfig fields, JSON")
     return p.parse_args()
 
 
@@ -143,7 +145,7 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
     if hvd:
         run_dir = hvd.broadcast_object(run_dir, root_rank=0)
     fits: dict[str, FitThread] = {}
-    lens_cb = LensCallback(run_dir=run_dir)  # the one line
+    lens_cb = LensCallback(run_dir=run_dir, **args.lens_config)  # the one line
     for arm in ("plain", "lensed"):
         keras.utils.set_random_seed(0)
         model = make_model(keras)
@@ -194,6 +196,7 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
             threads=args.threads,
             unpatched=len(unpatched),
             ailens_disabled=lens.disabled,
+            lens_config=args.lens_config,
         )
     if hvd:
         hvd.shutdown()
