@@ -152,19 +152,19 @@ SPARE_SLATES = 8  # made ahead (eagerly) for the graphs traced before the next r
 
 class _Slate:
     """What one traced graph writes at run time, with no Python call. ``calls`` counts the
-    graph's calls; call c writes the rows ``(c % SLATE_CALLS) * SLATE_ROWS + i``: (begin, end,
-    bytes not known while tracing) of the graph's i-th recorded collective, the times from
+    graph's calls; call c of the graph's i-th recorded collective writes row ``i * SLATE_CALLS
+    + c % SLATE_CALLS``: (begin, end, bytes not known while tracing), the times from
     ``tf.timestamp()`` (s since the epoch, wall clock). :func:`collect` reads it."""
 
     def __init__(self, tf) -> None:
         # Made eagerly, never while tracing: tf.function refuses variables made on a retrace.
         self.rows = tf.Variable(
-            tf.zeros([SLATE_CALLS * SLATE_ROWS, 3], tf.float64), trainable=False, name="ailens"
+            tf.zeros([SLATE_ROWS * SLATE_CALLS, 3], tf.float64), trainable=False, name="ailens"
         )
         self.calls = tf.Variable(tf.zeros([], tf.int64), trainable=False, name="ailens_calls")
         self.graph: Callable[[], Any] = lambda: None  # weak reference to the graph using it
         self.order = (0, 0)  # (graph in tracing order, part of it)
-        self.first_row: Any = None  # in the graph: the first row of this call
+        self.slot: Any = None  # in the graph: this call's place in the ring
         self.ops: list[str] = []
         self.nbytes: list[int] = []  # known while tracing
         self.read = 0  # calls collected so far
@@ -221,8 +221,7 @@ def _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, k
             slate.graph, slate.order = weakref.ref(graph), (graph_no, part)
             col.slates.append(slate)
             col.graphs[graph] = slate
-            call = slate.calls.assign_add(1) - 1
-            slate.first_row = (call % SLATE_CALLS) * SLATE_ROWS
+            slate.slot = (slate.calls.assign_add(1) - 1) % SLATE_CALLS
         begin = _stamp(tf, deps)
     except Exception as e:  # noqa: BLE001 - deterministic: the same on every rank
         _graph_warn(att, key, e)
@@ -233,9 +232,10 @@ def _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, k
     try:
         end = _stamp(tf, [t for t in tf.nest.flatten(out) if isinstance(t, tf.Tensor)])
         more = tf.add_n([tf.cast(d, tf.float64) for d in dynamic]) if dynamic else 0.0
+        # Five ops per collective: two timestamps, the row, its index, the write.
+        index = slate.slot + len(slate.ops) * SLATE_CALLS
         row = tf.stack([begin, end, tf.cast(more, tf.float64)])
-        index = slate.first_row + len(slate.ops)
-        slate.rows.scatter_update(tf.IndexedSlices(row[None], index[None]))
+        tf.raw_ops.ResourceScatterUpdate(resource=slate.rows.handle, indices=index, updates=row)
         slate.ops.append(op)
         slate.nbytes.append(static)
     except Exception as e:  # noqa: BLE001
@@ -303,8 +303,9 @@ def _ticks_of(col: _Collector, att: Attachment, todo: list) -> tuple | None:
         n = len(slate.ops)
         if not n:
             continue
-        index = (np.arange(first, calls) % SLATE_CALLS)[:, None] * SLATE_ROWS + np.arange(n)
-        rows = slate.rows.numpy()[index]  # (calls, collectives, 3)
+        slots = np.arange(first, calls) % SLATE_CALLS
+        rows = slate.rows.numpy().reshape(SLATE_ROWS, SLATE_CALLS, 3)
+        rows = rows[:n, slots].transpose(1, 0, 2)  # (calls, collectives, 3)
         times = (rows[:, :, :2] * 1e9).astype(np.int64) + offset
         steps = first_step + np.searchsorted(ends, times[:, :, 0].min(axis=1))
         for j, c in enumerate(range(first, calls)):

@@ -1,6 +1,7 @@
 """Where ailens' time goes in the keras_hvd case, per training step (not an A/B: a helper to
 explain ``added_us``). Two ranks fit the mnist model with ``LensCallback`` for ``--steps``
-batches; after ``--warmup`` batches, wall time inside ailens' Python entry points is summed
+batches (``--no-lens``: without it, for the step time); after ``--warmup`` batches, wall
+time inside ailens' Python entry points is summed,
 and rank 0 prints one ``BREAKDOWN {json}`` line of microseconds per step::
 
     horovodrun --gloo -np 2 -H localhost:2 python benchmarks/overhead/_keras_breakdown.py
@@ -30,6 +31,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=600)
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--lens-config", type=json.loads, default={})
+    p.add_argument("--no-lens", action="store_true", help="the same fit without LensCallback")
     args = p.parse_args()
 
     import horovod.tensorflow as hvd
@@ -80,14 +82,16 @@ def main() -> None:
     )
     clock = Clock()
     lens_cb = LensCallback(run_dir=run_dir, **args.lens_config)
-    callbacks = [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0), clock, lens_cb]
+    callbacks = [hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0), clock]
+    callbacks += [] if args.no_lens else [lens_cb]
     model.fit(make_dataset(tf, 32, 1 + hvd.rank()), steps_per_epoch=args.steps, epochs=1,
               callbacks=callbacks, verbose=0)  # fmt: skip
     steps = args.steps - args.warmup
     if hvd.rank() == 0:
         line = {k: round(v / steps / 1e3, 1) for k, v in sorted(spent.items())}
         line.update(step_ms=round(clock.seconds / steps * 1e3, 3), steps=steps,
-                    ticks_per_step=round(lens_cb.lens.ticks / lens_cb.lens.steps, 2),
+                    ticks_per_step=round(lens_cb.lens.ticks / lens_cb.lens.steps, 2)
+                    if lens_cb.lens else None, no_lens=args.no_lens,
                     lens_config=args.lens_config, loadavg=list(os.getloadavg()))  # fmt: skip
         print("BREAKDOWN " + json.dumps(line), flush=True)
 
