@@ -221,6 +221,19 @@ class Lens:
         """Mark the end of a collective: the oldest open one, or ``tick`` when given."""
         raise NotImplementedError
 
+    def record_collectives(
+        self,
+        ops: list[str],
+        nbytes: list[int],
+        t_begin: list[int],
+        t_end: list[int],
+        steps: list[int] | None = None,
+    ) -> None:  # replaced per instance
+        """Record collectives that already ran, in tick order, with their begin and end times
+        taken elsewhere (e.g. inside a TF graph) on this Lens's clock (ns), and the step each
+        ran in (default: the current one)."""
+        raise NotImplementedError
+
     def step_end(self) -> None:
         """Mark the end of a training step (the same step on every rank)."""
         if self.disabled is None:
@@ -404,10 +417,12 @@ class Lens:
         # Instance attributes shadow the class methods: a collective costs one call each way.
         self.collective_begin = self._buf.begin
         self.collective_end = self._buf.end
+        self.record_collectives = self._buf.record
 
     def _install_disabled_methods(self) -> None:
         self.collective_begin = self._buf.count
         self.collective_end = self._buf.ignore
+        self.record_collectives = self._buf.count_many
 
     def _intern(self, op: str) -> int:
         op_id = len(self._op_names)

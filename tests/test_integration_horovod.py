@@ -122,6 +122,8 @@ def test_horovod_tensorflow_records_graph_and_eager_collectives(tf_runs):
     res, run_dir = tf_runs("lens")
     _check_agreement(res)
     assert res[0]["ticks"] == 3 + 3 * STEPS + 4
+    # Steps inferred while the graph was traced: the Python hooks, one begin per graph tick.
+    assert all(r["python_hooks"] == 3 + 3 * STEPS for r in res.values())
     run = load_run(run_dir)
     assert run.complete and run.meta["framework"] == "horovod.tensorflow"
     for rank in run.ranks:
@@ -138,6 +140,49 @@ def test_horovod_tensorflow_records_graph_and_eager_collectives(tf_runs):
         assert names[-4:] == ["allreduce", "allgather", "broadcast", "allreduce"]
         assert ev["nbytes"][-4:].tolist() == [24, 48, 40, 32]
         assert (ev["t_end"] >= ev["t_begin"]).all()
+
+
+def test_horovod_tensorflow_manual_steps_time_graph_collectives_in_the_graph(tf_runs):
+    """``attach(hvd, steps="manual")`` + ``step_end()`` after each call: no Python call per
+    graph collective (timed in the graph, read in bulk), yet every collective is one tick with
+    its op and bytes, in the step it ran in, in the same order on both ranks."""
+    res, run_dir = tf_runs("manual")
+    plain, _ = tf_runs("nolens")
+    _check_agreement(res)
+    assert all(r["python_hooks"] == 0 for r in res.values())
+    assert res[0]["ticks"] == 3 + 3 * STEPS + 4
+    assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
+    run = load_run(run_dir)
+    assert run.complete
+    order = {tuple(_names(rank)) + tuple(rank.events["nbytes"].tolist()) for rank in run.ranks}
+    assert len(order) == 1  # the same tick order on both ranks
+    for rank in run.ranks:
+        ev, names = rank.events, _names(rank)
+        assert names[:3] == ["broadcast"] * 3 and sorted(ev["nbytes"][:3].tolist()) == TF_GRADS
+        assert ev["step"][:3].tolist() == [0] * 3
+        step_end = rank.steps["t_ns"]
+        assert len(step_end) == STEPS
+        for step in range(STEPS):
+            in_step = (ev["step"] == step).nonzero()[0]
+            in_step = in_step[(in_step >= 3) & (in_step < len(names) - 4)]
+            assert sorted(ev["nbytes"][in_step].tolist()) == TF_GRADS, step
+            assert {names[i] for i in in_step} == {"allreduce"}
+            # Timed in the graph: inside the step, each a real interval.
+            lo = step_end[step - 1] if step else 0
+            assert (ev["t_begin"][in_step] > lo).all()
+            assert (ev["t_end"][in_step] <= step_end[step]).all()
+            assert (ev["t_end"][in_step] > ev["t_begin"][in_step]).all()
+        assert names[-4:] == ["allreduce", "allgather", "broadcast", "allreduce"]
+        assert ev["nbytes"][-4:].tolist() == [24, 48, 40, 32]
+        assert (ev["t_end"] >= ev["t_begin"]).all()
+
+
+def test_horovod_tensorflow_manual_steps_fault_leaves_training_intact(tf_runs):
+    res, _ = tf_runs("manual", fault=True)
+    plain, _ = tf_runs("nolens")
+    assert "injected" in res[1]["disabled"] and res[0]["disabled"] is None
+    assert res[0]["ticks"] == res[1]["ticks"] and res[0]["steps"] == res[1]["steps"] == STEPS
+    assert {r["checksum"] for r in [*res.values(), *plain.values()]} == {plain[0]["checksum"]}
 
 
 def test_horovod_tensorflow_weights_identical_with_and_without_lens(tf_runs):

@@ -134,6 +134,7 @@ def test_keras_horovod_records_each_collective_once(hvd_runs):
     for r in res.values():
         assert r["framework"] == "keras+horovod" and r["closed"] and r["disabled"] is None
         assert r["steps"] == STEPS and r["total_steps"] == STEPS and r["restored"]
+        assert r["python_hooks"] == 0  # timed inside Keras' graphs: no Python per collective
     assert res[0]["ticks"] == res[1]["ticks"]
     assert res[0]["table"] == res[1]["table"] and res[0]["table"]["n_ticks"] == res[0]["ticks"]
     run = load_run(run_dir)
@@ -150,9 +151,14 @@ def test_keras_horovod_records_each_collective_once(hvd_runs):
         assert bcast[0] == 4 and set(ev["step"][bcast].tolist()) == {0}
         reduce = [i for i, n in enumerate(names) if n == "allreduce"]
         assert len(reduce) == 4 * STEPS
+        step_end = rank.steps["t_ns"]
         for step in range(STEPS):
             in_step = [i for i in reduce if ev["step"][i] == step]
             assert sorted(ev["nbytes"][in_step].tolist()) == grads, step
+            # Timed in the graph, in the batch it belongs to.
+            lo = step_end[step - 1] if step else 0
+            assert (ev["t_begin"][in_step] > lo).all()
+            assert (ev["t_end"][in_step] <= step_end[step]).all()
         assert (ev["t_end"] >= ev["t_begin"]).all()  # every tick ended
 
 

@@ -2,9 +2,12 @@
 tf.function, then issue a few eager collectives, and print per rank what ailens recorded.
 Launched by tests/test_integration_horovod.py under horovodrun.
 
-argv: RUN_DIR STEPS MODE [FAULT]   (MODE: lens | nolens | oneline; FAULT: RANK:TICK, a fault
-injected inside ailens). ``oneline``: only the attach line, no ``step_end`` and no ``close``:
-the steps are inferred and the run ends at exit. Prints one ``RESULT {json}`` line per rank.
+argv: RUN_DIR STEPS MODE [FAULT]   (MODE: lens | nolens | oneline | manual; FAULT: RANK:TICK, a
+fault injected inside ailens). ``oneline``: only the attach line, no ``step_end`` and no
+``close``: the steps are inferred and the run ends at exit. ``manual``: ``attach(hvd,
+steps="manual")`` and ``step_end()`` after each call: the graphs time their collectives
+themselves. Prints one ``RESULT {json}`` line per rank, with ``python_hooks``: how many times a
+graph collective called into Python.
 """
 
 import json
@@ -33,12 +36,25 @@ if mode == "oneline":
     from ailens.integrations import horovod as ailens_hvd
 
     ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)  # the one line
-elif mode == "lens":
-    from ailens.integrations import horovod as ailens_hvd
+elif mode in ("lens", "manual"):
     from inject_fault import inject
 
-    lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)
+    from ailens.integrations import horovod as ailens_hvd
+
+    steps_how = "manual" if mode == "manual" else None
+    lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16, steps=steps_how)
     inject(lens.lens, fault)
+python_hooks = [0]
+if mode != "nolens":
+    from ailens.integrations import _tfhooks
+
+    begin_hook = _tfhooks._begin_hook
+
+    def counted_begin_hook(*args):
+        python_hooks[0] += 1
+        return begin_hook(*args)
+
+    _tfhooks._begin_hook = counted_begin_hook
 
 hvd.broadcast_variables(variables, root_rank=0)
 
@@ -71,7 +87,11 @@ hvd.broadcast(tf.zeros([5], tf.int64), root_rank=0, name="x.bcast")
 hvd.grouped_allreduce([extra, extra[:2]], name="x.group")
 
 params = np.concatenate([v.numpy().ravel() for v in variables])
-result = {"rank": hvd.rank(), "checksum": zlib.crc32(params.astype(np.float32).tobytes())}
+result = {
+    "rank": hvd.rank(),
+    "checksum": zlib.crc32(params.astype(np.float32).tobytes()),
+    "python_hooks": python_hooks[0],
+}
 if lens is not None:
     lens.close()
     table = lens.lens.online.table().to_dict() if lens.lens.online else None

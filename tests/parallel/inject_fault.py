@@ -1,6 +1,7 @@
 """Test helper for the rank scripts: make ailens fail inside on one rank, to check that the
-adapters fail open. ``inject(lens, "1:5")`` makes that Lens's ``collective_end`` raise on rank
-1 once 5 ticks were recorded: the adapter calling it must disable ailens on that rank (one
+adapters fail open. ``inject(lens, "1:5")`` makes that Lens's ``collective_end`` (and
+``record_collectives``, which TF graph collectives go through) raise on rank 1 once 5 ticks
+were recorded: the adapter calling it must disable ailens on that rank (one
 warning, what was recorded kept) while training goes on."""
 
 from __future__ import annotations
@@ -23,3 +24,13 @@ def inject(lens, spec: str | None) -> None:
         real_end(tick)
 
     lens.collective_end = faulty_end
+    real_record = lens.record_collectives
+
+    def faulty_record(*args):
+        if lens.ticks > at:
+            raise RuntimeError(
+                f"injected fault at tick {lens.ticks} (tests/parallel/inject_fault.py)"
+            )
+        real_record(*args)
+
+    lens.record_collectives = faulty_record

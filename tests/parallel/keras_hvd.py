@@ -4,7 +4,8 @@ tests/test_integration_keras.py under horovodrun (TF_USE_LEGACY_KERAS=1).
 
 argv: RUN_DIR EPOCHS MODE [CONFIG_JSON [FAULT]]   (MODE: lens | nolens; CONFIG_JSON: extra
 LensConfig fields; FAULT: RANK:TICK, a fault injected inside ailens). Prints one
-``RESULT {json}`` line per rank.
+``RESULT {json}`` line per rank, with ``python_hooks``: how many times a graph collective
+called into Python.
 """
 
 import json
@@ -37,8 +38,9 @@ y = rng.standard_normal((64, 4)).astype(np.float32)
 callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
 lens_cb = None
 if mode == "lens":
-    from ailens.integrations.keras import LensCallback
     from inject_fault import inject
+
+    from ailens.integrations.keras import LensCallback
 
     class InjectFault(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):  # after LensCallback's: its Lens exists
@@ -46,6 +48,17 @@ if mode == "lens":
 
     lens_cb = LensCallback(run_dir=run_dir, exchange_ticks=16, **extra)
     callbacks += [lens_cb, InjectFault()]
+python_hooks = [0]
+if mode == "lens":
+    from ailens.integrations import _tfhooks
+
+    begin_hook = _tfhooks._begin_hook
+
+    def counted_begin_hook(*args):
+        python_hooks[0] += 1
+        return begin_hook(*args)
+
+    _tfhooks._begin_hook = counted_begin_hook
 hist = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
 
 params = np.concatenate([w.ravel() for w in model.get_weights()])
@@ -53,6 +66,7 @@ result = {
     "rank": hvd.rank(),
     "checksum": zlib.crc32(params.astype(np.float32).tobytes()),
     "epochs_run": len(hist.history["loss"]),
+    "python_hooks": python_hooks[0],
 }
 if lens_cb is not None:
     lens = lens_cb.lens
