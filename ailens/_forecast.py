@@ -154,6 +154,7 @@ class StepLevel:
         self.regime_start: int | None = None
         self.changes: list[tuple[int, float, float]] = []  # (step, level before, after)
         self.spikes: dict[int, float] = {}
+        self.all_n, self.all_sum = 0, 0.0  # every step since the warm-up, across regimes
         self._reset([])
 
     def _reset(self, values: list[tuple[int, float]]) -> None:
@@ -197,6 +198,8 @@ class StepLevel:
 
     def add(self, i: int, x: float) -> None:
         """Step ``i`` took ``x`` seconds of training (sections left out)."""
+        self.all_n += 1
+        self.all_sum += x
         if self.n < self.START:
             if self.n == 0:
                 self.regime_start = i
@@ -483,6 +486,11 @@ class Snapshot:
     change_size2: float  # their mean squared relative size
     parts: tuple[Part, ...] = ()
     trend: float = 0.0  # significant linear trend of the steps (s per step per step)
+    longrun: float | None = None  # the step time over all regimes (same parts taken out)
+    reversals: int = 0  # changes of speed that went back the other way
+    changes: int = 0
+
+    REVERSALS = 2
 
     def evaluate(self, total_steps: int | None = None) -> Prediction:
         """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
@@ -494,6 +502,7 @@ class Snapshot:
         if not n:
             return Prediction(s, None, elapsed, None, None, None, lvl, self.sd, self.regime_start)
         r = max(n - s, 0)
+        lvl = self._expected_level(r)
         comps = [
             Component(
                 "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
@@ -533,6 +542,19 @@ class Snapshot:
             self.regime_start,
             tuple(comps),
         )
+
+    def _expected_level(self, r: int) -> float:
+        """The mean step time over the remaining ``r`` steps. Speeds that went up and down
+        again and again (``REVERSALS``) are a machine whose load comes and goes: the current
+        regime holds for a while (1 / rate of changes, on average), then the speed returns to
+        the run's long-run mean. Changes in one direction (a warm-up, a job that arrived and
+        stays) are taken as lasting."""
+        lvl = self.level
+        if self.reversals < self.REVERSALS or self.longrun is None or r <= 0:
+            return lvl
+        x = self.changes / max(self.steps_done, 1) * r
+        stay = (1.0 - math.exp(-x)) / x
+        return stay * lvl + (1.0 - stay) * self.longrun
 
     def _drift_var(self, r: int) -> float:
         """Variance of the remaining time from the speed moving again before the end: the
@@ -657,6 +679,13 @@ class Forecaster:
             change_size2=size2,
             parts=(*extras, *self._sections(s, level)),
             trend=lv.trend(),
+            # Over all regimes, with the same parts taken out as from the regime's mean.
+            longrun=level + lv.all_sum / lv.all_n - lv.sum / lv.n,
+            reversals=sum(
+                (b1 - a1) * (b2 - a2) < 0
+                for (_, a1, b1), (_, a2, b2) in zip(changes, changes[1:], strict=False)
+            ),
+            changes=len(changes),
         )
 
     def _extras(self, s: int) -> tuple[list[Part], set[int]]:

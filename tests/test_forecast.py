@@ -313,6 +313,23 @@ def test_online_state_stays_small():
     assert oa.phases.n_phases <= 3
 
 
+def test_a_load_that_comes_and_goes_is_forecast_at_its_long_run_mean():
+    """Another job on and off every 60 steps (1 ms <-> 3 ms): caught in a slow spell at 20 %
+    of the run, the forecast does not extrapolate that spell to the end (the speed went up
+    and down before), while a single lasting change is adopted (test_lasting_change...)."""
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 3000})
+    t = 0
+    for i in range(690):  # ends 30 steps into a slow spell
+        t += int(1e6 * (3 if (i // 60) % 2 else 1))
+        f.on_step(t)
+    assert len(f.level.changes) >= 3 and f.level.center > 2.5e-3  # in the slow regime now
+    p = f.predict()
+    actual = t / 1e9 + (3000 - 690) * 2e-3  # the on/off pattern goes on: 2 ms on average
+    assert abs(p.predicted_total_s - actual) / actual < 0.15
+    assert p.naive_total_s is not None
+
+
 def test_one_sided_outliers_that_never_agree_keep_a_step_cheap():
     """Slow steps of scattered sizes, on one side only: never a change of speed, and the run
     of outliers judged each step stays bounded (it once grew with the run: 1.3 ms a step)."""

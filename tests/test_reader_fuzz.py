@@ -30,8 +30,15 @@ from ailens._trace import (
 )
 
 CHUNK_HEAD = struct.Struct("<4sIII")
-META = {"format_version": 1, "rank": 1, "world_size": 2, "counter": "cpu-ns", "run_id": "abc",
-        "config": {"tolerance": 1}, "host": "h"}
+META = {
+    "format_version": 1,
+    "rank": 1,
+    "world_size": 2,
+    "counter": "cpu-ns",
+    "run_id": "abc",
+    "config": {"tolerance": 1},
+    "host": "h",
+}
 # Memory the reader may use beyond MAX_EXPANSION x the file size (interpreter noise, the
 # file's own bytes, small arrays).
 SLACK = 4 << 20
@@ -40,9 +47,14 @@ SLACK = 4 << 20
 def _events(n: int, start: int = 0) -> dict[str, np.ndarray]:
     i = np.arange(start, start + n)
     t = 1000 + i * 5000 + (i * 7919) % 311
-    return {"op": (i % 3 == 0).astype(np.uint16), "step": (i // 3).astype(np.uint32),
-            "nbytes": 4096 * (1 + i % 3), "t_begin": t, "t_end": t + 1200 + i % 97,
-            "work": 100_000 + (i * 104729) % 5003}
+    return {
+        "op": (i % 3 == 0).astype(np.uint16),
+        "step": (i // 3).astype(np.uint32),
+        "nbytes": 4096 * (1 + i % 3),
+        "t_begin": t,
+        "t_end": t + 1200 + i % 97,
+        "work": 100_000 + (i * 104729) % 5003,
+    }
 
 
 def valid_trace(path, meta=META, chunks=3, rows=40) -> bytes:
@@ -51,15 +63,21 @@ def valid_trace(path, meta=META, chunks=3, rows=40) -> bytes:
     w.write_ops(["allreduce", "broadcast"])
     for c in range(chunks):
         w.write_events(_events(rows, c * rows))
-        w.write_steps({"step": np.arange(c * 5, c * 5 + 5, dtype=np.uint32),
-                       "t_ns": np.arange(5) * 10**6 + c, "work": np.arange(5) * 7})
+        w.write_steps(
+            {
+                "step": np.arange(c * 5, c * 5 + 5, dtype=np.uint32),
+                "t_ns": np.arange(5) * 10**6 + c,
+                "work": np.arange(5) * 7,
+            }
+        )
     w.write_info({"closed": True, "disabled": None, "ticks": chunks * rows})
     w.close()
     return path.read_bytes()
 
 
-def chunk(tag: bytes, rows: int, payload: bytes, *, plen: int | None = None,
-          crc: int | None = None) -> bytes:
+def chunk(
+    tag: bytes, rows: int, payload: bytes, *, plen: int | None = None, crc: int | None = None
+) -> bytes:
     plen = len(payload) if plen is None else plen
     crc = zlib.crc32(payload) if crc is None else crc
     return CHUNK_HEAD.pack(tag, rows, plen, crc) + payload
@@ -175,22 +193,43 @@ def test_fuzz_raw_mutations(fuzz_dir, mutations):
 # Mutations behind valid checksums: they reach the JSON parser, the decompressor and the
 # column decoder instead of stopping at a CRC mismatch.
 _field = st.sampled_from(["tag", "rows", "payload", "raw", "drop", "dup", "meta"])
-_u32 = st.one_of(st.integers(0, 300), st.sampled_from([0xFFFFFFFF, 0x7FFFFFFF, MAX_CHUNK_ROWS,
-                                                       MAX_CHUNK_ROWS + 1, 1 << 24]))
+_u32 = st.one_of(
+    st.integers(0, 300),
+    st.sampled_from([0xFFFFFFFF, 0x7FFFFFFF, MAX_CHUNK_ROWS, MAX_CHUNK_ROWS + 1, 1 << 24]),
+)
 _json_value = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
     | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(field=_field, index=st.integers(0, 20), value=_u32, blob=st.binary(max_size=48),
-       key=st.sampled_from(["rank", "world_size", "counter", "run_id", "config", "format_version",
-                            "start_wall_ns", "host"]),
-       jvalue=_json_value)
+@given(
+    field=_field,
+    index=st.integers(0, 20),
+    value=_u32,
+    blob=st.binary(max_size=48),
+    key=st.sampled_from(
+        [
+            "rank",
+            "world_size",
+            "counter",
+            "run_id",
+            "config",
+            "format_version",
+            "start_wall_ns",
+            "host",
+        ]
+    ),
+    jvalue=_json_value,
+)
 def test_fuzz_behind_valid_checksums(fuzz_dir, field, index, value, blob, key, jvalue):
     d, data = fuzz_dir
     head, chunks = split_chunks(data)
@@ -201,7 +240,7 @@ def test_fuzz_behind_valid_checksums(fuzz_dir, field, index, value, blob, key, j
         c[1] = value
     elif field == "payload":  # raw bytes replaced: decoders see arbitrary content
         c[2] = blob
-    elif field == "raw":      # a byte flip inside the decompressed columns or JSON
+    elif field == "raw":  # a byte flip inside the decompressed columns or JSON
         if c[2]:
             i = value % len(c[2])
             c[2] = c[2][:i] + bytes([c[2][i] ^ 0xFF]) + c[2][i + 1 :]
@@ -284,8 +323,10 @@ def test_huge_metadata_length(tmp_path, meta_len):
         read_trace(tmp_path / "x.ailens")
 
 
-@pytest.mark.parametrize("rows,plen", [(0xFFFFFFFF, 10), (10, 0xFFFFFFFF), (MAX_CHUNK_ROWS + 1, 10),
-                                       (0x7FFFFFFF, 0x7FFFFFFF)])
+@pytest.mark.parametrize(
+    "rows,plen",
+    [(0xFFFFFFFF, 10), (10, 0xFFFFFFFF), (MAX_CHUNK_ROWS + 1, 10), (0x7FFFFFFF, 0x7FFFFFFF)],
+)
 def test_huge_declared_chunk_sizes(tmp_path, rows, plen):
     data = valid_trace(tmp_path / "v.ailens", chunks=1)
     head, chunks = split_chunks(data)
@@ -336,27 +377,43 @@ def test_op_ids_beyond_the_name_table(tmp_path):
     assert t.n_events == 10 and t.ops[9] == "op9"
 
 
-@pytest.mark.parametrize("meta", [
-    dict(META, rank=-1), dict(META, world_size=0), dict(META, rank=2, world_size=2),
-    dict(META, rank=1.0), dict(META, rank=True), dict(META, rank="1"),
-    dict(META, world_size=10**12),
-    dict(META, rank=None), {k: v for k, v in META.items() if k != "run_id"},
-    dict(META, run_id=["a"]), dict(META, counter=7), dict(META, config=[1, 2]),
-    dict(META, start_wall_ns="x"), dict(META, start_wall_ns=1.5),
-], ids=lambda m: repr(m)[:60])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        dict(META, rank=-1),
+        dict(META, world_size=0),
+        dict(META, rank=2, world_size=2),
+        dict(META, rank=1.0),
+        dict(META, rank=True),
+        dict(META, rank="1"),
+        dict(META, world_size=10**12),
+        dict(META, rank=None),
+        {k: v for k, v in META.items() if k != "run_id"},
+        dict(META, run_id=["a"]),
+        dict(META, counter=7),
+        dict(META, config=[1, 2]),
+        dict(META, start_wall_ns="x"),
+        dict(META, start_wall_ns=1.5),
+    ],
+    ids=lambda m: repr(m)[:60],
+)
 def test_hostile_metadata_values(tmp_path, meta):
     assert read_checked(tmp_path / "x.ailens", header_raw(json.dumps(meta).encode())) is None
 
 
-@pytest.mark.parametrize("body", [
-    b"[" * 200_000 + b"]" * 200_000,                        # recursion bomb
-    b'{"rank": ' + b"9" * 5000 + b"}",                     # int over the digit limit
-    b"\xff\xfe{}",                                          # not UTF-8
-    b"[1, 2, 3]",                                           # not an object
-    b"NaN",
-    b'{"rank": 1, "rank": 1',                               # unterminated
-    b"",
-], ids=["nesting", "bigint", "utf8", "list", "nan", "unterminated", "empty"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 200_000 + b"]" * 200_000,  # recursion bomb
+        b'{"rank": ' + b"9" * 5000 + b"}",  # int over the digit limit
+        b"\xff\xfe{}",  # not UTF-8
+        b"[1, 2, 3]",  # not an object
+        b"NaN",
+        b'{"rank": 1, "rank": 1',  # unterminated
+        b"",
+    ],
+    ids=["nesting", "bigint", "utf8", "list", "nan", "unterminated", "empty"],
+)
 def test_json_oddities_in_the_header(tmp_path, body):
     assert read_checked(tmp_path / "x.ailens", header_raw(body)) is None
 
@@ -369,8 +426,10 @@ def test_nan_and_infinity_in_the_header_become_null(tmp_path):
     assert t is not None and t.complete and t.meta["host"] is None and t.meta["config"]["x"] is None
 
 
-@pytest.mark.parametrize("body", [b"[" * 100_000, b'{"closed": ' + b"1" * 6000 + b"}", b"\xff",
-                                  b'"just a string"', b"[1, {}]"])
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000, b'{"closed": ' + b"1" * 6000 + b"}", b"\xff", b'"just a string"', b"[1, {}]"],
+)
 def test_json_oddities_in_chunks(tmp_path, body):
     for tag in (b"OPS ", b"INFO"):
         data = header_raw(json.dumps(META).encode()) + chunk(tag, 0, zlib.compress(body))
@@ -457,14 +516,18 @@ def _hostile_run(d, kind: str):
             payload = b"".join(c.compress(bytes(1 << 20)) for _ in range(64)) + c.flush()
             data = join_chunks(head, chunks[:2]) + chunk(b"EVTS", 1 << 20, payload)
         elif kind == "hostile-meta":
-            head = header_raw(json.dumps(dict(META, rank=r, host=[1], framework={"a": 1},
-                                              config={"tolerance": "x"})).encode())
+            head = header_raw(
+                json.dumps(
+                    dict(META, rank=r, host=[1], framework={"a": 1}, config={"tolerance": "x"})
+                ).encode()
+            )
             data = join_chunks(head, chunks)
         p.write_bytes(data)
 
 
-@pytest.mark.parametrize("kind", ["garbage-columns", "truncated", "flipped-header", "bomb",
-                                  "hostile-meta"])
+@pytest.mark.parametrize(
+    "kind", ["garbage-columns", "truncated", "flipped-header", "bomb", "hostile-meta"]
+)
 def test_cli_on_hostile_runs_answers_in_one_line_or_reports(tmp_path, kind, capsys):
     from ailens.cli import main
 

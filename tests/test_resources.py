@@ -26,8 +26,13 @@ PACKAGE = REPO / "ailens"
 
 
 def _bench(*args: str, timeout: float = 240) -> dict:
-    out = subprocess.run([sys.executable, str(BENCH), *args, "--json"], cwd=REPO,
-                         capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, str(BENCH), *args, "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
@@ -68,8 +73,17 @@ def test_lens_cycles_leak_no_thread_or_descriptor(tmp_path):
 
 # ---------------------------------------------------------------- safe reading
 
-_MODULES = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "yaml",
-            "joblib"}
+_MODULES = {
+    "pickle",
+    "cPickle",
+    "_pickle",
+    "marshal",
+    "shelve",
+    "dill",
+    "cloudpickle",
+    "yaml",
+    "joblib",
+}
 _CALLS = {"eval", "exec", "compile", "__import__"}
 
 
@@ -79,16 +93,19 @@ def _unsafe(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         where = f"{path.name}:{getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.Import):
-            found += [f"{where} import {a.name}" for a in node.names
-                      if a.name.split(".")[0] in _MODULES]
+            found += [
+                f"{where} import {a.name}" for a in node.names if a.name.split(".")[0] in _MODULES
+            ]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in _MODULES:
             found.append(f"{where} from {node.module} import")
         elif isinstance(node, ast.Call):
             f = node.func
             if isinstance(f, ast.Name) and f.id in _CALLS:
                 found.append(f"{where} {f.id}()")
-            if isinstance(f, ast.Attribute) and f.attr in ("load", "loads", "unsafe_load") and (
-                isinstance(f.value, ast.Name) and f.value.id in _MODULES
+            if (
+                isinstance(f, ast.Attribute)
+                and f.attr in ("load", "loads", "unsafe_load")
+                and (isinstance(f.value, ast.Name) and f.value.id in _MODULES)
             ):
                 found.append(f"{where} {f.value.id}.{f.attr}()")
             for kw in node.keywords:  # np.load(..., allow_pickle=True)
@@ -110,9 +127,11 @@ def test_no_read_path_executes_file_content():
 
 def test_the_safety_scan_catches_what_it_looks_for(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import pickle\nfrom yaml import load\nx = eval('1')\n"
-                   "import numpy as np\nnp.load('f', allow_pickle=True)\nyaml.load(s)\n"
-                   "'''docstring mentioning pickle and eval( is fine'''\n# so is pickle here\n")
+    bad.write_text(
+        "import pickle\nfrom yaml import load\nx = eval('1')\n"
+        "import numpy as np\nnp.load('f', allow_pickle=True)\nyaml.load(s)\n"
+        "'''docstring mentioning pickle and eval( is fine'''\n# so is pickle here\n"
+    )
     lines = {int(h.split(":")[1].split()[0]) for h in _unsafe(bad)}
     assert lines == {1, 2, 3, 5, 6}
 
@@ -123,8 +142,14 @@ def test_the_safety_scan_catches_what_it_looks_for(tmp_path):
 def _lens_files(run_dir: Path, umask: int) -> list[tuple[Path, int]]:
     old = os.umask(umask)
     try:
-        with Lens(run_dir=run_dir, chunk_events=4, warmup_steps=0, signature_min_steps=3,
-                  signature_window=2, total_steps=30) as lens:
+        with Lens(
+            run_dir=run_dir,
+            chunk_events=4,
+            warmup_steps=0,
+            signature_min_steps=3,
+            signature_window=2,
+            total_steps=30,
+        ) as lens:
             for _ in range(30):
                 lens.collective_begin("allreduce", 8)
                 lens.collective_end()

@@ -37,11 +37,11 @@ def main() -> None:
     import horovod.tensorflow as hvd
     import horovod.tensorflow.keras as hvd_keras
     import tensorflow as tf
-
-    from ailens import Lens
     from ailens.integrations import _tfhooks
     from ailens.integrations.horovod import HorovodLens
     from ailens.integrations.keras import LensCallback
+
+    from ailens import Lens
 
     hvd.init()
     tf.config.threading.set_intra_op_parallelism_threads(1)

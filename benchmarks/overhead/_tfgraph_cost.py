@@ -32,10 +32,10 @@ def main() -> None:
     args = p.parse_args()
 
     import tensorflow as tf
-
-    from ailens import Lens
     from ailens.integrations import _tfhooks
     from ailens.integrations._base import Attachment
+
+    from ailens import Lens
 
     tf.config.threading.set_inter_op_parallelism_threads(1)
     tf.config.threading.set_intra_op_parallelism_threads(1)

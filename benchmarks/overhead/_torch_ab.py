@@ -46,9 +46,8 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
             **ddp_kw) -> None:  # fmt: skip
     """The DDP case: ``make_model()`` is called twice under the same seed."""
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     from ailens.integrations.torch import attach
+    from torch.nn.parallel import DistributedDataParallel as DDP
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -98,7 +97,6 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
 def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, loss_fn) -> None:
     """The Horovod case: two models, each with its own ``hvd.DistributedOptimizer``."""
     import horovod.torch as hvd
-
     from ailens.integrations.horovod import attach
 
     torch.set_num_threads(args.threads)

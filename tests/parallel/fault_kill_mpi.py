@@ -43,8 +43,14 @@ if mode == "survive":
         peer_failed = True
 
     signal.signal(signal.SIGUSR1, _on_peer_failure)
-comm = wrap(world, steps="manual", run_dir=run_dir, chunk_events=CHUNK, exchange_ticks=16,
-            framework="fault-kill-test")
+comm = wrap(
+    world,
+    steps="manual",
+    run_dir=run_dir,
+    chunk_events=CHUNK,
+    exchange_ticks=16,
+    framework="fault-kill-test",
+)
 lens = comm.lens
 path = os.path.join(run_dir, f"rank-{world.rank:05d}.ailens")
 on_disk = 0
@@ -79,10 +85,32 @@ for step in range(WINDOW + LOCAL):
         flushed = (lens.ticks - 1) // CHUNK * CHUNK  # chunks handed to the writer (a full
         # buffer is flushed by the next collective_begin)
         if on_disk >= flushed:
-            print("KILL " + json.dumps({"rank": 1, "ticks": lens.ticks, "on_disk": on_disk,
-                                        "flushed": flushed, "step": step}), flush=True)
+            print(
+                "KILL "
+                + json.dumps(
+                    {
+                        "rank": 1,
+                        "ticks": lens.ticks,
+                        "on_disk": on_disk,
+                        "flushed": flushed,
+                        "step": step,
+                    }
+                ),
+                flush=True,
+            )
             os.kill(os.getpid(), signal.SIGKILL)
 comm.close()  # rank 0 in survive mode: nothing left to exchange, so no collective
 check_disk()
-print("DONE " + json.dumps({"rank": world.rank, "ticks": lens.ticks, "steps": lens.steps,
-                            "disabled": lens.disabled, "peer_failed": peer_failed}), flush=True)
+print(
+    "DONE "
+    + json.dumps(
+        {
+            "rank": world.rank,
+            "ticks": lens.ticks,
+            "steps": lens.steps,
+            "disabled": lens.disabled,
+            "peer_failed": peer_failed,
+        }
+    ),
+    flush=True,
+)

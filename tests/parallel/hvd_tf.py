@@ -37,9 +37,8 @@ if mode == "oneline":
 
     ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16)  # the one line
 elif mode in ("lens", "manual"):
-    from inject_fault import inject
-
     from ailens.integrations import horovod as ailens_hvd
+    from inject_fault import inject
 
     steps_how = "manual" if mode == "manual" else None
     lens = ailens_hvd.attach(hvd, run_dir=run_dir, exchange_ticks=16, steps=steps_how)

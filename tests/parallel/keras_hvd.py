@@ -38,9 +38,8 @@ y = rng.standard_normal((64, 4)).astype(np.float32)
 callbacks = [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
 lens_cb = None
 if mode == "lens":
-    from inject_fault import inject
-
     from ailens.integrations.keras import LensCallback
+    from inject_fault import inject
 
     class InjectFault(keras.callbacks.Callback):
         def on_train_begin(self, logs=None):  # after LensCallback's: its Lens exists

@@ -19,8 +19,9 @@ strategy = tf.distribute.MultiWorkerMirroredStrategy()
 keras = tf.keras
 keras.utils.set_random_seed(0)
 with strategy.scope():
-    model = keras.Sequential([keras.layers.Input((16,)), keras.layers.Dense(8),
-                              keras.layers.Dense(4)])
+    model = keras.Sequential(
+        [keras.layers.Input((16,)), keras.layers.Dense(8), keras.layers.Dense(4)]
+    )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
 
 from ailens.integrations.keras import LensCallback  # noqa: E402
@@ -38,9 +39,20 @@ if mode != "lens":
     print("RESULT", json.dumps({"rank": task, "checksum": checksum}), flush=True)
     sys.exit(0)
 lens = cb.lens
-print("RESULT", json.dumps({
-    "rank": lens.rank, "world_size": lens.world_size, "framework": lens.config.framework,
-    "steps": lens.steps, "ticks": lens.ticks, "closed": lens.closed, "disabled": lens.disabled,
-    "run_id": lens.meta["run_id"] if lens.disabled is None else None,
-    "checksum": checksum,
-}), flush=True)
+print(
+    "RESULT",
+    json.dumps(
+        {
+            "rank": lens.rank,
+            "world_size": lens.world_size,
+            "framework": lens.config.framework,
+            "steps": lens.steps,
+            "ticks": lens.ticks,
+            "closed": lens.closed,
+            "disabled": lens.disabled,
+            "run_id": lens.meta["run_id"] if lens.disabled is None else None,
+            "checksum": checksum,
+        }
+    ),
+    flush=True,
+)
