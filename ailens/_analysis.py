@@ -10,7 +10,6 @@ and forecast are the ones the run decided. The what-if (``_whatif``) reads this 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 from ._config import LensConfig
 from ._exchange import Summed
 from ._forecast import Forecast
-from ._online import OnlineAnalysis, feed_recorded
+from ._online import OnlineAnalysis, feed_recorded, read_json
 from ._ticks import summarise
 from ._trace import Run
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
@@ -88,14 +87,7 @@ def _run_config(meta: dict) -> LensConfig:
 
 
 def _read_online(path: Path) -> dict | None:
-    f = path / "forecast.json" if path.is_dir() else None
-    if f is None or not f.is_file():
-        return None
-    try:
-        doc = json.loads(f.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read_json(path / "forecast.json") if path.is_dir() else None
 
 
 def _open_at_summary(trace) -> np.ndarray:

@@ -449,6 +449,16 @@ def _progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
 
+def read_json(path: Path) -> dict | None:
+    """A JSON object file, or None when it is missing, unreadable or not an object (the
+    optional side files of a run: forecast.json, calibration.json)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def write_json(path: Path, doc: dict) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")

@@ -26,7 +26,6 @@ The model (docs/whatif.md has the derivation and the measured accuracy), per ste
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
@@ -47,6 +46,7 @@ from ._collectives import (
     params_from_dict,
     transport_of,
 )
+from ._online import read_json
 
 __all__ = [
     "Layout",
@@ -749,14 +749,7 @@ class ScalingModel:
 def load_calibration(path: str | os.PathLike) -> dict | None:
     """A calibration.json (``ailens calibrate``), or None when absent or unreadable."""
     f = Path(path)
-    f = f / "calibration.json" if f.is_dir() else f
-    if not f.is_file():
-        return None
-    try:
-        doc = json.loads(f.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read_json(f / "calibration.json" if f.is_dir() else f)
 
 
 def scaling_model(
