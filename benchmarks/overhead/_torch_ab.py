@@ -42,6 +42,31 @@ def trainer(model: torch.nn.Module, opt, batch: tuple[torch.Tensor, torch.Tensor
     return run
 
 
+def ab_and_emit(case: dict, args, handle, unpatched, run_plain, run_lensed, share, barrier, *,
+                rank: int, size: int) -> None:  # fmt: skip
+    """Alternate blocks of the plain and the attached trainer (the plain one, and the
+    ``barrier`` between blocks, with ailens bypassed), close the Lens, and print rank 0's
+    OVERHEAD line."""
+
+    def plain_steps(n: int) -> None:
+        with unpatched:
+            run_plain(n)
+
+    def sync() -> None:
+        with unpatched:
+            barrier()
+
+    result = measure(plain_steps, run_lensed, pairs=args.pairs, block_s=args.block_s, sync=sync,
+                     share=share)  # fmt: skip
+    lens = handle.lens
+    ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
+    handle.close()
+    if rank == 0:
+        emit(case["name"], case["framework"], result, ranks=size,
+             collectives_per_step=round(ticks / max(steps, 1), 2), threads=args.threads,
+             unpatched=len(unpatched), ailens_disabled=disabled)  # fmt: skip
+
+
 def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, loss_fn,
             **ddp_kw) -> None:  # fmt: skip
     """The DDP case: ``make_model()`` is called twice under the same seed."""
@@ -67,29 +92,14 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
         trainer(lensed, opt_lensed, batch, loss_fn),
     )
 
-    def plain_steps(n: int) -> None:
-        with unpatched:
-            run_plain(n)
-
     def share(n: int) -> int:
         t = torch.tensor([n if rank == 0 else 0])
         with unpatched:
             dist.broadcast(t, 0)
         return int(t[0])
 
-    def sync() -> None:
-        with unpatched:
-            dist.barrier()
-
-    result = measure(plain_steps, run_lensed, pairs=args.pairs, block_s=args.block_s, sync=sync,
-                     share=share)  # fmt: skip
-    lens = handle.lens
-    ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
-    handle.close()
-    if rank == 0:
-        emit(case["name"], case["framework"], result, ranks=size,
-             collectives_per_step=round(ticks / max(steps, 1), 2), threads=args.threads,
-             unpatched=len(unpatched), ailens_disabled=disabled)  # fmt: skip
+    ab_and_emit(case, args, handle, unpatched, run_plain, run_lensed, share, dist.barrier,
+                rank=rank, size=size)  # fmt: skip
     del plain, lensed  # before destroy_process_group: DDP aborts at exit otherwise
     dist.destroy_process_group()
 
@@ -121,25 +131,10 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     run_plain = trainer(models[0], opts[0], batch, loss_fn)
     run_lensed = trainer(models[1], opts[1], batch, loss_fn)
 
-    def plain_steps(n: int) -> None:
-        with unpatched:
-            run_plain(n)
-
     def share(n: int) -> int:
         with unpatched:
             return int(hvd.broadcast_object(n, root_rank=0, name="ailens_block_steps"))
 
-    def sync() -> None:
-        with unpatched:
-            hvd.barrier()
-
-    result = measure(plain_steps, run_lensed, pairs=args.pairs, block_s=args.block_s, sync=sync,
-                     share=share)  # fmt: skip
-    lens = handle.lens
-    ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
-    handle.close()
-    if rank == 0:
-        emit(case["name"], case["framework"], result, ranks=size,
-             collectives_per_step=round(ticks / max(steps, 1), 2), threads=args.threads,
-             unpatched=len(unpatched), ailens_disabled=disabled)  # fmt: skip
+    ab_and_emit(case, args, handle, unpatched, run_plain, run_lensed, share, hvd.barrier,
+                rank=rank, size=size)  # fmt: skip
     hvd.shutdown()
