@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ._online import write_json
 from ._signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS
 
 __all__ = [
@@ -546,14 +547,7 @@ def predict(model: dict, src: dict, tgt: dict, analytic_s: float) -> float:
 
 
 def save_model(model: dict, path: str | os.PathLike) -> None:
-    p = Path(path)
-    tmp = p.with_name(f"{p.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(model))
-        os.replace(tmp, p)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_json(Path(path), model, indent=None)
 
 
 def load_model(path: str | os.PathLike) -> dict:

@@ -459,10 +459,10 @@ def read_json(path: Path) -> dict | None:
     return doc if isinstance(doc, dict) else None
 
 
-def write_json(path: Path, doc: dict) -> None:
+def write_json(path: Path, doc: dict, *, indent: int | None = 2, sort_keys: bool = False) -> None:
     """Write JSON atomically (temp file + rename) so readers never see half a file."""
     tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
-    data = (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode()
+    data = (json.dumps(doc, indent=indent, sort_keys=sort_keys) + "\n").encode()
     try:
         # 0o644 & ~umask: never world-writable, even at umask 000.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

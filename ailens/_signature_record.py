@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._online import write_json
+
 __all__ = [
     "RECORD_FILE",
     "RECORD_VERSION",
@@ -249,13 +251,7 @@ def check_record(rec: dict, where: str) -> None:
 def write_record(run_dir: str | os.PathLike, rec: dict) -> Path:
     """Write ``rec`` as RUN_DIR/signature.json (atomically)."""
     path = Path(run_dir) / RECORD_FILE
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(rec, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_json(path, rec, indent=1, sort_keys=True)
     return path
 
 
