@@ -256,7 +256,7 @@ def corpus(args) -> int:
     groups = {k: summarise([r for r in rows if r["kind"] == k]) for k in _kinds(rows)}
     print(table(rows, summary))
     for kind, s in groups.items():
-        print(f"\n-- {kind} ({s['runs']} runs)\n" + "\n".join(table([], s).splitlines()[2:]))
+        print(f"\n-- {kind} ({s['runs']} runs)\n" + "\n".join(summary_lines(s)))
     if args.json:
         doc = {"runs": rows, "summary": summary, "summary_by_kind": groups}
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
@@ -337,9 +337,12 @@ def table(rows: list[dict], s: dict) -> str:
                 f"{'  ' if c is None else ('ok' if c else '--')}"
             )
         out.append(line + "  ".join(cells))
+    return "\n".join([*out, "", *summary_lines(s)])
+
+
+def summary_lines(s: dict) -> list[str]:
     m = s["median_abs_error_5pct"]
-    out += [
-        "",
+    return [
         f"median |error| at 5 %: ailens {_f(m['ailens'], '.2f')} %, progress bar "
         f"{_f(m['naive'], '.2f')} %  (goal <= 1 %)",
         f"interval coverage: {_f(None if s['coverage'] is None else 100 * s['coverage'], '.1f')} % "
@@ -350,7 +353,6 @@ def table(rows: list[dict], s: dict) -> str:
         f"{len(s['late_signature_cv_le_10pct'])}  "
         + ", ".join(s["late_signature_cv_le_10pct"][:12]),
     ]
-    return "\n".join(out)
 
 
 # --------------------------------------------------------------------------- recording
