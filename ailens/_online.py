@@ -41,6 +41,11 @@ _HISTORY_CAP = 512
 EARLY_FRACTION = 0.10
 # lens.forecast recomputes at most this often (seconds); it is read every step.
 _LIVE_REFRESH_S = 0.1
+# Step ends are queued and folded into the forecast in bulk, at the latest after this many
+# steps or this much training time (or at any reading): a step end costs an append, and the
+# forecast's work runs in one warm loop instead of once after every (cache-cold) step.
+_STEP_BATCH = 64
+_STEP_BATCH_NS = 250_000_000
 
 
 @dataclass(frozen=True)
@@ -89,10 +94,11 @@ class OnlineAnalysis:
         self.job_offset_s: float | None = None  # process start -> Lens start (set by the Lens)
         self.exit_wall_ns: int | None = None
         self.process_start_wall_ns: int | None = None
+        self._queued: list[int] = []  # step end times (ns) not yet in the forecast
 
     @property
     def steps(self) -> int:
-        return self.forecaster.steps
+        return self.forecaster.steps + len(self._queued)
 
     @property
     def total_steps(self) -> int | None:
@@ -101,16 +107,38 @@ class OnlineAnalysis:
     # ------------------------------------------------------------ feeding
 
     def on_step(self, step: int, t_ns: int) -> None:
-        """Step ``step`` (0-based) ended at ``t_ns`` on this rank's clock."""
-        self.forecaster.on_step(t_ns)
-        n = self.total_steps
-        if n and self.early is None and self.steps == max(1, math.ceil(EARLY_FRACTION * n)):
-            self.early = self.forecaster.snapshot()
-        if self.live:
-            self._live_output()
+        """Step ``step`` (0-based) ended at ``t_ns`` on this rank's clock. Queued: every
+        reading, batch and mark folds the queue in first, so the numbers are those of feeding
+        each step at once."""
+        queued = self._queued
+        queued.append(t_ns)
+        every = self.cfg.progress_every if self.live else 0
+        if (
+            len(queued) >= _STEP_BATCH
+            or t_ns - queued[0] >= _STEP_BATCH_NS
+            or (every and (step + 1) % every == 0)
+        ):
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Feed the queued step ends to the forecast, one by one, as they came."""
+        queued, self._queued = self._queued, []
+        forecaster, live = self.forecaster, self.live
+        for t_ns in queued:
+            forecaster.on_step(t_ns)
+            n = forecaster.schedule.total_steps
+            if (
+                n
+                and self.early is None
+                and forecaster.steps == max(1, math.ceil(EARLY_FRACTION * n))
+            ):
+                self.early = forecaster.snapshot()
+            if live:
+                self._live_output()
 
     def on_batch(self, summed: Summed, key: np.ndarray, tick_steps: np.ndarray) -> None:
         """An exchanged batch of ticks (possibly empty): phases, then an evaluation point."""
+        self._catch_up()
         self.disabled_ranks = max(self.disabled_ranks, summed.disabled_ranks)
         if len(key):
             key = np.asarray(key)
@@ -120,6 +148,7 @@ class OnlineAnalysis:
 
     def on_mark(self, mark: dict) -> None:
         """A run-structure mark the Lens recorded (schedule, section, info)."""
+        self._catch_up()
         self.marks.append(mark)
         kind = mark.get("kind")
         if kind == "schedule":
@@ -133,6 +162,7 @@ class OnlineAnalysis:
         """The run ended (the Lens closed) at ``end_ns``; with no total given, the steps done
         are the total (a run that was not stopped early, nor ended by an uncaught exception,
         ran all its steps). A crashed run has no actual total."""
+        self._catch_up()
         if crashed:
             return
         self.end_ns = end_ns
@@ -142,6 +172,7 @@ class OnlineAnalysis:
     # ------------------------------------------------------------ evaluation
 
     def predict(self) -> Prediction:
+        self._catch_up()
         return self.forecaster.predict()
 
     def _evaluate(self) -> None:
@@ -185,6 +216,7 @@ class OnlineAnalysis:
             cached[1].step == self.steps or now - cached[0] < _LIVE_REFRESH_S
         ):
             return cached[1]
+        self._catch_up()
         p = self.forecaster.predict()
         if p.step_time_s is None:
             return None
@@ -212,6 +244,7 @@ class OnlineAnalysis:
     ) -> Forecast | None:
         """The run's forecast: the one made at the signature, else at 10 % of the steps once
         the run got there, else the latest; None before any step time after the warm-up."""
+        self._catch_up()
         latest = self.forecaster.snapshot()
         if latest.level is None:
             return None
@@ -285,6 +318,7 @@ class OnlineAnalysis:
     def progress_line(self) -> str:
         """One line: step, % done, forecast +/- interval, what a progress bar would say,
         signature state."""
+        self._catch_up()
         p = self.forecaster.predict()
         s, n = self.steps, self.total_steps
         head = f"ailens: step {s}/{n} ({100 * s / n:.1f}%)" if n else f"ailens: step {s}"

@@ -108,15 +108,27 @@ def _chunk(tag: bytes, rows: int, raw: bytes) -> bytes:
 
 
 def encode_events(cols: dict[str, np.ndarray]) -> bytes:
-    """Encode one chunk of event columns (absolute t_begin/t_end) as an EVTS chunk."""
+    """Encode one chunk of event columns (absolute t_begin/t_end) as an EVTS chunk.
+
+    Written into one buffer with ``out=`` arithmetic: this runs on the writer thread holding
+    the GIL, so every temporary it avoids is time the training thread does not wait."""
     n = len(cols["op"])
+    raw = np.empty(n * EVENT_ROW_BYTES, np.uint8)
+    at = 0
+    out = {}
+    for name, dt in EVENT_COLUMNS:
+        size = n * np.dtype(dt).itemsize
+        out[name] = raw[at : at + size].view(dt)
+        at += size
     t_begin = np.asarray(cols["t_begin"], dtype=np.int64)
     t_end = np.asarray(cols["t_end"], dtype=np.int64)
-    stored = dict(cols)
-    stored["t_begin"] = np.diff(t_begin, prepend=np.int64(0))
-    # An event that never ended keeps -1 as its duration.
-    stored["t_end"] = np.where(t_end >= 0, t_end - t_begin, -1)
-    raw = b"".join(np.asarray(stored[name], dtype=dt).tobytes() for name, dt in EVENT_COLUMNS)
+    for name in ("op", "step", "nbytes", "work"):
+        out[name][:] = cols[name]
+    if n:
+        out["t_begin"][0] = t_begin[0]
+        np.subtract(t_begin[1:], t_begin[:-1], out=out["t_begin"][1:])
+    np.subtract(t_end, t_begin, out=out["t_end"])
+    out["t_end"][t_end < 0] = -1  # an event that never ended keeps -1 as its duration
     return _chunk(b"EVTS", n, raw)
 
 

@@ -198,20 +198,25 @@ class Attachment:
         """Begin a tick; never raises (a tick is always counted, so ranks stay in step).
         ``step_key``/``step_op``: the observation for step inference (default ``(op,
         nbytes)`` and ``op``; :data:`SKIP`: none)."""
-        lens = self.lens
         if callable(nbytes):
             try:
                 nbytes = int(nbytes())
             except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes, no fault
                 nbytes = 0
-        with self.lock:
-            if self._finder is not None and step_key is not SKIP:
+        if self._finder is None or step_key is SKIP:  # no lock: one call into the buffer
+            return self._begin_tick(op, nbytes)
+        with self.lock:  # the observation and the tick in the same order on every thread
+            if self._finder is not None:
                 self._observe(step_op or op, (op, nbytes) if step_key is None else step_key)
-            try:
-                return lens.collective_begin(op, nbytes)
-            except Exception as e:  # noqa: BLE001
-                lens.disable(e)
-                return lens.collective_begin(op, nbytes)  # now the disabled path: counts only
+            return self._begin_tick(op, nbytes)
+
+    def _begin_tick(self, op: str, nbytes: int) -> int:
+        lens = self.lens
+        try:
+            return lens.collective_begin(op, nbytes)
+        except Exception as e:  # noqa: BLE001
+            lens.disable(e)
+            return lens.collective_begin(op, nbytes)  # now the disabled path: counts only
 
     def end(self, tick: int | None) -> None:
         """End a tick begun by :meth:`begin`; never raises."""
