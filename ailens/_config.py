@@ -50,6 +50,9 @@ class LensConfig:
     progress_every: int = 0
     # Steps excluded from the per-step estimate (first steps warm caches and allocators).
     warmup_steps: int = 2
+    # At close, once every rank's trace is complete, rank 0 writes RUN_DIR/signature.json
+    # (the run's signature record for `ailens history add`): one analysis of the traces.
+    signature_record: bool = True
     framework: str = "plain"
     backend: str = ""
     enabled: bool = True

@@ -73,6 +73,9 @@ def runs(tmp_path_factory):
 
 def test_record_history_add_and_list(runs):
     base, dirs = runs
+    for n, d in dirs.items():  # written by rank 0 at close, once every rank's trace was whole
+        at_close = read_record(d)
+        assert at_close["layout"]["ranks"] == n and at_close["step"]["steps"] >= 10
     hist = base / "h.sqlite"
     out = cli("history", "add", dirs[1], dirs[2], "--history", hist, "--job", "kmeans-tiny",
               "--mode", "strong")  # fmt: skip
