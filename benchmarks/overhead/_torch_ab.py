@@ -10,6 +10,7 @@ the plain model's own calls (DDP's buffer broadcast, Horovod's allreduces) would
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import tempfile
 from collections.abc import Callable
@@ -101,6 +102,7 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     ab_and_emit(case, args, handle, unpatched, run_plain, run_lensed, share, dist.barrier,
                 rank=rank, size=size)  # fmt: skip
     del plain, lensed  # before destroy_process_group: DDP aborts at exit otherwise
+    gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
     dist.destroy_process_group()
 
 

@@ -5,6 +5,7 @@ PyTorch DDP over gloo (``--framework ddp``), with ailens' one line. Launched by 
 Like a real job it evaluates on the held-out split at each epoch end (accuracy averaged
 across ranks) and rank 0 checkpoints the weights every ``--checkpoint-every`` steps."""
 
+import gc
 import sys
 from pathlib import Path
 
@@ -123,5 +124,6 @@ if rank == 0:
     print(timer.line(), flush=True)
     print(f"ACCURACY test={accuracy:.4f}", flush=True)
 if args.framework == "ddp":
-    del model
+    del model  # before destroy_process_group: DDP aborts at exit otherwise
+    gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
     dist.destroy_process_group()

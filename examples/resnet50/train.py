@@ -11,6 +11,7 @@ batches, the accuracy averaged across ranks) and rank 0 checkpoints the weights 
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import os
 import sys
@@ -72,6 +73,7 @@ def setup(args: argparse.Namespace):
         def finish():
             nonlocal model
             del model  # before destroy_process_group: DDP aborts at exit otherwise
+            gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
             dist.destroy_process_group()
 
         def average(x: torch.Tensor) -> torch.Tensor:

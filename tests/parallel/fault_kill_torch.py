@@ -15,6 +15,7 @@ first. Rank 0 finishes, closes and prints ``DONE {json}``.
 one dies, even after MPI_Finalize and with -disable-auto-cleanup; see tests/test_faults.py.)
 """
 
+import gc
 import json
 import os
 import signal
@@ -116,4 +117,5 @@ print(
     flush=True,
 )
 del model  # before destroy_process_group, or gloo may abort at exit
+gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
 dist.destroy_process_group()

@@ -2,6 +2,7 @@
 ailens, that prints one ``RESULT {json}`` line per rank for the test to compare."""
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -136,6 +137,7 @@ def main() -> None:
             result["steps_per_event"] = tr.events["step"].tolist()
     print("RESULT " + json.dumps(result), flush=True)
     del model  # the DDP model must go before destroy_process_group (SIGABRT otherwise)
+    gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
     dist.destroy_process_group()
 
 
