@@ -156,7 +156,7 @@ class TorchLens(Attachment):
         wrapper._ailens_owner = self
         return named_like(wrapper, fn)
 
-    def _register_ddp_hook(self, model, comm_hook, state, all_reduce: Callable) -> None:
+    def _register_ddp_hook(self, model, comm_hook, state) -> None:
         if getattr(model, "_comm_hooks", None):
             self.notice(
                 "ailens: the DDP model has a comm hook: pass it as attach(comm_hook=) "
@@ -168,7 +168,7 @@ class TorchLens(Attachment):
 
         def average(_state, bucket, tick):
             # DDP's default, the arithmetic of allreduce_hook, with the process group called
-            # directly as DDP's C++ hook does (dist.all_reduce's Python checks cost ~20 us).
+            # directly, as DDP's C++ hook does: not through dist.all_reduce's Python checks.
             tensor = bucket.buffer()
             tensor.div_(group.size())
             fut = group.allreduce([tensor]).get_future()
@@ -276,7 +276,7 @@ def attach(
         if record_collectives and exchange is not None:
             handle._install()
         if ddp:
-            handle._register_ddp_hook(model, comm_hook, state, all_reduce)
+            handle._register_ddp_hook(model, comm_hook, state)
         if isinstance(model, torch.nn.Module):
             handle._learn_batch_size(model)
         if optimizer is not None:
