@@ -19,12 +19,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import threading
+from pathlib import Path
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # horovod.tensorflow.keras needs tf-keras
 
 from _ab import Unpatched, add_common_args, emit, measure  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "mnist"))
+from common import keras_model as make_model  # noqa: E402 - the example's own model
 
 WAIT_S = 600  # a block that takes longer than this means a fit thread died
 
@@ -36,20 +41,6 @@ def parse_args(doc: str) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=32, help="batch per rank")
     p.add_argument("--lens-config", type=json.loads, default={}, help="LensConfig fields, JSON")
     return p.parse_args()
-
-
-def make_model(keras):
-    """The mnist example's model (examples/mnist/train_keras.py)."""
-    return keras.Sequential([
-        keras.layers.Input((28, 28, 1)),
-        keras.layers.Conv2D(16, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10),
-    ])  # fmt: skip
 
 
 def make_dataset(tf, batch: int, seed: int):

@@ -1,19 +1,15 @@
-"""The mnist example's model (examples/mnist/train_torch.py) on MNIST-shaped random data:
+"""The mnist example's model (examples/mnist/common.py) on MNIST-shaped random data:
 a step costs the same whatever the pixel values."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
-from torch import nn
 
-
-def make_model() -> nn.Module:
-    flat = 32 * (((28 - 2) // 2 - 2) // 2) ** 2
-    return nn.Sequential(
-        nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(flat, 64), nn.ReLU(), nn.Linear(64, 10),
-    )  # fmt: skip
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "mnist"))
+from common import torch_model as make_model  # noqa: E402, F401 - the example's own model
 
 
 def make_batch(batch: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""What both mnist training scripts share: arguments and the step timer."""
+"""What both mnist training scripts share: arguments, the model (one per framework, the same
+layers) and the step timer. benchmarks/overhead/ trains the same models."""
 
 from __future__ import annotations
 
@@ -66,3 +67,29 @@ def params_digest(arrays) -> str:
     without ailens."""
     flat = np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays])
     return hashlib.sha256(flat.tobytes()).hexdigest()[:16]
+
+
+def torch_model(side: int = 28):
+    """The model, in torch, for ``side`` x ``side`` one-channel images."""
+    from torch import nn
+
+    flat = 32 * (((side - 2) // 2 - 2) // 2) ** 2
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(flat, 64), nn.ReLU(), nn.Linear(64, 10),
+    )  # fmt: skip
+
+
+def keras_model(keras, input_shape=(28, 28, 1)):
+    """The same model in Keras (``keras``: the tf-keras module in use)."""
+    return keras.Sequential([
+        keras.layers.Input(input_shape),
+        keras.layers.Conv2D(16, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(10),
+    ])  # fmt: skip

@@ -14,7 +14,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tensorflow as tf  # noqa: E402
-from common import StepTimer, params_digest, parse_args, threads_per_rank  # noqa: E402
+from common import (  # noqa: E402
+    StepTimer, keras_model, params_digest, parse_args, threads_per_rank,
+)
 from mnist_data import load, shard  # noqa: E402
 
 args = parse_args("keras")
@@ -34,16 +36,7 @@ x_train, y_train, x_test, y_test = load(args.idx_dir)
 x_train, y_train = shard(x_train, y_train, rank, size)
 x_test, y_test = shard(x_test, y_test, rank, size)
 
-model = keras.Sequential([
-    keras.layers.Input(x_train.shape[1:]),
-    keras.layers.Conv2D(16, 3, activation="relu"),
-    keras.layers.MaxPooling2D(),
-    keras.layers.Conv2D(32, 3, activation="relu"),
-    keras.layers.MaxPooling2D(),
-    keras.layers.Flatten(),
-    keras.layers.Dense(64, activation="relu"),
-    keras.layers.Dense(10),
-])
+model = keras_model(keras, x_train.shape[1:])
 opt = keras.optimizers.SGD(args.lr * size, momentum=0.9)
 if hvd is not None:
     opt = hvd.DistributedOptimizer(opt)

@@ -13,7 +13,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import StepTimer, params_digest, parse_args, threads_per_rank  # noqa: E402
+from common import (  # noqa: E402
+    StepTimer, params_digest, parse_args, threads_per_rank, torch_model,
+)
 from mnist_data import load, shard  # noqa: E402
 
 args = parse_args("torch")
@@ -43,13 +45,7 @@ x_test, y_test = shard(x_test, y_test, rank, size)
 x_train, x_test = (torch.from_numpy(a).permute(0, 3, 1, 2).contiguous() for a in (x_train, x_test))
 y_train, y_test = torch.from_numpy(y_train), torch.from_numpy(y_test)
 
-side = x_train.shape[-1]
-flat = 32 * (((side - 2) // 2 - 2) // 2) ** 2
-model = nn.Sequential(
-    nn.Conv2d(1, 16, 3), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Conv2d(16, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
-    nn.Flatten(), nn.Linear(flat, 64), nn.ReLU(), nn.Linear(64, 10),
-)
+model = torch_model(side=x_train.shape[-1])
 batches = len(x_train) // args.batch_size
 lens_config = dict(run_dir=args.run_dir, early_stop=args.early_stop,
                    progress_every=args.progress_every)
