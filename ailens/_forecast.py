@@ -202,10 +202,13 @@ class StepLevel:
         self.all_n += 1
         self.all_sum += x
         if self.n < self.START:
+            # Taken as they come (the scale is not known yet), but counted: the level of the
+            # first steps is their mean.
             if self.n == 0:
                 self.regime_start = i
-            self.recent.append((i, x))
-            self.n += 1
+            self._add_to_sums(i, x, x)
+            self.acc_n += 1
+            self.acc_sum += x
             if self.n == self.START:
                 self._reset(list(self.recent))
             return
@@ -573,6 +576,7 @@ class Snapshot:
     longrun: float | None = None  # the step time over all regimes (same parts taken out)
     reversals: int = 0  # changes of speed that went back the other way
     changes: int = 0
+    df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
 
     REVERSALS = 2
 
@@ -581,7 +585,7 @@ class Snapshot:
         n = total_steps or self.total_steps
         s, elapsed, lvl = self.steps_done, self.elapsed_s, self.level
         naive = naive_total_s(elapsed, s, n)
-        if lvl is None or self.level_n < 2:
+        if lvl is None or self.level_n < 1:
             return Prediction(s, n, elapsed, None, None, naive, lvl, None, None)
         if not n:
             return Prediction(s, None, elapsed, None, None, None, lvl, self.sd, self.regime_start)
@@ -613,7 +617,7 @@ class Snapshot:
                 var += (left * part.sd_s) ** 2
         total = elapsed + sum(c.remaining_s for c in comps)
         # Student's t on the regime's steps: few steps, a wider interval.
-        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.level_n - 1, 1)) * math.sqrt(var)
+        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
         return Prediction(
             s,
             n,
@@ -662,6 +666,9 @@ class Forecaster:
 
     MAX_SPIKES = 64  # recent spikes the recurring extras are learned from
     CHANGE_PRIOR_STEPS = 500
+    # The step spread before the steps say it: 5 % of the level, worth 2 steps.
+    PRIOR_CV = 0.05
+    PRIOR_STEPS = 2
     # A period learned from the steps alone needs this many occurrences: two pauses a
     # hundred steps apart are no schedule yet.
     MIN_HITS = 3
@@ -710,7 +717,7 @@ class Forecaster:
     def snapshot(self) -> Snapshot:
         lv = self.level
         s = self.steps
-        if lv.n < 2:
+        if lv.n < 1:
             return Snapshot(
                 s,
                 self.t_now / 1e9,
@@ -736,10 +743,17 @@ class Forecaster:
         one_off = 0.0
         if loose and (len(loose) == 1 or abs(loose[-1]) > 3 * abs(loose[-2])):
             one_off = loose.pop()
-        level = (lv.sum - taken - one_off) / lv.n
+        n = lv.n
+        level = (lv.sum - taken - one_off) / n
         var_mean, excess = lv.mean_var()
+        # A spread measured on a few steps is no spread (two identical steps are not a
+        # certainty): pooled with a prior one, PRIOR_CV of the level worth PRIOR_STEPS steps;
+        # the interval's Student t has the pooled degrees of freedom.
+        sd_seen2 = lv.sd() ** 2 if n >= 2 else 0.0
+        k0 = self.PRIOR_STEPS
+        sd2 = (k0 * (self.PRIOR_CV * level) ** 2 + (n - 1) * sd_seen2) / (k0 + n - 1)
         # Outliers that fit no period add their spread to every step's (at the rate they came).
-        loose_var = sum(v * v for v in loose) / lv.n
+        loose_var = sum(v * v for v in loose) / n
         changes = lv.changes
         size2 = (
             sum(((b - a) / a) ** 2 for _, a, b in changes if a > 0) / len(changes)
@@ -752,10 +766,11 @@ class Forecaster:
             elapsed_s=self.t_now / 1e9,
             total_steps=self.schedule.total_steps,
             level=level,
-            level_var=var_mean + loose_var / lv.n,
-            sd=math.sqrt(lv.sd() ** 2 + loose_var),
+            level_var=max(var_mean, sd2 / n) + loose_var / n,
+            sd=math.sqrt(sd2 + loose_var),
             excess=excess,
-            level_n=lv.n,
+            level_n=n,
+            df=n - 1 + k0,
             regime_start=lv.regime_start,
             # A change of speed seen once in a short run says little about the rate: temper it
             # with ``CHANGE_PRIOR_STEPS`` steps that had none.

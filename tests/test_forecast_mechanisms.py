@@ -102,3 +102,49 @@ def test_an_evaluation_period_that_is_not_a_whole_number_of_steps_lands_on_the_n
     s = Schedule()
     s.update({"total_steps": 100, "eval_every_steps": 10, "eval_start_step": 0})
     assert s.eval_plan().count(0, 100) == 11  # 0, 10, ..., 100
+
+
+# --------------------------------------------------------------------------- 1. no zero level
+
+
+def test_the_first_forecast_after_warm_up_has_a_level_and_an_interval(tmp_path):
+    """Issue 21, 1: the first forecast after the warm-up once had a step level of 0 (the
+    regime's first steps were kept out of its sums) and a zero-width interval."""
+    lens, clock = _lens(tmp_path, total_steps=40)
+    for _ in range(4):
+        clock.advance(1.0)
+        lens.step_end()
+    live = lens.forecast
+    assert live.step == 4 and live.step_time_s == pytest.approx(1.0)
+    assert live.predicted_total_s == pytest.approx(40.0)
+    lo, hi = live.interval_s
+    assert lo < 40.0 < hi  # two or three identical steps do not make a certainty
+    lens.close()
+
+
+def test_two_steps_after_the_warm_up_give_their_mean_not_zero():
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 1000})
+    preds, _ = _feed(f, [3.0, 2.0, 1.0, 1.2])
+    p = preds[3]
+    assert p.step_time_s == pytest.approx(1.1)
+    assert p.predicted_total_s == pytest.approx(7.2 + 996 * 1.1)
+    assert p.interval_s[1] - p.interval_s[0] > 0
+
+
+# --------------------------------------------------------------------------- 8. Lens clock
+
+
+def test_lens_forecast_is_refreshed_on_the_lens_clock(tmp_path):
+    """Issue 21, 8: ``lens.forecast`` was refreshed on the machine's monotonic clock, so a
+    Lens on another clock (a replay, a test) read a forecast made steps earlier."""
+    lens, clock = _lens(tmp_path, total_steps=100)
+    for i in range(30):
+        clock.advance(1.0 + 0.5 * (i >= 15))  # a lasting change of speed at step 15
+        lens.step_end()
+        live = lens.forecast
+        if live is not None:
+            assert live.step == i + 1
+            assert live.elapsed_s == pytest.approx((clock.now - 10**9) / 1e9)
+    assert lens.forecast.step_time_s == pytest.approx(1.5)
+    lens.close()
