@@ -39,6 +39,7 @@ computed at every point beside it.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 INTERVAL_LEVEL = 0.95
+# The first point a forecast is asked for: 5 % of the steps (a run of tens of steps has one).
+EARLY_SHARE = 0.05
 
 # --------------------------------------------------------------------------- statistics
 
@@ -354,6 +357,12 @@ class EvalPlan:
             n = max(j_hi - j_lo + 1, 0)
         return n + sum(lo <= k <= hi and not self.periodic_at(k) for k in self.at)
 
+    def spacing(self) -> float:
+        """Steps between two evaluations, on average."""
+        if self.period:
+            return self.period
+        return self.at[-1] / len(self.at) if self.at and self.at[-1] > 0 else 1.0
+
     def describe(self) -> str:
         parts = []
         if self.period:
@@ -545,11 +554,16 @@ class Part:
     offset: int = 0
     rate: float = 0.0
     due_now: bool = False
+    plan: EvalPlan | None = None  # a section's occurrences (replaces period and offset)
 
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
+            if self.plan is not None:
+                return self.plan.count(s, n - 1)
             return _occurrences(self.period, self.offset, s, n - 1)
         if self.kind == "section":
+            if self.plan is not None:
+                return self.plan.count(s + 1, n) + int(self.due_now)
             return _occurrences(self.period, self.offset, s + 1, n) + int(self.due_now)
         if self.kind == "rate":
             return self.rate * max(n - s, 0)
@@ -659,6 +673,32 @@ class Snapshot:
         return var
 
 
+@dataclass(frozen=True)
+class _Lattice:
+    """Steps on a period: positions ``floor(start + j * period + 0.5)``, j >= 0, matched
+    within ``tol`` steps (0 for a whole period; 1 for a jittered one). ``what``: the
+    schedule's name for it ("" when learned); ``first_at``: spike steps where the schedule
+    puts an occurrence."""
+
+    period: float
+    start: float
+    tol: int
+    what: str = ""
+    first_at: frozenset = frozenset()
+
+    def index(self, k: int) -> int:
+        return round((k - self.start) / self.period)
+
+    def on(self, k: int) -> bool:
+        j = self.index(k)
+        return j >= 0 and abs(k - math.floor(self.start + j * self.period + 0.5)) <= self.tol
+
+    def count(self, lo: int, hi: int) -> int:
+        if not self.tol:  # a whole period: positions start + j * period
+            return _occurrences(int(self.period), int(self.start), max(lo, 0), hi)
+        return EvalPlan(self.period, self.start).count(lo, hi)
+
+
 class Forecaster:
     """Builds the run's model from step ends, sections and schedules. ``snapshot()`` (and
     ``predict()``, its evaluation) only read that state, so any point of the run can be
@@ -669,6 +709,13 @@ class Forecaster:
     # The step spread before the steps say it: 5 % of the level, worth 2 steps.
     PRIOR_CV = 0.05
     PRIOR_STEPS = 2
+    # An evaluation announced but not seen: ``eval_steps`` forward-only batches at about a
+    # third of a training step each (+/- 50 %); without ``eval_steps``, a prior: 7 % +/- 7 % of
+    # the training between two evaluations (real ones take from 1 % to a third of it).
+    FORWARD_SHARE = 1 / 3
+    FORWARD_SD = 0.5
+    EVAL_SHARE = 0.07
+    EVAL_SHARE_SD = 0.07
     # A period learned from the steps alone needs this many occurrences: two pauses a
     # hundred steps apart are no schedule yet.
     MIN_HITS = 3
@@ -703,11 +750,19 @@ class Forecaster:
         self.t_now = max(self.t_now, t_ns)
         self.steps = i + 1
         self._in_step = 0.0
-        if i >= self.warmup_steps:
+        if i >= self._warmup():
             self.level.add(i, max(x, 0.0))
 
     def on_close(self, t_ns: int) -> None:
         self.end_ns = t_ns
+
+    def _warmup(self) -> int:
+        """Steps left out of the level: ``warmup_steps``, but fewer in a run of tens of steps
+        (epochs, blocks), so that a step after the warm-up is seen by 5 % of the run."""
+        n = self.schedule.total_steps
+        if not n:
+            return self.warmup_steps
+        return min(self.warmup_steps, max(math.floor(EARLY_SHARE * n) - 1, 0))
 
     # ------------------------------------------------------------ reading
 
@@ -760,7 +815,7 @@ class Forecaster:
             if changes
             else 0.0
         )
-        seen = max(s - self.warmup_steps, 1)
+        seen = max(s - self._warmup(), 1)
         return Snapshot(
             steps_done=s,
             elapsed_s=self.t_now / 1e9,
@@ -794,87 +849,135 @@ class Forecaster:
         steps = sorted(k for k, v in spikes.items() if v > 0)[-self.MAX_SPIKES :]
         if not steps:
             return [], set()
-        chosen = self._periodic(steps, s, spikes)
+        chosen = self._periodic(steps, s)
         if not chosen:
             return [], set()
         x, resid, rows = self._fit(chosen, spikes)
         # An extra that comes on a longer period inside a shorter one's steps (a checkpoint
         # every 100 steps on an evaluation every 25) shows as a periodic residual: a second pass.
         big = [k for k, r in zip(rows, resid, strict=True) if r > max(0.5 * x.mean(), 0.0)]
-        more = [
-            c
-            for c in self._periodic(big, s, dict(zip(rows, resid, strict=True)))
-            if c not in chosen
-        ]
+        more = [c for c in self._periodic(big, s) if c not in chosen]
         if more:
             chosen += more
             x, resid, rows = self._fit(chosen, spikes)
         covered = set(rows)
         out = []
-        for j, (period, offset, what) in enumerate(chosen):
-            member = [k % period == offset for k in rows]
+        for j, lat in enumerate(chosen):
+            member = [lat.on(k) for k in rows]
             hits = sum(member)
             spread = float(np.std(resid[member])) if hits > 1 else float(x[j]) / 2
-            first = next(k for k in rows if k % period == offset)
+            first = next(k for k in rows if lat.on(k))
+            every = f"every {lat.period:g} steps"
             out.append(
                 Part(
-                    f"every {period} steps" + (f" ({what})" if what else ""),
-                    f"every {period} steps from step {first + 1}",
-                    "schedule" if what else "learned",
+                    every + (f" ({lat.what})" if lat.what else ""),
+                    f"{every} from step {first + 1}",
+                    "schedule" if lat.what else "learned",
                     float(x[j]),
                     spread,
                     hits,
                     "in-step",
-                    period,
-                    offset,
+                    plan=EvalPlan(lat.period, lat.start),
                 )
             )
         return out, covered
 
-    def _periodic(self, steps: list[int], s: int, spikes: dict[int, float]) -> list[tuple]:
-        """Periods (period, offset, what) that explain the spike steps ``steps``: greedily the
-        one with the most steps not yet explained, while it is significant (schedule periods:
-        at 5 %; learned ones: 0.1 % after a Bonferroni correction, with ``MIN_HITS``)."""
+    def _periodic(self, steps: list[int], s: int) -> list[_Lattice]:
+        """Periods that explain the spike steps ``steps``: greedily the one with the most steps
+        not yet explained, while it is significant (schedule periods: at 5 %; learned ones:
+        0.1 % after a Bonferroni correction, with ``MIN_HITS``).
+
+        One spike is no period: a period needs two hits, or one where the schedule puts its
+        first occurrence since the warm-up (no position of it passed without one). A burst of
+        slow steps is no period either: the steps between the hits must be quiet, and a
+        period is at least 2 steps. Learned periods may jitter: gaps that agree within a step
+        or ``JITTER`` give a fractional period whose positions are matched within a step."""
         if not steps:
             return []
-        known = self.schedule.periods()
-        seen = max(s - self.warmup_steps, 1)
-        cands: dict[int, str] = dict(known)
-        recent = steps[-8:]
-        for i, a in enumerate(recent):
-            for b in recent[i + 1 :]:
-                if b - a >= 2:
-                    cands.setdefault(b - a, "")
-        tests = sum(len({k % p for k in steps}) for p in cands)
+        warmup = self._warmup()
+        seen = max(s - warmup, 1)
+        visible = warmup + StepLevel.START  # the first step a spike can be seen at
+        cands = self._candidates(steps)
         classes = []
-        for period, what in cands.items():
-            for offset in {k % period for k in steps}:
-                members = [k for k in steps if k % period == offset]
-                expected = _occurrences(period, offset, members[0], s - 1)
-                hits = len(members)
-                if expected == 0 or hits / expected < 0.8:
-                    continue
-                # How likely so many hits are by chance, at the rate of the other spikes.
-                rate = max(len(steps) - hits, 1) / max(seen - expected, 1)
-                p = _binomial_tail(hits, expected, min(rate, 1.0))
-                if p < 0.05 if what else p * tests < 0.001 and hits >= self.MIN_HITS:
-                    classes.append((period, offset, what, set(members)))
+        for lat, members in cands:
+            hits = len({lat.index(k) for k in members}) if lat.tol else len(members)
+            expected = lat.count(members[0], s - 1)
+            if expected == 0 or hits / expected < 0.8:
+                continue
+            # How likely so many hits are by chance, at the rate of the other spikes: over
+            # the run, and between the first and last hit (a burst is not a period).
+            span = members[-1] - members[0] + 1
+            others = (
+                bisect_right(steps, members[-1]) - bisect_left(steps, members[0]) - len(members)
+            )
+            off = max(span - expected, 1)
+            rate = max(max(len(steps) - len(members), 1) / max(seen - expected, 1), others / off)
+            p = _binomial_tail(hits, expected, min(rate * (2 * lat.tol + 1), 1.0))
+            if lat.what:
+                ok = p < 0.05 and (
+                    hits >= 2 or (members[0] in lat.first_at and lat.count(visible, s - 1) == 1)
+                )
+            else:
+                ok = hits >= self.MIN_HITS and p * len(cands) < 0.001
+            if ok:
+                classes.append((lat, set(members)))
         chosen, covered = [], set()
         while classes:
-            best = max(classes, key=lambda c: (len(c[3] - covered), bool(c[2]), -c[0]))
-            if len(best[3] - covered) < (1 if best[2] else self.MIN_HITS):
+            best = max(classes, key=lambda c: (len(c[1] - covered), bool(c[0].what), -c[0].period))
+            if len(best[1] - covered) < (1 if best[0].what else self.MIN_HITS):
                 break
-            chosen.append(best[:3])
-            covered |= best[3]
+            chosen.append(best[0])
+            covered |= best[1]
             classes.remove(best)
         return chosen
 
+    def _candidates(self, steps: list[int]) -> list[tuple[_Lattice, list[int]]]:
+        """The periods worth testing on the spike steps, with the steps on each: the
+        schedule's, the gaps between recent spikes, and a jittered one from the recent gaps
+        that agree."""
+        out: list[tuple[_Lattice, list[int]]] = []
+        named = self.schedule.periods()
+        plan = self.schedule.eval_plan()
+        recent = steps[-8:]
+        periods: dict[int, str] = {p: w for p, w in named.items() if p >= 2}
+        for i, a in enumerate(recent):
+            for b in recent[i + 1 :]:
+                if b - a >= 2:
+                    periods.setdefault(b - a, "")
+        for period, what in periods.items():
+            by_offset: dict[int, list[int]] = {}
+            for k in steps:
+                by_offset.setdefault(k % period, []).append(k)
+            first_at: frozenset = frozenset()
+            if what:
+                # Where the schedule puts an occurrence: an evaluation after step k lands in
+                # step k's interval, or in step k - 1's when it runs before the step's end.
+                first = 0 if what != "evaluation" or plan is None else round(plan.start) % period
+                first_at = frozenset(
+                    k for k in steps if k % period in (first, (first - 1) % period)
+                )
+            out += [
+                (_Lattice(period, offset, 0, what, first_at), members)
+                for offset, members in by_offset.items()
+            ]
+        diffs = [b - a for a, b in zip(recent, recent[1:], strict=False)]
+        for r in range(len(diffs), 1, -1):  # the longest run of recent gaps that agree
+            tail = diffs[-r:]
+            mid = sorted(tail)[len(tail) // 2]
+            if max(tail) - min(tail) <= max(1.0, JITTER * mid):
+                if max(tail) > min(tail) and min(tail) >= 2:
+                    period = (recent[-1] - recent[-1 - r]) / r
+                    lat = _Lattice(period, recent[-1] % period, 1)
+                    out.append((lat, [k for k in steps if lat.on(k)]))
+                break
+        return out
+
     @staticmethod
-    def _fit(chosen: list[tuple], spikes: dict[int, float]):
+    def _fit(chosen: list[_Lattice], spikes: dict[int, float]):
         """Each spike is the sum of the extras whose periods it lies on (an evaluation and a
         checkpoint on the same step): least squares, clipped at zero."""
-        rows = sorted(k for k in spikes if spikes[k] > 0 and any(k % p == o for p, o, _ in chosen))
-        a = np.array([[1.0 if k % p == o else 0.0 for p, o, _ in chosen] for k in rows])
+        rows = sorted(k for k in spikes if spikes[k] > 0 and any(c.on(k) for c in chosen))
+        a = np.array([[1.0 if c.on(k) else 0.0 for c in chosen] for k in rows])
         y = np.array([spikes[k] for k in rows])
         x = np.maximum(np.linalg.lstsq(a, y, rcond=None)[0], 0.0)
         return x, y - a @ x, rows
@@ -884,74 +987,116 @@ class Forecaster:
         schedule announces but the run has not reached yet is assumed (said so)."""
         out = []
         sched = self.schedule
+        eval_plan = sched.eval_plan()
         for name, seen in self.sections.items():
             at = [k for k, _ in seen]
-            secs = [x for _, x in seen]
-            mean = sum(secs) / len(secs)
-            # One occurrence says nothing of the spread: assume 10 % (evaluations and
-            # checkpoints repeat the same work).
-            sd = float(np.std(secs)) if len(secs) > 1 else mean / 10
-            period, source = None, "learned"
-            if name == "eval" and sched.eval_period():
-                period, source = sched.eval_period(), "schedule"
+            cost, sd, used = _section_cost([x for _, x in seen])
+            plan, source = None, "learned"
+            if name == "eval" and eval_plan is not None:
+                plan, source = eval_plan, "schedule"
             elif name == "checkpoint" and sched.checkpoint_every_steps:
-                period, source = sched.checkpoint_every_steps, "schedule"
+                every = float(sched.checkpoint_every_steps)
+                plan, source = EvalPlan(every, every), "schedule"
             else:
-                gaps = {b - a for a, b in zip(at, at[1:], strict=False) if b > a}
-                if len(gaps) == 1:
-                    period = gaps.pop()
-                elif len(at) == 1 and at[0] > 0:
-                    spe = sched.steps_per_epoch
-                    if spe and at[0] % spe == 0:
-                        period, source = spe, "assumed: each epoch"
-                    else:
-                        period, source = at[0], f"assumed: every {at[0]} steps"
-            if period is None:
+                plan, source = _learned_plan(at, sched.steps_per_epoch)
+            if plan is None:
                 out.append(
-                    Part(f"section {name}", "one-off", "measured", mean, sd, len(at), "one-off")
+                    Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
                 )
                 continue
-            offset = at[-1] % period
             out.append(
                 Part(
                     f"section {name}",
-                    f"every {period} steps",
+                    plan.describe(),
                     source,
-                    mean,
+                    cost,
                     sd,
-                    len(at),
+                    used,
                     "section",
-                    period,
-                    offset,
                     # Due right now: its step is done and the section has not begun.
-                    due_now=at[-1] < s and s % period == offset,
+                    due_now=at[-1] < s and plan.count(s, s) > 0,
+                    plan=plan,
                 )
             )
-        period = sched.eval_period()
-        if period and "eval" not in self.sections:
+        if eval_plan is not None and "eval" not in self.sections:
             if sched.eval_steps:
-                # Forward passes only: about a third of a training step per batch.
-                mean = sched.eval_steps * level / 3
-                source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step"
-                sd = mean
+                # Forward passes only: about FORWARD_SHARE of a training step per batch.
+                mean = sched.eval_steps * level * self.FORWARD_SHARE
+                sd = self.FORWARD_SD * mean
+                source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step (+/- 50 %)"
             else:
-                mean, sd = 0.0, 0.1 * period * level
-                source = "assumed: not seen yet, +/- a tenth of its steps' time"
+                # Nothing says how long one takes: a prior share of the training between
+                # two evaluations, with its (wide) spread.
+                mean = self.EVAL_SHARE * eval_plan.spacing() * level
+                sd = self.EVAL_SHARE_SD * eval_plan.spacing() * level
+                source = "assumed: not seen yet, 7 % +/- 7 % of the training between two"
             out.append(
                 Part(
                     "section eval (not seen yet)",
-                    f"every {period} steps",
+                    eval_plan.describe(),
                     source,
                     mean,
                     sd,
                     0,
                     "section",
-                    period,
-                    0,
-                    due_now=s > 0 and s % period == 0,
+                    due_now=s > 0 and eval_plan.count(s, s) > 0,
+                    plan=eval_plan,
                 )
             )
         return out
+
+
+def _section_cost(secs: list[float]) -> tuple[float, float, int]:
+    """(time per remaining occurrence, its spread, occurrences it rests on) of a section.
+
+    A first occurrence is cold (compilation, caches, data loading: 1-3x a later one), like
+    a training step's warm-up: once a later one is seen, it is left out; while it is the only
+    one, a later one is taken as ``FIRST_WARM`` of it, +/- ``FIRST_WARM_SD``. The spread of
+    the occurrences is pooled with a prior one (``SECTION_CV``, worth ``SECTION_PRIOR`` of
+    them): a few equal occurrences do not make a certainty."""
+    if len(secs) == 1:
+        return secs[0] * FIRST_WARM, secs[0] * FIRST_WARM_SD, 1
+    warm = secs[1:]
+    m = len(warm)
+    mean = sum(warm) / m
+    var_seen = float(np.var(warm, ddof=1)) if m > 1 else 0.0
+    k0 = SECTION_PRIOR
+    sd = math.sqrt((k0 * (SECTION_CV * mean) ** 2 + (m - 1) * var_seen) / (k0 + m - 1))
+    return mean, sd, m
+
+
+def _learned_plan(at: list[int], steps_per_epoch: int | None) -> tuple[EvalPlan | None, str]:
+    """Where a section comes, from where it came: the recent gaps when they agree within a
+    step or ``JITTER`` (a period that is not a whole number of steps, an epoch that ends on
+    either side of a step), their mean as the period; one occurrence assumes its own step
+    as the period (an epoch when it fell on an epoch end)."""
+    recent = at[-(JITTER_SPAN + 1) :]
+    gaps = [b - a for a, b in zip(recent, recent[1:], strict=False)]
+    if gaps and min(gaps) > 0:
+        mid = sorted(gaps)[len(gaps) // 2]
+        if max(gaps) - min(gaps) <= max(1.0, JITTER * mid):
+            period = (recent[-1] - recent[0]) / len(gaps)
+            return EvalPlan(period, float(at[-1])), "learned"
+        return None, "learned"
+    if len(at) == 1 and at[0] > 0:
+        spe = steps_per_epoch
+        if spe and at[0] % spe == 0:
+            return EvalPlan(float(spe), float(at[0])), "assumed: each epoch"
+        return EvalPlan(float(at[0]), float(at[0])), f"assumed: every {at[0]} steps"
+    return None, "learned"
+
+
+# A section's first occurrence, while it is the only one: a later one is taken as this
+# share of it (first occurrences are 1-3x later ones), +/- this much of it.
+FIRST_WARM = 0.8
+FIRST_WARM_SD = 0.2
+# The spread of a section's occurrences before they show it: 10 %, worth 2 occurrences.
+SECTION_CV = 0.1
+SECTION_PRIOR = 2
+# Learned section periods: gaps that agree within a step or this share, over the last
+# JITTER_SPAN gaps.
+JITTER = 0.05
+JITTER_SPAN = 4
 
 
 @dataclass(frozen=True)
