@@ -709,6 +709,7 @@ class Forecaster:
     # The step spread before the steps say it: 5 % of the level, worth 2 steps.
     PRIOR_CV = 0.05
     PRIOR_STEPS = 2
+    COLD_CV = 0.25  # the same while the level holds steps of the usual warm-up
     # An evaluation announced but not seen: ``eval_steps`` forward-only batches at about a
     # third of a training step each (+/- 50 %); without ``eval_steps``, a prior: 7 % +/- 7 % of
     # the training between two evaluations (real ones take from 1 % to a third of it).
@@ -806,7 +807,10 @@ class Forecaster:
         # the interval's Student t has the pooled degrees of freedom.
         sd_seen2 = lv.sd() ** 2 if n >= 2 else 0.0
         k0 = self.PRIOR_STEPS
-        sd2 = (k0 * (self.PRIOR_CV * level) ** 2 + (n - 1) * sd_seen2) / (k0 + n - 1)
+        # Steps a short run could not leave out as warm-up may still be warming up: wider.
+        cold = (lv.regime_start or 0) < self.warmup_steps
+        cv0 = self.COLD_CV if cold else self.PRIOR_CV
+        sd2 = (k0 * (cv0 * level) ** 2 + (n - 1) * sd_seen2) / (k0 + n - 1)
         # Outliers that fit no period add their spread to every step's (at the rate they came).
         loose_var = sum(v * v for v in loose) / n
         changes = lv.changes
@@ -966,8 +970,8 @@ class Forecaster:
             mid = sorted(tail)[len(tail) // 2]
             if max(tail) - min(tail) <= max(1.0, JITTER * mid):
                 if max(tail) > min(tail) and min(tail) >= 2:
-                    period = (recent[-1] - recent[-1 - r]) / r
-                    lat = _Lattice(period, recent[-1] % period, 1)
+                    period, last = _fit_lattice(recent[-1 - r :])
+                    lat = _Lattice(period, last % period, 1)
                     out.append((lat, [k for k in steps if lat.on(k)]))
                 break
         return out
@@ -1018,7 +1022,9 @@ class Forecaster:
                     plan=plan,
                 )
             )
-        if eval_plan is not None and "eval" not in self.sections:
+        # Announced evaluations whose first position passed with no section marked run
+        # inside the steps: their time is in the step level or an in-step extra already.
+        if eval_plan is not None and "eval" not in self.sections and not eval_plan.count(0, s - 1):
             if sched.eval_steps:
                 # Forward passes only: about FORWARD_SHARE of a training step per batch.
                 mean = sched.eval_steps * level * self.FORWARD_SHARE
@@ -1075,8 +1081,8 @@ def _learned_plan(at: list[int], steps_per_epoch: int | None) -> tuple[EvalPlan 
     if gaps and min(gaps) > 0:
         mid = sorted(gaps)[len(gaps) // 2]
         if max(gaps) - min(gaps) <= max(1.0, JITTER * mid):
-            period = (recent[-1] - recent[0]) / len(gaps)
-            return EvalPlan(period, float(at[-1])), "learned"
+            period, last = _fit_lattice(recent)
+            return EvalPlan(period, last), "learned"
         return None, "learned"
     if len(at) == 1 and at[0] > 0:
         spe = steps_per_epoch
@@ -1086,10 +1092,20 @@ def _learned_plan(at: list[int], steps_per_epoch: int | None) -> tuple[EvalPlan 
     return None, "learned"
 
 
+def _fit_lattice(at: list[int]) -> tuple[float, float]:
+    """(period, fitted last position) of occurrences one period apart give or take a step:
+    least squares on their index, so the jitter at either end does not set the period."""
+    m = len(at)
+    xm, ym = (m - 1) / 2, sum(at) / m
+    sxx = sum((j - xm) ** 2 for j in range(m))
+    period = sum((j - xm) * (k - ym) for j, k in enumerate(at)) / sxx
+    return period, ym + period * (m - 1 - xm)
+
+
 # A section's first occurrence, while it is the only one: a later one is taken as this
 # share of it (first occurrences are 1-3x later ones), +/- this much of it.
-FIRST_WARM = 0.8
-FIRST_WARM_SD = 0.2
+FIRST_WARM = 0.75
+FIRST_WARM_SD = 0.25
 # The spread of a section's occurrences before they show it: 10 %, worth 2 occurrences.
 SECTION_CV = 0.1
 SECTION_PRIOR = 2
