@@ -25,7 +25,7 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
-from ._forecast import Forecast, Forecaster, Prediction, Snapshot, t_quantile
+from ._forecast import EARLY_SHARE, Forecast, Forecaster, Prediction, Snapshot, t_quantile
 from .phases import SIZE_KEY_FACTOR, OnlinePhases
 
 log = logging.getLogger("ailens")
@@ -197,7 +197,7 @@ class OnlineAnalysis:
     def _converged(self, p: Prediction) -> bool:
         """The signature rule: enough steps, and the forecast's interval within the tolerance
         (the step time's, while the total is unknown)."""
-        if p.steps_done < self.cfg.signature_min_steps or p.step_time_s is None:
+        if p.steps_done < self._signature_min_steps() or p.step_time_s is None:
             return False
         rel = p.half_width_rel
         level = self.forecaster.level
@@ -210,6 +210,13 @@ class OnlineAnalysis:
     def now_ns(self) -> int:
         """The Lens's clock at the latest step end (a replay's clock follows the log)."""
         return self._queued[-1] if self._queued else self.forecaster.t_last
+
+    def _signature_min_steps(self) -> int:
+        """``signature_min_steps``, or 5 % of a run of tens of steps (epochs, blocks): the
+        interval decides there, not a count of steps meant for runs of thousands."""
+        n = self.total_steps
+        m = self.cfg.signature_min_steps
+        return min(m, max(math.ceil(EARLY_SHARE * n), 2)) if n else m
 
     def live_forecast(self) -> LiveForecast | None:
         """The current prediction; recomputed at most every 0.1 s of the Lens's clock, so it
