@@ -163,7 +163,7 @@ def read_csv(path: str | Path, *, text: str | None = None) -> Timeline:
         row = [c.strip() for c in row]
         if not row or not any(row) or row[0].startswith("#"):
             continue
-        if lineno == 1 and not _is_number(row[1] if len(row) > 1 else row[0]):
+        if lineno == 1 and not _is_number(row[0]):
             continue  # header
         if len(row) < 2:
             raise LogError(f"{p}:{lineno}: {len(row)} column(s); {fix}")
