@@ -64,6 +64,8 @@ __all__ = [
 INTERVAL_LEVEL = 0.95
 # The first point a forecast is asked for: 5 % of the steps (a run of tens of steps has one).
 EARLY_SHARE = 0.05
+# Degrees of freedom that make Student's t the normal quantile: for stated priors.
+_NORMAL_DF = 10**6
 
 # --------------------------------------------------------------------------- statistics
 
@@ -593,6 +595,9 @@ class Snapshot:
     df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
 
     REVERSALS = 2
+    # Real runs' step time wanders a few percent over a run (data, thermals, the schedule's
+    # later phases), more than its first steps can show: 2 % over the whole run, as a prior.
+    WANDER = 0.02
 
     def evaluate(self, total_steps: int | None = None) -> Prediction:
         """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
@@ -610,7 +615,7 @@ class Snapshot:
                 "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
             )
         ]
-        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r)
+        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
         for part in self.parts:
             left = part.remaining(s, n)
             comps.append(
@@ -658,11 +663,15 @@ class Snapshot:
         stay = (1.0 - math.exp(-x)) / x
         return stay * lvl + (1.0 - stay) * self.longrun
 
-    def _drift_var(self, r: int) -> float:
+    def _drift_var(self, r: int, n: int) -> float:
         """Variance of the remaining time from the speed moving again before the end: the
         swings of the batch means, and the changes of speed seen so far (as a rate, with
-        their mean relative size)."""
+        their mean relative size); and, seen or not, a slow wander of the speed over the
+        run (a random walk of ``WANDER`` of the level over the whole run: what the remaining
+        ``r`` of ``n`` steps add up to varies by ``WANDER * level * r * sqrt(r / 3n)``)."""
         lvl = self.level or 0.0
+        wander = self.WANDER * lvl * r
+        base = wander * wander * r / (3 * max(n, 1))
         # Swings seen so far continue: the batch means' wander, over the remaining steps.
         var = self.excess * r * StepLevel.BLOCK
         # Changes of speed as a rate: one at a uniform point of the remaining steps changes
@@ -670,7 +679,7 @@ class Snapshot:
         var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
         # A trend seen in the steps may go on: what it would add over the remaining steps.
         var += (self.trend * r * r / 2) ** 2
-        return var
+        return var + base
 
 
 @dataclass(frozen=True)
@@ -709,14 +718,14 @@ class Forecaster:
     # The step spread before the steps say it: 5 % of the level, worth 2 steps.
     PRIOR_CV = 0.05
     PRIOR_STEPS = 2
-    COLD_CV = 0.25  # the same while the level holds steps of the usual warm-up
+    COLD_CV = 0.25  # the level from warm-up steps (a run of tens of steps, at 5 %): +/- 25 %
     # An evaluation announced but not seen: ``eval_steps`` forward-only batches at about a
-    # third of a training step each (+/- 50 %); without ``eval_steps``, a prior: 7 % +/- 7 % of
-    # the training between two evaluations (real ones take from 1 % to a third of it).
+    # third of a training step each (+/- 50 %); without ``eval_steps``, a prior: all the
+    # evaluations of the run take 5 % +/- 5 % of its training (real runs: under 1 % to 17 %).
     FORWARD_SHARE = 1 / 3
     FORWARD_SD = 0.5
-    EVAL_SHARE = 0.07
-    EVAL_SHARE_SD = 0.07
+    EVAL_SHARE = 0.05
+    EVAL_SHARE_SD = 0.05
     # A period learned from the steps alone needs this many occurrences: two pauses a
     # hundred steps apart are no schedule yet.
     MIN_HITS = 3
@@ -730,6 +739,7 @@ class Forecaster:
         self.t_now = 0  # ns, the latest event seen (a step end or a section's end)
         self.sections: dict[str, list[tuple[int, float]]] = {}  # name -> (step, seconds)
         self._in_step = 0.0  # section seconds inside the step interval now running
+        self._warm: list[float] = []  # the warm-up steps' training times
         self.end_ns: int | None = None
 
     # ------------------------------------------------------------ feeding
@@ -751,19 +761,13 @@ class Forecaster:
         self.t_now = max(self.t_now, t_ns)
         self.steps = i + 1
         self._in_step = 0.0
-        if i >= self._warmup():
+        if i >= self.warmup_steps:
             self.level.add(i, max(x, 0.0))
+        else:
+            self._warm.append(max(x, 0.0))
 
     def on_close(self, t_ns: int) -> None:
         self.end_ns = t_ns
-
-    def _warmup(self) -> int:
-        """Steps left out of the level: ``warmup_steps``, but fewer in a run of tens of steps
-        (epochs, blocks), so that a step after the warm-up is seen by 5 % of the run."""
-        n = self.schedule.total_steps
-        if not n:
-            return self.warmup_steps
-        return min(self.warmup_steps, max(math.floor(EARLY_SHARE * n) - 1, 0))
 
     # ------------------------------------------------------------ reading
 
@@ -773,6 +777,8 @@ class Forecaster:
     def snapshot(self) -> Snapshot:
         lv = self.level
         s = self.steps
+        if lv.n < 1 and self._warm:
+            return self._provisional()
         if lv.n < 1:
             return Snapshot(
                 s,
@@ -807,10 +813,7 @@ class Forecaster:
         # the interval's Student t has the pooled degrees of freedom.
         sd_seen2 = lv.sd() ** 2 if n >= 2 else 0.0
         k0 = self.PRIOR_STEPS
-        # Steps a short run could not leave out as warm-up may still be warming up: wider.
-        cold = (lv.regime_start or 0) < self.warmup_steps
-        cv0 = self.COLD_CV if cold else self.PRIOR_CV
-        sd2 = (k0 * (cv0 * level) ** 2 + (n - 1) * sd_seen2) / (k0 + n - 1)
+        sd2 = (k0 * (self.PRIOR_CV * level) ** 2 + (n - 1) * sd_seen2) / (k0 + n - 1)
         # Outliers that fit no period add their spread to every step's (at the rate they came).
         loose_var = sum(v * v for v in loose) / n
         changes = lv.changes
@@ -819,7 +822,7 @@ class Forecaster:
             if changes
             else 0.0
         )
-        seen = max(s - self._warmup(), 1)
+        seen = max(s - self.warmup_steps, 1)
         return Snapshot(
             steps_done=s,
             elapsed_s=self.t_now / 1e9,
@@ -844,6 +847,30 @@ class Forecaster:
                 for (_, a1, b1), (_, a2, b2) in zip(changes, changes[1:], strict=False)
             ),
             changes=len(changes),
+        )
+
+    def _provisional(self) -> Snapshot:
+        """The forecast while every step so far is warm-up (a run of tens of steps, at 5 %):
+        the steps after the first (the first alone when it is the only one) as the level,
+        +/- ``COLD_CV``: they may still be warming up. A stated prior, not a spread measured
+        on few steps: the normal quantile, not Student's t."""
+        used = self._warm[1:] or self._warm
+        level = sum(used) / len(used)
+        sd = self.COLD_CV * level
+        return Snapshot(
+            steps_done=self.steps,
+            elapsed_s=self.t_now / 1e9,
+            total_steps=self.schedule.total_steps,
+            level=level,
+            level_var=sd * sd,
+            sd=sd,
+            excess=0.0,
+            level_n=len(used),
+            regime_start=None,
+            change_rate=0.0,
+            change_size2=0.0,
+            parts=tuple(self._sections(self.steps, level)),
+            df=_NORMAL_DF,
         )
 
     def _extras(self, s: int) -> tuple[list[Part], set[int]]:
@@ -898,7 +925,7 @@ class Forecaster:
         or ``JITTER`` give a fractional period whose positions are matched within a step."""
         if not steps:
             return []
-        warmup = self._warmup()
+        warmup = self.warmup_steps
         seen = max(s - warmup, 1)
         visible = warmup + StepLevel.START  # the first step a spike can be seen at
         cands = self._candidates(steps)
@@ -1031,11 +1058,14 @@ class Forecaster:
                 sd = self.FORWARD_SD * mean
                 source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step (+/- 50 %)"
             else:
-                # Nothing says how long one takes: a prior share of the training between
-                # two evaluations, with its (wide) spread.
-                mean = self.EVAL_SHARE * eval_plan.spacing() * level
-                sd = self.EVAL_SHARE_SD * eval_plan.spacing() * level
-                source = "assumed: not seen yet, 7 % +/- 7 % of the training between two"
+                # Nothing says how long one takes: a prior share of the run's training for
+                # all of them (real ones take from under 1 % to 17 %), with its wide spread.
+                n = sched.total_steps
+                count = eval_plan.count(1, n) if n else 0
+                per = n / count if count else eval_plan.spacing()
+                mean = self.EVAL_SHARE * per * level
+                sd = self.EVAL_SHARE_SD * per * level
+                source = "assumed: not seen yet, all of them 5 % +/- 5 % of the training"
             out.append(
                 Part(
                     "section eval (not seen yet)",

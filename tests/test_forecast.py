@@ -293,7 +293,9 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
             oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
             if ready_at is None and p.steps_done >= 10 and p.half_width_rel <= 0.02:
                 ready_at = p.steps_done
-    assert oa.signature_step == ready_at is not None and ready_at <= 100  # <= 5 % of 2000
+    # By 15 % of 2000 steps: the step time's possible wander over the rest of the run (2 %,
+    # a prior) keeps a 2 % interval from coming before about 10 %.
+    assert oa.signature_step == ready_at is not None and ready_at <= 300
     f = oa.forecast()
     assert f.basis == "signature" and f.made_at_step == ready_at
 

@@ -166,10 +166,10 @@ def test_an_announced_evaluation_not_seen_yet_moves_the_forecast():
     train = p.elapsed_s + 950 * p.step_time_s
     ev = next(c for c in p.components if c.name == "section eval (not seen yet)")
     assert ev.remaining == 10 and ev.source.startswith("assumed")
-    # A prior share of the training between two evaluations: it moves the forecast.
-    assert p.predicted_total_s == pytest.approx(train + 10 * 0.07 * 100 * p.step_time_s, rel=1e-3)
-    for share in (0.01, 0.05, 0.2):  # evaluations from 1 % to 20 % of an epoch's training
-        truth = train + 10 * share * 100
+    # A prior share of the run's training for all of them (5 %): it moves the forecast.
+    assert p.predicted_total_s == pytest.approx(train + 0.05 * 1000 * p.step_time_s, rel=1e-3)
+    for share in (0.005, 0.05, 0.12):  # evaluations from 0.5 % to 12 % of the training
+        truth = train + share * 1000
         assert p.interval_s[0] <= truth <= p.interval_s[1]
 
 
