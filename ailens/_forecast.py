@@ -303,7 +303,10 @@ class StepLevel:
         if sxx <= 0:
             return 0.0
         slope = (self.siw - self.si * self.wsum / n) / sxx
-        return slope if abs(slope) > 3 * self.sd() / math.sqrt(sxx) else 0.0
+        # The spread around the line, not around the mean (which holds the trend itself).
+        sww = self.wsum2 - self.wsum * self.wsum / n
+        resid = max((sww - slope * slope * sxx) / (n - 2), (self.MIN_SCALE * self.center) ** 2 / 4)
+        return slope if abs(slope) > 3 * math.sqrt(resid / sxx) else 0.0
 
     def mean_var(self) -> tuple[float, float]:
         """(variance of the regime's mean step from its spread, excess variance of the batch
@@ -677,8 +680,10 @@ class Snapshot:
         # Changes of speed as a rate: one at a uniform point of the remaining steps changes
         # the time after it by its size.
         var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
-        # A trend seen in the steps may go on: what it would add over the remaining steps.
-        var += (self.trend * r * r / 2) ** 2
+        # A trend seen in the steps (a long warm-up, throttling) may go on about as long as
+        # it was seen, or stop now: what it would add, as one sd.
+        h = min(r, max(self.level_n, 1))
+        var += (self.trend * (h * h / 2 + h * (r - h))) ** 2
         return var + base
 
 
@@ -738,6 +743,7 @@ class Forecaster:
         self.t_last = 0  # ns, the last step end
         self.t_now = 0  # ns, the latest event seen (a step end or a section's end)
         self.sections: dict[str, list[tuple[int, float]]] = {}  # name -> (step, seconds)
+        self.beside: dict[str, list[float]] = {}  # sections that ran beside the steps
         self._in_step = 0.0  # section seconds inside the step interval now running
         self._warm: list[float] = []  # the warm-up steps' training times
         self.end_ns: int | None = None
@@ -749,6 +755,11 @@ class Forecaster:
 
     def on_section(self, name: str, step: int, t_begin_ns: int, t_end_ns: int) -> None:
         secs = max(t_end_ns - t_begin_ns, 0) / 1e9
+        if step < self.steps:
+            # Steps ended while it ran: it ran beside the training (an asynchronous
+            # evaluation), whose steps carry whatever it slowed them by. No time of its own.
+            self.beside.setdefault(name, []).append(secs)
+            return
         self.sections.setdefault(name, []).append((int(step), secs))
         if step == self.steps:  # inside the running step interval: not training time
             self._in_step += secs
@@ -807,6 +818,12 @@ class Forecaster:
             one_off = loose.pop()
         n = lv.n
         level = (lv.sum - taken - one_off) / n
+        slope = lv.trend()
+        if slope:
+            # A significant trend: the steps to come start where the line ends, not at the
+            # regime's mean (a long warm-up still settling, a machine heating up).
+            end = (s - 1 - (lv.regime_start or 0)) - lv.si / n
+            level = max(level + slope * end, 0.5 * level)
         var_mean, excess = lv.mean_var()
         # A spread measured on a few steps is no spread (two identical steps are not a
         # certainty): pooled with a prior one, PRIOR_CV of the level worth PRIOR_STEPS steps;
@@ -839,7 +856,7 @@ class Forecaster:
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
             parts=(*extras, *self._sections(s, level)),
-            trend=lv.trend(),
+            trend=slope,
             # Over all regimes, with the same parts taken out as from the regime's mean.
             longrun=level + lv.all_sum / lv.all_n - lv.sum / lv.n,
             reversals=sum(
@@ -1049,9 +1066,23 @@ class Forecaster:
                     plan=plan,
                 )
             )
+        for name, secs in self.beside.items():
+            mean = sum(secs) / len(secs)
+            out.append(
+                Part(
+                    f"section {name}",
+                    "beside the steps",
+                    "measured",
+                    mean,
+                    0.0,
+                    len(secs),
+                    "one-off",
+                )
+            )
         # Announced evaluations whose first position passed with no section marked run
         # inside the steps: their time is in the step level or an in-step extra already.
-        if eval_plan is not None and "eval" not in self.sections and not eval_plan.count(0, s - 1):
+        seen_eval = "eval" in self.sections or "eval" in self.beside
+        if eval_plan is not None and not seen_eval and not eval_plan.count(0, s - 1):
             if sched.eval_steps:
                 # Forward passes only: about FORWARD_SHARE of a training step per batch.
                 mean = sched.eval_steps * level * self.FORWARD_SHARE

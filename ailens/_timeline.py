@@ -249,7 +249,9 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     for s in tl.sections:
         events.append(
             (
-                bisect.bisect_right(ends, s.end_s),
+                # A section that ends with a step (the same clock reading) ended before it,
+                # as a Lens records it: section_end comes before that step_end.
+                bisect.bisect_left(ends, s.end_s),
                 s.end_s,
                 {
                     "kind": "section",

@@ -309,3 +309,61 @@ def test_a_run_of_tens_of_steps_has_a_forecast_at_5_percent(n):
     assert p.predicted_total_s is not None
     lo, hi = p.interval_s
     assert lo <= end / 1e9 <= hi
+
+
+# --------------------------------------------------------------------------- beside the steps
+
+
+def test_a_section_that_runs_beside_the_steps_costs_no_time_of_its_own():
+    """An asynchronous evaluation: steps end while it runs, so its time overlaps theirs; it
+    once was scheduled as if training waited for it (MLPerf SSD: +70 % at 20 % of the run)."""
+    f = Forecaster()
+    f.on_schedule({"total_steps": 200, "eval_every_steps": 20, "eval_start_step": 20})
+    t, preds = 0, []
+    for i in range(100):
+        t += 1_000_000_000
+        f.on_step(t)
+        k = i + 1
+        if k % 20 == 2:  # began after step k - 2 ended, 2.5 s long: steps went on meanwhile
+            f.on_section("eval", k - 2, t - 2_000_000_000, t + 500_000_000)
+        preds.append(f.predict())
+    p = preds[-1]
+    assert p.predicted_total_s == pytest.approx(200 * 1.0, rel=0.01)
+    ev = next(c for c in p.components if c.name == "section eval")
+    assert ev.schedule == "beside the steps" and ev.remaining == 0
+
+
+def test_a_section_ending_with_a_step_is_inside_it_in_a_timeline():
+    """A log whose evaluation ends on the same clock reading as the step (MLPerf unet3d: the
+    block's end is logged after the evaluation's): the section is part of that step's
+    interval, not beside the steps, and not counted twice."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends, sections, t = [], [], 0.0
+    for k in range(1, 41):
+        t += 10.0
+        if k > 10:  # an evaluation at the end of each step from step 11: 3 s
+            sections.append(Section("eval", t, t + 3.0))
+            t += 3.0
+        ends.append(t)
+    tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 40}, end_s=t)
+    r = forecast_timeline(tl)
+    p = r.at_step(20)
+    assert p.step_time_s == pytest.approx(10.0)
+    # Within one evaluation: whether one follows the last step is not in the data.
+    assert p.predicted_total_s == pytest.approx(t, abs=3.01)
+
+
+# --------------------------------------------------------------------------- long warm-up
+
+
+def test_a_warm_up_that_settles_slowly_is_forecast_from_where_it_ends():
+    """Steps settling from 1.5 s to 1.0 s over 30 steps: the steps to come start where the
+    line ends, not at the mean of the settling ones."""
+    d = [1.5 - 0.5 * i / 30 for i in range(30)] + [1.0] * 270
+    f = Forecaster()
+    f.on_schedule({"total_steps": 300})
+    preds, end = _feed(f, d)
+    p = preds[29]
+    assert p.step_time_s == pytest.approx(1.0, rel=0.05)
+    assert p.interval_s[0] <= end / 1e9 <= p.interval_s[1]
