@@ -64,6 +64,9 @@ __all__ = [
 INTERVAL_LEVEL = 0.95
 # The first point a forecast is asked for: 5 % of the steps (a run of tens of steps has one).
 EARLY_SHARE = 0.05
+# A run of at most this many steps is a run of epochs or blocks (iterations come by the
+# thousand): evaluations nobody announced may still come between them.
+COARSE_STEPS = 200
 # Degrees of freedom that make Student's t the normal quantile: for stated priors.
 _NORMAL_DF = 10**6
 
@@ -560,6 +563,7 @@ class Part:
     rate: float = 0.0
     due_now: bool = False
     plan: EvalPlan | None = None  # a section's occurrences (replaces period and offset)
+    count_unknown: bool = False  # seen once: how many more come is anyone's guess
 
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
@@ -596,6 +600,7 @@ class Snapshot:
     reversals: int = 0  # changes of speed that went back the other way
     changes: int = 0
     df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
+    unannounced: bool = False  # no evaluation announced nor seen: some may still come
 
     REVERSALS = 2
     # Real runs' step time wanders a few percent over a run (data, thermals, the schedule's
@@ -619,6 +624,11 @@ class Snapshot:
             )
         ]
         var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
+        if self.unannounced:
+            # Evaluations nobody announced may still come (some start half-way through a
+            # run): the prior share's spread on the remaining training, less likely the later
+            # none has come.
+            var += (Forecaster.EVAL_SHARE_SD * (1 - s / n) * r * lvl) ** 2
         for part in self.parts:
             left = part.remaining(s, n)
             comps.append(
@@ -637,6 +647,8 @@ class Snapshot:
                 var += left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
             else:  # assumed: one unknown cost that every occurrence shares
                 var += (left * part.sd_s) ** 2
+            if part.count_unknown:  # from none to one a step: uniform over the steps left
+                var += (r / math.sqrt(12) * part.per_occurrence_s) ** 2
         total = elapsed + sum(c.remaining_s for c in comps)
         # Student's t on the regime's steps: few steps, a wider interval.
         half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
@@ -856,6 +868,7 @@ class Forecaster:
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
             parts=(*extras, *self._sections(s, level)),
+            unannounced=self._unannounced(),
             trend=slope,
             # Over all regimes, with the same parts taken out as from the regime's mean.
             longrun=level + lv.all_sum / lv.all_n - lv.sum / lv.n,
@@ -865,6 +878,13 @@ class Forecaster:
             ),
             changes=len(changes),
         )
+
+    def _unannounced(self) -> bool:
+        """A run of epochs or blocks (at most ``COARSE_STEPS`` steps), between which
+        evaluations come, with none announced by the schedule nor seen so far."""
+        n = self.schedule.total_steps
+        seen = "eval" in self.sections or "eval" in self.beside
+        return bool(n) and n <= COARSE_STEPS and not seen and self.schedule.eval_plan() is None
 
     def _provisional(self) -> Snapshot:
         """The forecast while every step so far is warm-up (a run of tens of steps, at 5 %):
@@ -888,6 +908,7 @@ class Forecaster:
             change_size2=0.0,
             parts=tuple(self._sections(self.steps, level)),
             df=_NORMAL_DF,
+            unannounced=self._unannounced(),
         )
 
     def _extras(self, s: int) -> tuple[list[Part], set[int]]:
@@ -1064,6 +1085,7 @@ class Forecaster:
                     # Due right now: its step is done and the section has not begun.
                     due_now=at[-1] < s and plan.count(s, s) > 0,
                     plan=plan,
+                    count_unknown=source.startswith("assumed: every"),
                 )
             )
         for name, secs in self.beside.items():

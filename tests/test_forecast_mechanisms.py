@@ -367,3 +367,42 @@ def test_a_warm_up_that_settles_slowly_is_forecast_from_where_it_ends():
     p = preds[29]
     assert p.step_time_s == pytest.approx(1.0, rel=0.05)
     assert p.interval_s[0] <= end / 1e9 <= p.interval_s[1]
+
+
+def _blocks(n=100, block_s=10.0, eval_from=40, eval_s=3.0, seed=0):
+    """A run of ``n`` blocks with evaluations after each block from ``eval_from`` on."""
+    from ailens import Section
+
+    rng = np.random.default_rng(seed)
+    ends, sections, t = [], [], 0.0
+    for k in range(1, n + 1):
+        t += block_s * rng.normal(1, 0.003)
+        ends.append(t)
+        if k >= eval_from:
+            sections.append(Section("eval", t, t + eval_s))
+            t += eval_s
+    return ends, sections, t
+
+
+def test_a_coarse_run_told_only_its_length_has_no_early_wrong_signature():
+    """Issue 21, 7: with only total_steps, the signature fired early and wrong on runs whose
+    evaluations had not started (MLPerf unet3d: evaluations from 40-70 % of the blocks)."""
+    from ailens import Timeline, forecast_timeline
+
+    ends, sections, t = _blocks()
+    r = forecast_timeline(Timeline(tuple(ends), tuple(sections), {"total_steps": 100}, end_s=t))
+    sig = r.signature_step
+    assert sig is None or (sig > 40 and abs(r.at_step(sig).predicted_total_s - t) / t < 0.01)
+
+
+@pytest.mark.parametrize("n", [28, 60])
+def test_a_coarse_run_gets_its_signature_once_its_parts_are_known(n):
+    """The same honesty must not cost the signature where the run's structure is known: an
+    evaluation after every epoch, announced."""
+    from ailens import Timeline, forecast_timeline
+
+    ends, sections, t = _blocks(n, eval_from=1)
+    sched = {"total_steps": n, "eval_every_steps": 1}
+    r = forecast_timeline(Timeline(tuple(ends), tuple(sections), sched, end_s=t))
+    assert r.signature_step is not None and r.signature_step <= n // 2
+    assert r.at_step(r.signature_step).predicted_total_s == pytest.approx(t, rel=0.01)
