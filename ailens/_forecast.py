@@ -10,12 +10,19 @@ with a time per occurrence and a schedule of occurrences over the whole run:
   change of speed is adopted within a few steps. Steps before ``warmup_steps`` are left out.
 - **recurring extras**: steps that stand out on a period (an evaluation or a checkpoint in a
   plain loop makes every N-th step longer). A period is taken from the schedule the
-  framework or script gave (steps per epoch, checkpoint every N), or learned once two
-  occurrences of similar size line up and no step in between was missed. Outliers that fit
-  no period are one-offs: already spent, never extrapolated.
-- **sections** the integration marked (``lens.section("eval")``: Keras validation, Lightning
-  validation loops, ...): their measured time per occurrence and their schedule (from the
-  framework, else learned from where they happened).
+  framework or script gave (steps per epoch, checkpoint every N, the evaluation plan), or
+  learned from three occurrences, jittered or not; one spike or a burst of slow steps is no
+  period. Outliers that fit no period stay in the level at their rate, or are a one-off.
+- **sections** the integration or a log marked (``lens.section("eval")``: Keras validation,
+  Lightning validation loops, MLPerf evaluations, ...): their measured time per occurrence
+  (the cold first one left out once a later one is seen) and their schedule (from the
+  framework, else learned from where they happened); a section announced but not seen yet
+  is assumed (``eval_steps`` forward passes, else a prior share of the run); one during
+  which steps ended ran beside the training and has no time of its own.
+
+What the run cannot show yet is a stated prior (the step spread, a cold first section, an
+unseen evaluation's cost, the step time's wander over the run), replaced by what it measures
+as it goes; docs/forecast.md lists each with its figure.
 
 At ``S`` steps done of ``N``, with ``R = N - S``::
 
