@@ -700,7 +700,10 @@ CASES = {
 
 def record(args) -> int:
     names = args.only.split(",") if args.only else list(CASES)
-    for name in names:
+    for i, name in enumerate(names):
+        load = _quiet_load(args, wait=0 if i == 0 else args.settle)
+        if load is None:
+            return 2
         script, ranks, flags, structure, slow_at = CASES[name]
         out = args.dir / name
         with tempfile.TemporaryDirectory() as tmp:
@@ -737,6 +740,10 @@ def record(args) -> int:
                 "slowdown_at_fraction": slow_at,
                 "load_before": before,
                 "load_after": loadavg(),
+                "load_1min_before": round(load, 2),
+                "load_1min_after": round(os.getloadavg()[0], 2),
+                "max_load": args.max_load,
+                "forced": bool(args.force and load > args.max_load),
                 "wall_s": round(time.time() - t0, 1),
                 "recorded": time.strftime("%Y-%m-%d %H:%M:%S%z"),
                 "cores": os.cpu_count(),
@@ -747,6 +754,32 @@ def record(args) -> int:
                 flush=True,
             )
     return 0
+
+
+def _quiet_load(args, *, wait: float) -> float | None:
+    """The 1-minute load average once it is at most ``--max-load`` (waiting up to ``wait``
+    seconds for the previous case's load to decay); None (with the reason printed) when it
+    stays above and ``--force`` was not given. Timings recorded beside other work follow the
+    neighbours, not the training."""
+    deadline = time.monotonic() + wait
+    while True:
+        load = os.getloadavg()[0]
+        if load <= args.max_load:
+            return load
+        if args.force:
+            print(f"   load {load:.2f} > {args.max_load}: recording anyway (--force); the case "
+                  "is marked forced and stays out of the headline", flush=True)  # fmt: skip
+            return load
+        if time.monotonic() >= deadline:
+            print(
+                f"bench_forecast record: the 1-minute load average is {load:.2f} > "
+                f"{args.max_load}: other work is running on this machine, and recorded step "
+                "times would follow it. Record on a quiet machine (no other jobs, test suites "
+                "or builds), or pass --force to record anyway (cases marked forced).",
+                file=sys.stderr,
+            )
+            return None
+        time.sleep(5)
 
 
 def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> int:
@@ -842,6 +875,21 @@ def main() -> int:
     r = sub.add_parser("record", help="run the examples and store their traces in the corpus")
     r.add_argument("--dir", type=Path, default=CORPUS)
     r.add_argument("--only", help="comma-separated case names: " + ", ".join(CASES))
+    r.add_argument(
+        "--max-load",
+        type=float,
+        default=QUIET_LOAD,
+        help=f"refuse to record above this 1-minute load average (default {QUIET_LOAD})",
+    )
+    r.add_argument(
+        "--settle",
+        type=float,
+        default=300,
+        help="seconds to wait between cases for the previous run's load to decay (default 300)",
+    )
+    r.add_argument(
+        "--force", action="store_true", help="record even on a loaded machine (cases marked forced)"
+    )
     v = sub.add_parser("live", help="run examples end to end now and score their forecasts")
     v.add_argument("--examples", default="kmeans-2,resnet50-ddp-2,mnist-torch-2")
     v.add_argument("--json", type=Path)
