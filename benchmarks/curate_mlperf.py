@@ -3,12 +3,12 @@
     .venv/bin/python benchmarks/curate_mlperf.py [--src ../shared/mlperf-dev]
 
 Selection rule (benchmarks/forecast_corpus/mlperf/README.md): for every round and benchmark,
-among the logs that parse, each system's lowest-numbered result; of those, the system with the
-fewest and the one with the most nodes (node count read from the system name: ``n48``,
-``16N``, ``2x...``, ``8_node``, TPU pods as 8 chips a node), or the first two systems when all
-have the same. Coverage, not calm runs: every family and round, single- and multi-node, with
-and without evaluation events. Files are copied as published (gzip); ``index.json`` keeps each
-one's provenance (repository, commit, path).
+among the logs that parse and end with run_stop, each system's lowest-numbered result; of
+those, the system with the fewest and the one with the most nodes (node count read from the
+system name: ``n48``, ``16N``, ``2x...``, ``8_node``, TPU pods as 8 chips a node), or the first
+two systems when all have the same. Coverage, not calm runs: every family and round, single-
+and multi-node, with and without evaluation events. Files are copied as published (gzip);
+``index.json`` keeps each one's provenance (repository, commit, path).
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ def main() -> int:
     by = collections.defaultdict(list)
     for x in index:
         try:
-            read_timeline(args.src / x["file"], include_init=False)
+            tl = read_timeline(args.src / x["file"], include_init=False)
         except LogError as e:
             print(f"not parsed, left out: {e}", file=sys.stderr)
+            continue
+        if not tl.finished:
+            print(f"no run_stop (no actual total), left out: {x['file']}", file=sys.stderr)
             continue
         by[(x["round"], x["benchmark"])].append(x)
     chosen = []
