@@ -976,6 +976,8 @@ class Forecaster:
         cands = self._candidates(steps)
         classes = []
         for lat, members in cands:
+            if not members:
+                continue
             hits = len({lat.index(k) for k in members}) if lat.tol else len(members)
             expected = lat.count(members[0], s - 1)
             if expected == 0 or hits / expected < 0.8:
@@ -1043,7 +1045,9 @@ class Forecaster:
             if max(tail) - min(tail) <= max(1.0, JITTER * mid):
                 if max(tail) > min(tail) and min(tail) >= 2:
                     period, last = _fit_lattice(recent[-1 - r :])
-                    lat = _Lattice(period, last % period, 1)
+                    # Matched within the jitter the gaps were accepted with.
+                    tol = max(1, round(JITTER * period))
+                    lat = _Lattice(period, last % period, tol)
                     out.append((lat, [k for k in steps if lat.on(k)]))
                 break
         return out
