@@ -219,14 +219,17 @@ class OnlineAnalysis:
         return min(m, max(math.ceil(EARLY_SHARE * n), 2)) if n else m
 
     def live_forecast(self) -> LiveForecast | None:
-        """The current prediction; recomputed at most every 0.1 s of the Lens's clock, so it
-        can be read every step."""
+        """The current prediction; recomputed at most every 0.1 s of the Lens's clock (or
+        after a quarter more steps), so it can be read every step."""
         now = self.now_ns
         cached = self._live_cache
-        if cached is not None and (
-            cached[1].step == self.steps or now - cached[0] < _LIVE_REFRESH_NS
-        ):
-            return cached[1]
+        if cached is not None:
+            step = cached[1].step
+            # Also after a quarter more steps: a short run's first forecast (its first steps
+            # slow) must not stand for all of it when it lasts less than the refresh time.
+            fresh = now - cached[0] < _LIVE_REFRESH_NS and self.steps - step < max(step // 4, 1)
+            if step == self.steps or fresh:
+                return cached[1]
         self._catch_up()
         p = self.forecaster.predict()
         if p.step_time_s is None:
