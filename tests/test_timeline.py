@@ -179,6 +179,22 @@ def test_mlperf_logs_of_several_rounds(rel, unit, evals):
     assert r.at_fraction(0.5).progress_bar_total_s is not None
 
 
+def test_mlperf_per_iteration_progress():
+    """Regular per-iteration tracked_stats (every 50 iterations) are the steps where the log
+    has them; evaluations every epoch, not a whole number of those steps, are listed."""
+    tl = read_timeline(
+        MLPERF / "v3.0/ASUSTeK/ESC4000-E11-4xA100-PCIE-80GB/maskrcnn/result_0.txt.gz"
+    )
+    assert tl.unit.startswith("logged step") and tl.steps == tl.total_steps == 551
+    evals = [s for s in tl.sections if s.name == "eval"]
+    at = tl.schedule["eval_at_steps"]
+    assert len(at) == len(evals) and len(set(np.diff(at).tolist())) > 1
+    assert tl.steps_per_epoch == pytest.approx(551 / 15)
+    # Each step is about the same time (50 iterations), unlike the epochs it replaces.
+    d = np.diff(tl.step_end_s)
+    assert np.median(d) < 0.1 * (tl.end_s / 15)
+
+
 def test_mlperf_epochs_give_the_total(tmp_path):
     """A log cut mid-run (no run_stop) has no total until --epochs or --total-steps say it;
     the epochs convert with the steps per epoch read from the log."""
@@ -306,3 +322,32 @@ def test_cli_forecast_errors(tmp_path, capsys):
     good.write_text("0,1\n1,2\n2,3\n")
     with pytest.raises(SystemExit):
         cli_main(["forecast", str(good), "--at", "150%"])
+
+
+def test_cli_forecast_running_csv_and_run_dir(tmp_path, capsys):
+    """A running job's CSV: the forecast now, once --total-steps says how long the run is;
+    an ailens run directory reads the same way."""
+    p = tmp_path / "steps.csv"
+    p.write_text("".join(f"{i},{0.5 * (i + 1):.3f}\n" for i in range(60)))
+    assert cli_main(["forecast", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "total unknown" in out and "now (step 60, 30.00s elapsed)" in out
+    assert cli_main(["forecast", str(p), "--total-steps", "120", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["at"]
+    assert row["steps_done"] == 60
+    assert row["predicted_total_s"] == pytest.approx(60.0, rel=0.01)
+    assert row["progress_bar_total_s"] == pytest.approx(60.0)
+    assert cli_main(["forecast", str(p), "--at", "10%"]) == 2
+    assert "--total-steps" in capsys.readouterr().err
+
+    clock = Clock()
+    with ailens.Lens(
+        run_dir=tmp_path / "run", clock=clock, work_counter=WorkCounter(clock), framework="test"
+    ) as lens:
+        for _ in range(40):
+            clock.now += 10**9
+            lens.step_end()
+    assert cli_main(["forecast", str(tmp_path / "run"), "--at", "50%"]) == 0
+    out = capsys.readouterr().out
+    assert "ailens run" in out and "at 50% (step 20/40" in out and "actual end" in out
