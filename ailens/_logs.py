@@ -7,9 +7,9 @@ any prefix a launcher puts before them; gzip or plain text. The timeline's step 
 unit of training progress the log has: per-iteration ``tracked_stats`` events whose ``step``
 advances regularly (unit "logged step"), when there are at least 20 and twice as many as
 epochs; else ``epoch_stop`` (unit "epoch"), ``block_stop`` (a block of ``epoch_count``
-epochs), the training between evaluations (a log with ``eval_start``, or only
-``eval_accuracy``, over one long block: unit "eval interval"), or the gaps between successive
-``epoch_start``/``block_start``. Sections: ``eval_start`` ->
+epochs), the training between evaluations (a log with more ``eval_start``, or only
+``eval_accuracy``, than epoch or block starts: unit "eval interval"), or the gaps between
+successive ``epoch_start``/``block_start``. Sections: ``eval_start`` ->
 ``eval_stop`` ("eval") and ``init_start`` -> ``init_stop`` ("init"). The origin is
 ``init_start`` (``include_init``, what a user waits for) or ``run_start`` (what MLPerf scores);
 the end is ``run_stop``.
@@ -17,6 +17,7 @@ the end is ``run_stop``.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gzip
 import io
@@ -334,7 +335,11 @@ def read_mlperf(
         run_stop = None
 
     def inside(events):
-        return [e for e in events if run_start <= e[0] <= (run_stop or math.inf)]
+        # Events logged just after run_stop (a block_stop after it) belong to the run.
+        end = math.inf if run_stop is None else run_stop + _SAME_EVENT_S
+        return [
+            (min(e[0], end - _SAME_EVENT_S), *e[1:]) for e in events if run_start <= e[0] <= end
+        ]
 
     epoch_stop = inside(_dedupe(ev, "epoch_stop"))
     block_stop = inside(_dedupe(ev, "block_stop"))
@@ -352,7 +357,9 @@ def read_mlperf(
         unit, step_t = "block", [e[0] for e in block_stop]
         counts = [e[3].get("epoch_count") for e in block_start if _num(e[3].get("epoch_count"))]
         epochs_per_step = float(np.median(counts)) if counts else None
-    elif len(eval_start) >= 2 or len(eval_acc) >= 2:
+    elif (len(eval_start) >= 2 or len(eval_acc) >= 2) and max(
+        len(block_start), len(epoch_start)
+    ) < max(len(eval_start), len(eval_acc)):
         unit = "eval interval"
         marks = eval_start if len(eval_start) >= 2 else eval_acc
         step_t = [e[0] for e in marks]
@@ -383,21 +390,21 @@ def read_mlperf(
         unit = f"logged step (+{gap:g} on the log's step counter)"
         epochs_per_step = epochs / len(step_t) if epochs else None
 
-    sections = []
-    for i, (t0, _, _, meta) in enumerate(eval_start):
-        ident = meta.get("epoch_num")
-        stop = next(
-            (
-                e
-                for e in eval_stop
-                if e[0] >= t0 and (ident is None or e[3].get("epoch_num") in (ident, None))
-            ),
-            None,
-        )
-        if stop is None and i < len(eval_stop) and eval_stop[i][0] >= t0:
-            stop = eval_stop[i]
-        if stop is not None:
-            sections.append(Section("eval", t0 - origin, stop[0] - origin))
+    # Evaluations pair by order when starts and stops match one to one; else each ends at the
+    # first eval_stop after its start and before the next start (logs disagree on the epoch
+    # numbers of a pair, and a TPU's evaluations can overlap).
+    stops = [e[0] for e in eval_stop]
+    starts = [e[0] for e in eval_start]
+    if len(starts) == len(stops) and all(b >= a for a, b in zip(starts, stops, strict=True)):
+        pairs = list(zip(starts, stops, strict=True))
+    else:
+        pairs = []
+        for i, t0 in enumerate(starts):
+            nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
+            j = bisect.bisect_left(stops, t0)
+            if j < len(stops) and stops[j] <= nxt:
+                pairs.append((t0, stops[j]))
+    sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
     if include_init and init is not None and "init_stop" in first and origin == init:
         sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
 

@@ -195,6 +195,26 @@ def test_mlperf_per_iteration_progress():
     assert np.median(d) < 0.1 * (tl.end_s / 15)
 
 
+def test_mlperf_v05_lines(tmp_path):
+    """The v0.5 style (``:::MLPv0.5.0 bench time (file:line) key: value``): epochs from the
+    successive train_epoch events, evaluations, run_final as the end."""
+    lines = [":::MLPv0.5.0 resnet 1000.000 (main.py:10) run_start"]
+    t = 1000.0
+    for epoch in range(6):
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:20) train_epoch: {epoch}")
+        t += 10.0
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:30) eval_start: {epoch}")
+        t += 2.0
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:40) eval_stop: {epoch}")
+    lines.append(f":::MLPv0.5.0 resnet {t + 0.5:.3f} (main.py:50) run_final")
+    p = tmp_path / "v05.log"
+    p.write_text("\n".join("[0] " + x for x in lines) + "\n")
+    tl = read_timeline(p)
+    assert tl.unit == "epoch" and tl.steps == 6 and tl.finished
+    assert tl.step_end_s[0] == pytest.approx(12.0) and tl.end_s == pytest.approx(72.5)
+    assert [round(s.end_s - s.begin_s, 3) for s in tl.sections] == [2.0] * 6
+
+
 def test_mlperf_epochs_give_the_total(tmp_path):
     """A log cut mid-run (no run_stop) has no total until --epochs or --total-steps say it;
     the epochs convert with the steps per epoch read from the log."""
