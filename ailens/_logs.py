@@ -4,10 +4,12 @@ a plain CSV. ``read_timeline`` picks the reader from the path's content.
 MLPerf logs (``mlperf_logging``): ``:::MLLOG {json}`` lines (v0.7 on), ``:::MLL <time> key:
 {json}`` (v0.6) and ``:::MLPv0.5.0 <benchmark> <time> (file:line) key: value`` (v0.5), with
 any prefix a launcher puts before them; gzip or plain text. The timeline's step is the finest
-unit of training progress the log has, in this order: ``epoch_stop`` (unit "epoch"),
-``block_stop`` (a block of ``epoch_count`` epochs), the training between evaluations (a log
-with ``eval_start``, or only ``eval_accuracy``, over one long block: unit "eval interval"),
-else the gaps between successive ``epoch_start``/``block_start``. Sections: ``eval_start`` ->
+unit of training progress the log has: per-iteration ``tracked_stats`` events whose ``step``
+advances regularly (unit "logged step"), when there are at least 20 and twice as many as
+epochs; else ``epoch_stop`` (unit "epoch"), ``block_stop`` (a block of ``epoch_count``
+epochs), the training between evaluations (a log with more ``eval_start``, or only
+``eval_accuracy``, than epoch or block starts: unit "eval interval"), or the gaps between
+successive ``epoch_start``/``block_start``. Sections: ``eval_start`` ->
 ``eval_stop`` ("eval") and ``init_start`` -> ``init_stop`` ("init"). The origin is
 ``init_start`` (``include_init``, what a user waits for) or ``run_start`` (what MLPerf scores);
 the end is ``run_stop``.
@@ -15,6 +17,7 @@ the end is ``run_stop``.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gzip
 import io
@@ -37,6 +40,10 @@ _V05_KEYS = {"train_epoch": "epoch_start", "run_final": "run_stop", "train_loop"
 _EPOCH_KEYS = ("epoch_num", "first_epoch_num")
 # The same event logged by several ranks lands within this many seconds.
 _SAME_EVENT_S = 2.0
+# Per-iteration progress is used when it is regular (this share of its gaps equal) and gives
+# at least this many steps (and twice the epochs' or blocks').
+_REGULAR_SHARE = 0.9
+_MIN_FINE_STEPS = 20
 
 
 class LogError(ValueError):
@@ -278,6 +285,28 @@ def _dedupe(events: list, key: str) -> list:
     return out
 
 
+def _regular_progress(events: list) -> tuple[list[float], float] | None:
+    """Times of the ``tracked_stats`` events whose numeric ``step`` advances by the same amount
+    each time (at least ``_REGULAR_SHARE`` of the gaps), one per step value; None when the log
+    has no such cadence."""
+    times, steps = [], []
+    for t, key, _, meta in events:
+        v = meta.get("step")
+        if key != "tracked_stats" or not _num(v):
+            continue
+        if steps and v <= steps[-1]:
+            continue  # another rank's copy, or a restart of the counter
+        times.append(t)
+        steps.append(float(v))
+    if len(steps) < 3:
+        return None
+    gaps = np.diff(steps)
+    gap = float(np.median(gaps))
+    if gap <= 0 or np.mean(np.isclose(gaps, gap)) < _REGULAR_SHARE:
+        return None
+    return times, gap
+
+
 def read_mlperf(
     path: str | Path, *, text: str | None = None, include_init: bool = True
 ) -> Timeline:
@@ -306,7 +335,11 @@ def read_mlperf(
         run_stop = None
 
     def inside(events):
-        return [e for e in events if run_start <= e[0] <= (run_stop or math.inf)]
+        # Events logged just after run_stop (a block_stop after it) belong to the run.
+        end = math.inf if run_stop is None else run_stop + _SAME_EVENT_S
+        return [
+            (min(e[0], end - _SAME_EVENT_S), *e[1:]) for e in events if run_start <= e[0] <= end
+        ]
 
     epoch_stop = inside(_dedupe(ev, "epoch_stop"))
     block_stop = inside(_dedupe(ev, "block_stop"))
@@ -324,7 +357,9 @@ def read_mlperf(
         unit, step_t = "block", [e[0] for e in block_stop]
         counts = [e[3].get("epoch_count") for e in block_start if _num(e[3].get("epoch_count"))]
         epochs_per_step = float(np.median(counts)) if counts else None
-    elif len(eval_start) >= 2 or len(eval_acc) >= 2:
+    elif (len(eval_start) >= 2 or len(eval_acc) >= 2) and max(
+        len(block_start), len(epoch_start)
+    ) < max(len(eval_start), len(eval_acc)):
         unit = "eval interval"
         marks = eval_start if len(eval_start) >= 2 else eval_acc
         step_t = [e[0] for e in marks]
@@ -346,21 +381,30 @@ def read_mlperf(
     else:
         raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
 
-    sections = []
-    for i, (t0, _, _, meta) in enumerate(eval_start):
-        ident = meta.get("epoch_num")
-        stop = next(
-            (
-                e
-                for e in eval_stop
-                if e[0] >= t0 and (ident is None or e[3].get("epoch_num") in (ident, None))
-            ),
-            None,
-        )
-        if stop is None and i < len(eval_stop) and eval_stop[i][0] >= t0:
-            stop = eval_stop[i]
-        if stop is not None:
-            sections.append(Section("eval", t0 - origin, stop[0] - origin))
+    # Per-iteration progress where the log has it: ``tracked_stats`` at a regular step
+    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs.
+    fine = _regular_progress(inside(ev))
+    if fine is not None and len(fine[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS):
+        epochs = len(step_t) * epochs_per_step if epochs_per_step else None
+        step_t, gap = fine
+        unit = f"logged step (+{gap:g} on the log's step counter)"
+        epochs_per_step = epochs / len(step_t) if epochs else None
+
+    # Evaluations pair by order when starts and stops match one to one; else each ends at the
+    # first eval_stop after its start and before the next start (logs disagree on the epoch
+    # numbers of a pair, and a TPU's evaluations can overlap).
+    stops = [e[0] for e in eval_stop]
+    starts = [e[0] for e in eval_start]
+    if len(starts) == len(stops) and all(b >= a for a, b in zip(starts, stops, strict=True)):
+        pairs = list(zip(starts, stops, strict=True))
+    else:
+        pairs = []
+        for i, t0 in enumerate(starts):
+            nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
+            j = bisect.bisect_left(stops, t0)
+            if j < len(stops) and stops[j] <= nxt:
+                pairs.append((t0, stops[j]))
+    sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
     if include_init and init is not None and "init_stop" in first and origin == init:
         sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
 
@@ -371,7 +415,9 @@ def read_mlperf(
         schedule["total_steps"] = len(steps)
     else:
         status = None
-    # The evaluation schedule the script had: its period and first evaluation, in steps.
+    # The evaluation schedule the script had, in steps: its period and first evaluation when
+    # the evaluations came regularly, else where each came (an epoch that is not a whole
+    # number of logged steps).
     if unit != "eval interval":
         at = sorted(
             {
@@ -381,11 +427,12 @@ def read_mlperf(
             }
         )
         at = [a for a in at if a > 0]
-        if len(at) >= 2:
-            period = int(np.median(np.diff(at)))
-            if period > 0:
-                schedule["eval_every_steps"] = period
-                schedule["eval_start_step"] = at[0]
+        gaps = set(np.diff(at).tolist())
+        if len(gaps) == 1 and min(gaps) > 0:
+            schedule["eval_every_steps"] = int(gaps.pop())
+            schedule["eval_start_step"] = at[0]
+        elif len(at) >= 2:
+            schedule["eval_at_steps"] = at
     else:
         schedule["eval_every_steps"] = 1
     meta_keys = (

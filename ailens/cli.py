@@ -813,7 +813,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
     for frac, r in rows:
         if r is None:
             continue
-        where = f"at {100 * frac:g}% " if frac is not None else "now, "
+        where = f"at {100 * frac:g}% " if frac is not None else "now "
         out.append(
             f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, {_fmt(r.elapsed_s)} elapsed):"
         )

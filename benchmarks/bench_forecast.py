@@ -726,6 +726,7 @@ def record(args) -> int:
             if code:
                 print(f"   failed with exit code {code}; not stored", flush=True)
                 continue
+            _keep_loaded(out)
             if out.exists():
                 shutil.rmtree(out)
             out.mkdir(parents=True)
@@ -754,6 +755,19 @@ def record(args) -> int:
                 flush=True,
             )
     return 0
+
+
+def _keep_loaded(out: Path) -> None:
+    """A loaded recording stored under ``out`` moves to the first free ``<case>-recN``: the
+    robustness set keeps it when the case is recorded again."""
+    case = _read_json(out / "case.json")
+    if case is None or _source(case) != "recorded-loaded":
+        return
+    n = 0
+    while (dst := out.with_name(f"{out.name}-rec{n}")).exists():
+        n += 1
+    out.rename(dst)
+    print(f"   the loaded recording {out.name} moved to {dst.name} (robustness set)", flush=True)
 
 
 def _quiet_load(args, *, wait: float) -> float | None:

@@ -179,6 +179,42 @@ def test_mlperf_logs_of_several_rounds(rel, unit, evals):
     assert r.at_fraction(0.5).progress_bar_total_s is not None
 
 
+def test_mlperf_per_iteration_progress():
+    """Regular per-iteration tracked_stats (every 50 iterations) are the steps where the log
+    has them; evaluations every epoch, not a whole number of those steps, are listed."""
+    tl = read_timeline(
+        MLPERF / "v3.0/ASUSTeK/ESC4000-E11-4xA100-PCIE-80GB/maskrcnn/result_0.txt.gz"
+    )
+    assert tl.unit.startswith("logged step") and tl.steps == tl.total_steps == 551
+    evals = [s for s in tl.sections if s.name == "eval"]
+    at = tl.schedule["eval_at_steps"]
+    assert len(at) == len(evals) and len(set(np.diff(at).tolist())) > 1
+    assert tl.steps_per_epoch == pytest.approx(551 / 15)
+    # Each step is about the same time (50 iterations), unlike the epochs it replaces.
+    d = np.diff(tl.step_end_s)
+    assert np.median(d) < 0.1 * (tl.end_s / 15)
+
+
+def test_mlperf_v05_lines(tmp_path):
+    """The v0.5 style (``:::MLPv0.5.0 bench time (file:line) key: value``): epochs from the
+    successive train_epoch events, evaluations, run_final as the end."""
+    lines = [":::MLPv0.5.0 resnet 1000.000 (main.py:10) run_start"]
+    t = 1000.0
+    for epoch in range(6):
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:20) train_epoch: {epoch}")
+        t += 10.0
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:30) eval_start: {epoch}")
+        t += 2.0
+        lines.append(f":::MLPv0.5.0 resnet {t:.3f} (main.py:40) eval_stop: {epoch}")
+    lines.append(f":::MLPv0.5.0 resnet {t + 0.5:.3f} (main.py:50) run_final")
+    p = tmp_path / "v05.log"
+    p.write_text("\n".join("[0] " + x for x in lines) + "\n")
+    tl = read_timeline(p)
+    assert tl.unit == "epoch" and tl.steps == 6 and tl.finished
+    assert tl.step_end_s[0] == pytest.approx(12.0) and tl.end_s == pytest.approx(72.5)
+    assert [round(s.end_s - s.begin_s, 3) for s in tl.sections] == [2.0] * 6
+
+
 def test_mlperf_epochs_give_the_total(tmp_path):
     """A log cut mid-run (no run_stop) has no total until --epochs or --total-steps say it;
     the epochs convert with the steps per epoch read from the log."""
@@ -306,3 +342,32 @@ def test_cli_forecast_errors(tmp_path, capsys):
     good.write_text("0,1\n1,2\n2,3\n")
     with pytest.raises(SystemExit):
         cli_main(["forecast", str(good), "--at", "150%"])
+
+
+def test_cli_forecast_running_csv_and_run_dir(tmp_path, capsys):
+    """A running job's CSV: the forecast now, once --total-steps says how long the run is;
+    an ailens run directory reads the same way."""
+    p = tmp_path / "steps.csv"
+    p.write_text("".join(f"{i},{0.5 * (i + 1):.3f}\n" for i in range(60)))
+    assert cli_main(["forecast", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "total unknown" in out and "now (step 60, 30.00s elapsed)" in out
+    assert cli_main(["forecast", str(p), "--total-steps", "120", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (row,) = doc["at"]
+    assert row["steps_done"] == 60
+    assert row["predicted_total_s"] == pytest.approx(60.0, rel=0.01)
+    assert row["progress_bar_total_s"] == pytest.approx(60.0)
+    assert cli_main(["forecast", str(p), "--at", "10%"]) == 2
+    assert "--total-steps" in capsys.readouterr().err
+
+    clock = Clock()
+    with ailens.Lens(
+        run_dir=tmp_path / "run", clock=clock, work_counter=WorkCounter(clock), framework="test"
+    ) as lens:
+        for _ in range(40):
+            clock.now += 10**9
+            lens.step_end()
+    assert cli_main(["forecast", str(tmp_path / "run"), "--at", "50%"]) == 0
+    out = capsys.readouterr().out
+    assert "ailens run" in out and "at 50% (step 20/40" in out and "actual end" in out
