@@ -22,13 +22,14 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import os
 import secrets
 import socket
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -338,27 +339,49 @@ class Lens:
         total_steps: int | None = None,
         steps_per_epoch: int | None = None,
         epochs: int | None = None,
-        eval_every_epochs: int | None = None,
+        eval_every_epochs: float | None = None,
         eval_every_steps: int | None = None,
         eval_steps: int | None = None,
         checkpoint_every_steps: int | None = None,
+        eval_start_step: int | None = None,
+        eval_start_epoch: float | None = None,
+        eval_at_steps: Sequence[int] | None = None,
+        eval_at_epochs: Sequence[float] | None = None,
     ) -> None:
         """What the run will do, as far as the script or framework knows it: total steps
-        (or steps per epoch x epochs), how often evaluation comes and how many batches it
-        runs (``eval_steps``), how often checkpoints come. The forecast schedules the
-        remaining occurrences from it. Keys left None stay unknown."""
+        (or steps per epoch x epochs), when evaluation comes and how many batches it runs
+        (``eval_steps``), how often checkpoints come. The forecast schedules the remaining
+        occurrences from it. Keys left None stay unknown.
+
+        Evaluation positions count steps done: an evaluation "at step k" runs after the k-th
+        step ends; "at epoch e" after ``e x steps_per_epoch`` steps. Periodic evaluations
+        come every ``eval_every_steps`` steps or ``eval_every_epochs`` epochs (a float: a
+        period that is not a whole number of steps lands on the nearest step), from
+        ``eval_start_step`` / ``eval_start_epoch`` (default: one period in); listed ones at
+        ``eval_at_steps`` / ``eval_at_epochs``. Both may be given: the union is scheduled."""
         if total_steps is None and steps_per_epoch and epochs:
             total_steps = int(steps_per_epoch) * int(epochs)
-        known = {
+        counts = {
             "total_steps": total_steps,
             "steps_per_epoch": steps_per_epoch,
             "epochs": epochs,
-            "eval_every_epochs": eval_every_epochs,
             "eval_every_steps": eval_every_steps,
             "eval_steps": eval_steps,
             "checkpoint_every_steps": checkpoint_every_steps,
         }
-        sched = {k: int(v) for k, v in known.items() if v}
+        sched: dict = {k: int(v) for k, v in counts.items() if v}
+        if eval_every_epochs:
+            sched["eval_every_epochs"] = _number("eval_every_epochs", eval_every_epochs)
+        for key, value in (
+            ("eval_start_step", eval_start_step),
+            ("eval_start_epoch", eval_start_epoch),
+        ):
+            if value is not None:
+                sched[key] = _number(key, value, whole=key.endswith("step"))
+        for key, values in (("eval_at_steps", eval_at_steps), ("eval_at_epochs", eval_at_epochs)):
+            if values is not None:
+                whole = key.endswith("steps")
+                sched[key] = sorted({_number(key, v, whole=whole) for v in values})
         if sched:
             self._add_mark({"kind": "schedule", **sched})
 
@@ -732,3 +755,15 @@ def _process_start_wall_ns() -> int | None:
         return int(psutil.Process().create_time() * 1e9)
     except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: unknown
         return None
+
+
+def _number(key: str, value, *, whole: bool = False) -> int | float:
+    """A schedule value: a finite number >= 0 (a whole one for step counts), as JSON keeps it."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x) or x < 0 or (whole and x != int(x)):
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"set_schedule: {key} must be {kind} >= 0, got {value!r}")
+    return int(x) if whole or x == int(x) else x

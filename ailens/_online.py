@@ -18,7 +18,6 @@ import logging
 import math
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
-from ._forecast import Forecast, Forecaster, Prediction, Snapshot, t_quantile
+from ._forecast import EARLY_SHARE, Forecast, Forecaster, Prediction, Snapshot, t_quantile
 from .phases import SIZE_KEY_FACTOR, OnlinePhases
 
 log = logging.getLogger("ailens")
@@ -34,13 +33,13 @@ log = logging.getLogger("ailens")
 # Live forecast.json: at most every this many steps and seconds (plus progress lines,
 # signature and finish), so the file costs the training loop nothing measurable.
 _WRITE_EVERY_STEPS = 100
-_WRITE_EVERY_SECONDS = 2.0
+_WRITE_EVERY_NS = 2_000_000_000
 # Forecast history kept for plots: thinned by half whenever it reaches this length.
 _HISTORY_CAP = 512
 # The early forecast of a run that never reached its signature is the one made here.
 EARLY_FRACTION = 0.10
-# lens.forecast recomputes at most this often (seconds); it is read every step.
-_LIVE_REFRESH_S = 0.1
+# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step.
+_LIVE_REFRESH_NS = 100_000_000
 # Step ends are queued and folded into the forecast in bulk, at the latest after this many
 # steps or this much training time (or at any reading): a step end costs an append, and the
 # forecast's work runs in one warm loop instead of once after every (cache-cold) step.
@@ -89,8 +88,8 @@ class OnlineAnalysis:
         self.end_ns: int | None = None
         self.io_failed = False
         self._last_write_step = 0
-        self._last_write_time = time.monotonic()
-        self._live_cache: tuple[float, LiveForecast] | None = None
+        self._last_write_ns = 0  # the Lens's clock, like every time here
+        self._live_cache: tuple[int, LiveForecast] | None = None
         self.job_offset_s: float | None = None  # process start -> Lens start (set by the Lens)
         self.exit_wall_ns: int | None = None
         self.process_start_wall_ns: int | None = None
@@ -198,7 +197,7 @@ class OnlineAnalysis:
     def _converged(self, p: Prediction) -> bool:
         """The signature rule: enough steps, and the forecast's interval within the tolerance
         (the step time's, while the total is unknown)."""
-        if p.steps_done < self.cfg.signature_min_steps or p.step_time_s is None:
+        if p.steps_done < self._signature_min_steps() or p.step_time_s is None:
             return False
         rel = p.half_width_rel
         level = self.forecaster.level
@@ -207,15 +206,30 @@ class OnlineAnalysis:
             rel = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
         return rel is not None and rel <= self.cfg.signature_rel_tol
 
+    @property
+    def now_ns(self) -> int:
+        """The Lens's clock at the latest step end (a replay's clock follows the log)."""
+        return self._queued[-1] if self._queued else self.forecaster.t_last
+
+    def _signature_min_steps(self) -> int:
+        """``signature_min_steps``, or 5 % of a run of tens of steps (epochs, blocks): the
+        interval decides there, not a count of steps meant for runs of thousands."""
+        n = self.total_steps
+        m = self.cfg.signature_min_steps
+        return min(m, max(math.ceil(EARLY_SHARE * n), 2)) if n else m
+
     def live_forecast(self) -> LiveForecast | None:
-        """The current prediction; recomputed at most every 0.1 s, so it can be read every
-        step."""
-        now = time.monotonic()
+        """The current prediction; recomputed at most every 0.1 s of the Lens's clock (or
+        after a quarter more steps), so it can be read every step."""
+        now = self.now_ns
         cached = self._live_cache
-        if cached is not None and (
-            cached[1].step == self.steps or now - cached[0] < _LIVE_REFRESH_S
-        ):
-            return cached[1]
+        if cached is not None:
+            step = cached[1].step
+            # Also after a quarter more steps: a short run's first forecast (its first steps
+            # slow) must not stand for all of it when it lasts less than the refresh time.
+            fresh = now - cached[0] < _LIVE_REFRESH_NS and self.steps - step < max(step // 4, 1)
+            if step == self.steps or fresh:
+                return cached[1]
         self._catch_up()
         p = self.forecaster.predict()
         if p.step_time_s is None:
@@ -307,7 +321,7 @@ class OnlineAnalysis:
         every = self.cfg.progress_every
         line = bool(every) and s % every == 0
         due = s - self._last_write_step >= _WRITE_EVERY_STEPS and (
-            time.monotonic() - self._last_write_time >= _WRITE_EVERY_SECONDS
+            self.now_ns - self._last_write_ns >= _WRITE_EVERY_NS
         )
         if not (line or due):
             return
@@ -378,7 +392,7 @@ class OnlineAnalysis:
         if self.io_failed or not self.live:
             return
         self._last_write_step = self.steps
-        self._last_write_time = time.monotonic()
+        self._last_write_ns = self.now_ns
         doc = self._forecast_doc(final=final)
         if doc is None:
             return

@@ -1,22 +1,36 @@
-"""Forecast accuracy: ailens against the progress-bar ETA, on a corpus of recorded runs replayed
-deterministically, and live on the examples.
+"""Forecast accuracy: ailens against the progress-bar ETA and Composer's RuntimeEstimator, on
+a corpus of real runs replayed deterministically, and live on the examples.
 
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json   # replay the corpus
-    .venv/bin/python benchmarks/bench_forecast.py record                   # (re)record real runs
+    .venv/bin/python benchmarks/bench_forecast.py record                   # re-record (quiet!)
     .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
 
-``corpus`` replays every run stored under ``benchmarks/forecast_corpus/`` (real runs of the
-examples, recorded once by ``record`` with the command and load average beside each) and a
-set of synthetic runs with known answers (a real Lens driven by a fake clock: steady, noisy,
-evaluation marked or not, checkpoints, changes of speed, one-off pauses, drift). Each run is
-fed through the same code as ``ailens predict`` (``analyze`` -> ``OnlineAnalysis``); at 1, 5,
-10 and 20 % of the steps it takes the forecast made at that step and the progress-bar ETA a
-user already has (elapsed + remaining steps x mean step time so far, as tqdm and Keras'
-progbar compute it), both scored against the run's actual total.
+``corpus`` replays, each tagged with its ``source``:
 
-Goals (issue "Forecasts that beat a progress bar"): median |error| at 5 % <= 1 %; on every
-run |ailens| <= |naive| + 0.25 points at 5, 10 and 20 %; interval coverage >= 90 %;
-signature at <= 5 % of the steps on every run with step CV <= 10 %.
+- ``mlperf``: the MLPerf Training logs under ``benchmarks/forecast_corpus/mlperf/`` (real
+  large-scale runs; see its README for provenance and the selection rule), through the public
+  timeline API (``ailens.read_timeline`` -> ``ailens.forecast_timeline``), from ``run_start``
+  to ``run_stop``, with the run's real number of steps given (MLPerf runs stop at a target
+  accuracy: the forecaster gets what a progress bar is given);
+- ``recorded``: runs of the examples recorded by ``record`` on a quiet machine (1-minute load
+  average <= 0.5 before the run, not forced), through the same code as ``ailens predict``
+  (``analyze`` -> ``OnlineAnalysis``);
+- ``recorded-loaded``: recordings made while other work shared the machine (every run recorded
+  before the load check existed): a robustness set, reported apart, never in the headline;
+- ``synthetic``: runs with known answers (a real Lens driven by a fake clock: steady, noisy,
+  evaluation marked or not, checkpoints, changes of speed, one-off pauses, drift).
+
+At 1, 5, 10, 20 and 50 % of the steps it takes the forecast a user would have read at that step,
+the progress-bar ETA (elapsed + remaining steps x mean step time so far, as tqdm and Keras'
+progbar compute it) and Composer's RuntimeEstimator (``ailens._baselines``), all scored against
+the run's actual total. The headline (``summary``) is over the real runs (``mlperf`` and
+``recorded``); ``synthetic`` and ``recorded-loaded`` are reported apart. The table groups by
+source and by model family.
+
+Goals (issue 21): median |error| <= 2 % at 5 %, <= 1 % at 10 %, <= 0.5 % at 20 %; closer than
+the better baseline on >= 80 % of (run, fraction) points and worse by > 0.25 points on <= 5 %;
+95 % interval coverage 90-98 %; a signature on >= 90 % of runs at a median <= 10 % of the steps
+with median |error| <= 1 % there.
 """
 
 from __future__ import annotations
@@ -41,11 +55,18 @@ sys.path.insert(0, str(REPO))
 import ailens  # noqa: E402
 from ailens import load_run  # noqa: E402
 from ailens._analysis import analyze  # noqa: E402
-from ailens._forecast import naive_total_s  # noqa: E402
+from ailens._baselines import composer_total_s, naive_total_s  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
-FRACTIONS = (1, 5, 10, 20)
+MLPERF = CORPUS / "mlperf"
+FRACTIONS = (1, 5, 10, 20, 50)
+SCORED = ("5", "10", "20", "50")  # the fractions the summaries score
 BIN = Path(sys.executable).parent
+# A recording counts as made on a quiet machine below this 1-minute load average.
+QUIET_LOAD = 0.5
+# The headline figures: real runs on quiet machines (synthetic runs and loaded recordings are
+# reported apart).
+HEADLINE_SOURCES = ("mlperf", "recorded")
 
 
 def loadavg() -> str:
@@ -59,36 +80,96 @@ def loadavg() -> str:
 
 
 def replay(run_dir: Path) -> dict:
-    """Score one recorded run: forecast and progress bar at each fraction of the steps."""
+    """Score one recorded run: forecast, progress bar and Composer at each fraction of the
+    steps."""
     seen: dict[int, tuple] = {}
     a = analyze(load_run(run_dir), watch=lambda oa: _watch(oa, seen))
     f = a.forecast
     if f is None or not f.actual_total_s or not f.total_steps:
         raise ValueError(f"{run_dir}: no finished run with a known total ({a.warnings})")
-    n, actual = f.total_steps, f.actual_total_s
-    row = {"steps": n, "ranks": a.ranks, "actual_total_s": actual}
-    err = {"ailens": {}, "naive": {}}
-    covered = {}
-    for pct in FRACTIONS:
-        s = max(1, math.floor(pct / 100 * n))
-        pred, interval, naive = seen.get(s, (None, None, None))
-        err["ailens"][str(pct)] = None if pred is None else 100 * (pred - actual) / actual
-        err["naive"][str(pct)] = None if naive is None else 100 * (naive - actual) / actual
-        covered[str(pct)] = None if interval is None else interval[0] <= actual <= interval[1]
-    row["error_pct"] = err
-    row["covered"] = covered
+    row = _score(f.total_steps, f.actual_total_s, seen)
+    row["ranks"] = a.ranks
     row["signature_fraction"] = f.signature_fraction
+    row["signature_error_pct"] = f.error_pct if f.basis == "signature" else None
     row["step_cv"] = _step_cv(a)
     return row
 
 
+def _score(n: int, actual: float, seen: dict[int, tuple]) -> dict:
+    """The row of one run from (predicted, interval, progress bar, Composer) by steps done."""
+    row = {"steps": n, "actual_total_s": actual}
+    err: dict = {"ailens": {}, "naive": {}, "composer": {}}
+    covered, half = {}, {}
+    for pct in FRACTIONS:
+        s = max(1, math.floor(pct / 100 * n))
+        pred, interval, naive, comp = seen.get(s, (None, None, None, None))
+        k = str(pct)
+        err["ailens"][k] = _pct(pred, actual)
+        err["naive"][k] = _pct(naive, actual)
+        err["composer"][k] = _pct(comp, actual)
+        covered[k] = None if interval is None else interval[0] <= actual <= interval[1]
+        half[k] = None if interval is None else 100 * (interval[1] - interval[0]) / 2 / pred
+    row["error_pct"] = err
+    row["covered"] = covered
+    row["half_width_pct"] = half
+    return row
+
+
+def _pct(v: float | None, actual: float) -> float | None:
+    return None if v is None else 100 * (v - actual) / actual
+
+
 def _watch(oa, seen: dict) -> None:
     p = oa.predict()
+    evals = {
+        k: [x for _, x in v] for k, v in oa.forecaster.sections.items() if k.startswith("eval")
+    }
     seen[p.steps_done] = (
         p.predicted_total_s,
         p.interval_s,
         naive_total_s(p.elapsed_s, p.steps_done, p.total_steps),
+        composer_total_s(p.elapsed_s, p.steps_done, p.total_steps, evals),
     )
+
+
+def replay_mlperf(path: Path) -> dict:
+    """Score one MLPerf log through the public timeline API (run_start to run_stop, the
+    run's real number of steps given)."""
+    tl = ailens.read_timeline(path, include_init=False)
+    r = ailens.forecast_timeline(tl)
+    if not r.actual_total_s or not tl.total_steps:
+        raise ValueError(f"{path}: no finished run (run_stop) in the log")
+    seen = {
+        x.steps_done: (
+            x.predicted_total_s,
+            x.interval_s,
+            x.progress_bar_total_s,
+            x.composer_total_s,
+        )
+        for x in r.steps
+    }
+    row = _score(tl.total_steps, r.actual_total_s, seen)
+    f = r.forecast
+    n = tl.total_steps
+    row["ranks"] = None
+    row["unit"] = tl.unit
+    row["signature_fraction"] = None if r.signature_step is None else r.signature_step / n
+    row["signature_error_pct"] = f.error_pct if f is not None and f.basis == "signature" else None
+    row["step_cv"] = _timeline_cv(tl)
+    row["evaluations"] = sum(s.name == "eval" for s in tl.sections)
+    return row
+
+
+def _timeline_cv(tl) -> float:
+    """Coefficient of variation of a timeline's step times after the warm-up, sections out."""
+    t = np.asarray(tl.step_end_s)
+    d = np.diff(np.concatenate(([0.0], t)))
+    for sec in tl.sections:
+        i = int(np.searchsorted(t, sec.end_s, side="left"))
+        if i < len(d) and (i == 0 or sec.begin_s >= t[i - 1]):
+            d[i] -= sec.end_s - sec.begin_s
+    d = d[2:]
+    return float(d.std() / d.mean()) if len(d) > 1 and d.mean() > 0 else 0.0
 
 
 def _step_cv(a) -> float:
@@ -221,6 +302,25 @@ SYNTHETIC = (
 
 def corpus(args) -> int:
     rows = []
+    index = MLPERF / "index.json"
+    if not args.no_mlperf and index.is_file():
+        for x in json.loads(index.read_text()):
+            try:
+                row = replay_mlperf(MLPERF / x["file"])
+            except ValueError as e:
+                print(f"skipped {x['file']}: {e}", file=sys.stderr)
+                continue
+            rows.append(
+                {
+                    "name": "mlperf/" + x["file"].removesuffix(".txt.gz"),
+                    "kind": "mlperf",
+                    "source": "mlperf",
+                    "family": _FAMILY.get(x["benchmark"], x["benchmark"]),
+                    "structure": ["eval"] if row["evaluations"] else [],
+                    "nodes": x.get("nodes_from_name"),
+                    **row,
+                }
+            )
     for d in sorted(p for p in args.dir.iterdir() if (p / "case.json").is_file()):
         case = json.loads((d / "case.json").read_text())
         try:
@@ -232,6 +332,8 @@ def corpus(args) -> int:
             {
                 "name": d.name,
                 "kind": _load_group(case),
+                "source": _source(case),
+                "family": d.name.split("-")[0],
                 "structure": case["structure"],
                 "load": [case.get("load_before"), case.get("load_after")],
                 **row,
@@ -248,19 +350,51 @@ def corpus(args) -> int:
                         {
                             "name": f"synthetic/{name}/{seed}",
                             "kind": "synthetic",
+                            "source": "synthetic",
+                            "family": "synthetic",
                             "structure": structure,
                             **row,
                         }
                     )
-    summary = summarise(rows)
+    headline = [r for r in rows if r["source"] in HEADLINE_SOURCES]
+    summary = summarise(headline)
     groups = {k: summarise([r for r in rows if r["kind"] == k]) for k in _kinds(rows)}
+    by_source = {
+        k: summarise([r for r in rows if r["source"] == k]) for k in _values(rows, "source")
+    }
+    by_family = {
+        f"{src}/{fam}": summarise([r for r in rows if r["source"] == src and r["family"] == fam])
+        for src, fam in sorted({(r["source"], r["family"]) for r in rows})
+    }
     print(table(rows, summary))
-    for kind, s in groups.items():
-        print(f"\n-- {kind} ({s['runs']} runs)\n" + "\n".join(summary_lines(s)))
+    print("\n" + group_table("source", by_source))
+    print("\n" + group_table("source/family", by_family))
+    for src, sm in by_source.items():
+        print(f"\n-- {src} ({sm['runs']} runs)\n" + "\n".join(summary_lines(sm)))
+    print(f"\n-- headline: real runs, {' + '.join(HEADLINE_SOURCES)} ({summary['runs']} runs)")
+    print("\n".join(summary_lines(summary)))
     if args.json:
-        doc = {"runs": rows, "summary": summary, "summary_by_kind": groups}
+        doc = {
+            "runs": rows,
+            "summary": summary,
+            "summary_by_kind": groups,
+            "summary_by_source": by_source,
+            "summary_by_family": by_family,
+        }
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
+
+
+# MLPerf benchmark names -> model family (v0.6 Google logs call Mask R-CNN "mask").
+_FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
+
+
+def _source(case: dict) -> str:
+    """ "recorded" for a recording made on a quiet machine (the recorder's load check passed,
+    not forced), else "recorded-loaded"."""
+    before = case.get("load_1min_before")
+    quiet = before is not None and float(before) <= QUIET_LOAD and not case.get("forced")
+    return "recorded" if quiet else "recorded-loaded"
 
 
 def _load_group(case: dict) -> str:
@@ -275,6 +409,10 @@ def _load_group(case: dict) -> str:
 
 def _kinds(rows: list[dict]) -> list[str]:
     return sorted({r["kind"] for r in rows})
+
+
+def _values(rows: list[dict], key: str) -> list[str]:
+    return sorted({r[key] for r in rows})
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -299,6 +437,34 @@ def summarise(rows: list[dict]) -> dict:
         if r["step_cv"] <= 0.10
         and (r["signature_fraction"] is None or r["signature_fraction"] > 0.05)
     ]
+    # Against the better of the two baselines, at 5/10/20/50 %: a point where ailens has no
+    # forecast yet (but a baseline has) counts as worse.
+    points = closer = worse_best = no_forecast = 0
+    for r in rows:
+        e = r["error_pct"]
+        for pct in SCORED:
+            base = [abs(v) for v in (e["naive"][pct], e["composer"].get(pct)) if v is not None]
+            if not base:
+                continue
+            points += 1
+            ours = e["ailens"][pct]
+            if ours is None:
+                no_forecast += 1
+                worse_best += 1
+                continue
+            closer += abs(ours) < min(base)
+            worse_best += abs(ours) > min(base) + 0.25
+    cov_scored = [r["covered"][p] for r in rows for p in SCORED if r["covered"].get(p) is not None]
+    half = [
+        r["half_width_pct"][p]
+        for r in rows
+        for p in SCORED
+        if r.get("half_width_pct", {}).get(p) is not None
+    ]
+    sig = [r["signature_fraction"] for r in rows if r["signature_fraction"] is not None]
+    sig_err = [
+        abs(r["signature_error_pct"]) for r in rows if r.get("signature_error_pct") is not None
+    ]
     return {
         "runs": len(rows),
         "median_abs_error_5pct": {"ailens": _median(at5), "naive": _median(at5n)},
@@ -306,7 +472,30 @@ def summarise(rows: list[dict]) -> dict:
         "coverage": sum(cov) / len(cov) if cov else None,
         "pairs": len(cov),
         "late_signature_cv_le_10pct": late,
+        "median_abs_error_pct": {
+            who: {p: _median(_abs_errors(rows, who, p)) for p in SCORED}
+            for who in ("ailens", "naive", "composer")
+        },
+        # Runs each median is over (ailens has no forecast before its warm-up is done).
+        "forecasts": {
+            who: {p: len(_abs_errors(rows, who, p)) for p in SCORED}
+            for who in ("ailens", "naive", "composer")
+        },
+        "points": points,
+        "closer_than_best_baseline_pct": 100 * closer / points if points else None,
+        "worse_than_best_baseline_pct": 100 * worse_best / points if points else None,
+        "no_forecast_points": no_forecast,
+        "coverage_95_pct": 100 * sum(cov_scored) / len(cov_scored) if cov_scored else None,
+        "coverage_points": len(cov_scored),
+        "median_half_width_pct": _median(half),
+        "signature_rate_pct": 100 * len(sig) / len(rows) if rows else None,
+        "signature_median_fraction": _median(sig),
+        "signature_median_abs_error_pct": _median(sig_err),
     }
+
+
+def _abs_errors(rows: list[dict], who: str, pct: str) -> list[float]:
+    return [abs(r["error_pct"][who][pct]) for r in rows if r["error_pct"][who].get(pct) is not None]
 
 
 def _median(x: list[float]) -> float | None:
@@ -319,39 +508,81 @@ def _f(x, spec="+.2f") -> str:
 
 def table(rows: list[dict], s: dict) -> str:
     out = [
-        f"{'run':<40} {'steps':>6} {'cv':>5} {'sig%':>5}  "
-        + "  ".join(f"{p:>2}%: ailens  naive  in" for p in FRACTIONS)
+        f"{'run':<44} {'steps':>6} {'cv':>5} {'sig%':>5}  "
+        + "  ".join(f"{p:>2}%: ailens  naive compsr in" for p in FRACTIONS)
     ]
     for r in rows:
         sig = r["signature_fraction"]
         line = (
-            f"{r['name'][:40]:<40} {r['steps']:>6} {r['step_cv']:>5.2f} "
+            f"{r['name'][-44:]:<44} {r['steps']:>6} {r['step_cv']:>5.2f} "
             f"{'  n/a' if sig is None else f'{100 * sig:5.1f}'}  "
         )
         cells = []
         for p in FRACTIONS:
             k = str(p)
             c = r["covered"][k]
+            e = r["error_pct"]
             cells.append(
-                f"    {_f(r['error_pct']['ailens'][k]):>6} {_f(r['error_pct']['naive'][k]):>6} "
+                f"    {_f(e['ailens'][k]):>6} {_f(e['naive'][k]):>6} {_f(e['composer'][k]):>6} "
                 f"{'  ' if c is None else ('ok' if c else '--')}"
             )
         out.append(line + "  ".join(cells))
-    return "\n".join([*out, "", *summary_lines(s)])
+    return "\n".join(out)
+
+
+def group_table(title: str, groups: dict[str, dict]) -> str:
+    """One line per group: median |error| of ailens / progress bar / Composer at 5, 10, 20 and
+    50 %, points closer than the better baseline, worse by > 0.25, coverage, half-width,
+    signature."""
+    head = (
+        f"{title:<26} {'runs':>4}  "
+        + "  ".join(f"{p:>2}%: ail/bar/cmp    " for p in SCORED)
+        + "  closer worse  cov   hw%   sig%  sig@  err@sig"
+    )
+    out = [head]
+    for name, s in groups.items():
+        m = s["median_abs_error_pct"]
+        cells = "  ".join(
+            f"{_f(m['ailens'][p], '.2f'):>5}/{_f(m['naive'][p], '.2f'):>5}/"
+            f"{_f(m['composer'][p], '.2f'):>5}"
+            for p in SCORED
+        )
+        sig_at = s["signature_median_fraction"]
+        out.append(
+            f"{name[:26]:<26} {s['runs']:>4}  {cells}  "
+            f"{_f(s['closer_than_best_baseline_pct'], '5.1f'):>6} "
+            f"{_f(s['worse_than_best_baseline_pct'], '5.1f'):>5} "
+            f"{_f(s['coverage_95_pct'], '5.1f'):>5} {_f(s['median_half_width_pct'], '5.2f'):>5} "
+            f"{_f(s['signature_rate_pct'], '5.1f'):>5} "
+            f"{_f(None if sig_at is None else 100 * sig_at, '5.1f'):>5} "
+            f"{_f(s['signature_median_abs_error_pct'], '5.2f'):>7}"
+        )
+    return "\n".join(out)
 
 
 def summary_lines(s: dict) -> list[str]:
-    m = s["median_abs_error_5pct"]
+    m = s["median_abs_error_pct"]
+    errs = "; ".join(
+        f"{p} %: ailens {_f(m['ailens'][p], '.2f')}, bar {_f(m['naive'][p], '.2f')}, "
+        f"Composer {_f(m['composer'][p], '.2f')}"
+        for p in SCORED
+    )
+    sig_at = s["signature_median_fraction"]
+    k = s["forecasts"]["ailens"]
     return [
-        f"median |error| at 5 %: ailens {_f(m['ailens'], '.2f')} %, progress bar "
-        f"{_f(m['naive'], '.2f')} %  (goal <= 1 %)",
-        f"interval coverage: {_f(None if s['coverage'] is None else 100 * s['coverage'], '.1f')} % "
-        f"of {s['pairs']} (run, fraction) pairs  (goal >= 90 %)",
-        f"worse than the progress bar by > 0.25 points at 5/10/20 %: "
-        f"{len(s['worse_than_naive'])}  {', '.join(s['worse_than_naive'][:12])}",
-        f"signature later than 5 % on runs with step CV <= 10 %: "
-        f"{len(s['late_signature_cv_le_10pct'])}  "
-        + ", ".join(s["late_signature_cv_le_10pct"][:12]),
+        f"median |error| (%) {errs}  (goals 2 / 1 / 0.5 at 5 / 10 / 20 %)",
+        "  ailens forecasts at 5/10/20/50 %: on "
+        + "/".join(str(k[p]) for p in SCORED)
+        + f" of {s['runs']} runs (the medians are over those)",
+        f"closer than the better baseline on {_f(s['closer_than_best_baseline_pct'], '.1f')} % "
+        f"of {s['points']} (run, 5/10/20/50 %) points (goal >= 80 %); worse by > 0.25 points on "
+        f"{_f(s['worse_than_best_baseline_pct'], '.1f')} % (goal <= 5 %), "
+        f"{s['no_forecast_points']} of them without an ailens forecast yet",
+        f"95 % interval coverage {_f(s['coverage_95_pct'], '.1f')} % of {s['coverage_points']} "
+        f"points (goal 90-98 %); median half-width {_f(s['median_half_width_pct'], '.2f')} %",
+        f"signature on {_f(s['signature_rate_pct'], '.1f')} % of runs (goal >= 90 %), at a median "
+        f"{_f(None if sig_at is None else 100 * sig_at, '.1f')} % of the steps (goal <= 10 %), "
+        f"median |error| there {_f(s['signature_median_abs_error_pct'], '.2f')} % (goal <= 1 %)",
     ]
 
 
@@ -469,7 +700,10 @@ CASES = {
 
 def record(args) -> int:
     names = args.only.split(",") if args.only else list(CASES)
-    for name in names:
+    for i, name in enumerate(names):
+        load = _quiet_load(args, wait=0 if i == 0 else args.settle)
+        if load is None:
+            return 2
         script, ranks, flags, structure, slow_at = CASES[name]
         out = args.dir / name
         with tempfile.TemporaryDirectory() as tmp:
@@ -492,6 +726,7 @@ def record(args) -> int:
             if code:
                 print(f"   failed with exit code {code}; not stored", flush=True)
                 continue
+            _keep_loaded(out)
             if out.exists():
                 shutil.rmtree(out)
             out.mkdir(parents=True)
@@ -506,6 +741,10 @@ def record(args) -> int:
                 "slowdown_at_fraction": slow_at,
                 "load_before": before,
                 "load_after": loadavg(),
+                "load_1min_before": round(load, 2),
+                "load_1min_after": round(os.getloadavg()[0], 2),
+                "max_load": args.max_load,
+                "forced": bool(args.force and load > args.max_load),
                 "wall_s": round(time.time() - t0, 1),
                 "recorded": time.strftime("%Y-%m-%d %H:%M:%S%z"),
                 "cores": os.cpu_count(),
@@ -516,6 +755,45 @@ def record(args) -> int:
                 flush=True,
             )
     return 0
+
+
+def _keep_loaded(out: Path) -> None:
+    """A loaded recording stored under ``out`` moves to the first free ``<case>-recN``: the
+    robustness set keeps it when the case is recorded again."""
+    case = _read_json(out / "case.json")
+    if case is None or _source(case) != "recorded-loaded":
+        return
+    n = 0
+    while (dst := out.with_name(f"{out.name}-rec{n}")).exists():
+        n += 1
+    out.rename(dst)
+    print(f"   the loaded recording {out.name} moved to {dst.name} (robustness set)", flush=True)
+
+
+def _quiet_load(args, *, wait: float) -> float | None:
+    """The 1-minute load average once it is at most ``--max-load`` (waiting up to ``wait``
+    seconds for the previous case's load to decay); None (with the reason printed) when it
+    stays above and ``--force`` was not given. Timings recorded beside other work follow the
+    neighbours, not the training."""
+    deadline = time.monotonic() + wait
+    while True:
+        load = os.getloadavg()[0]
+        if load <= args.max_load:
+            return load
+        if args.force:
+            print(f"   load {load:.2f} > {args.max_load}: recording anyway (--force); the case "
+                  "is marked forced and stays out of the headline", flush=True)  # fmt: skip
+            return load
+        if time.monotonic() >= deadline:
+            print(
+                f"bench_forecast record: the 1-minute load average is {load:.2f} > "
+                f"{args.max_load}: other work is running on this machine, and recorded step "
+                "times would follow it. Record on a quiet machine (no other jobs, test suites "
+                "or builds), or pass --force to record anyway (cases marked forced).",
+                file=sys.stderr,
+            )
+            return None
+        time.sleep(5)
 
 
 def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> int:
@@ -592,6 +870,7 @@ def live(args) -> int:
             )
     summary = summarise(rows)
     print(table(rows, summary))
+    print("\n".join(summary_lines(summary)))
     print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
     if args.json:
         args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
@@ -606,9 +885,25 @@ def main() -> int:
     c.add_argument("--json", type=Path)
     c.add_argument("--seeds", type=int, default=2, help="seeds per synthetic scenario")
     c.add_argument("--no-synthetic", action="store_true")
+    c.add_argument("--no-mlperf", action="store_true", help="leave the MLPerf logs out")
     r = sub.add_parser("record", help="run the examples and store their traces in the corpus")
     r.add_argument("--dir", type=Path, default=CORPUS)
     r.add_argument("--only", help="comma-separated case names: " + ", ".join(CASES))
+    r.add_argument(
+        "--max-load",
+        type=float,
+        default=QUIET_LOAD,
+        help=f"refuse to record above this 1-minute load average (default {QUIET_LOAD})",
+    )
+    r.add_argument(
+        "--settle",
+        type=float,
+        default=300,
+        help="seconds to wait between cases for the previous run's load to decay (default 300)",
+    )
+    r.add_argument(
+        "--force", action="store_true", help="record even on a loaded machine (cases marked forced)"
+    )
     v = sub.add_parser("live", help="run examples end to end now and score their forecasts")
     v.add_argument("--examples", default="kmeans-2,resnet50-ddp-2,mnist-torch-2")
     v.add_argument("--json", type=Path)

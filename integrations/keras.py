@@ -94,6 +94,7 @@ class LensCallback(_callback_base()):
         self._hvd = False
         self._progbar = False
         self._refresh_at = 0.0
+        self._shown_step = 1  # the step of the forecast shown
         self._shown: dict[str, float] = {}
         self._in_fit = False
         # tf-keras: logs may stay tensors for us (we only add to them), so this callback
@@ -135,13 +136,16 @@ class LensCallback(_callback_base()):
             self.model.stop_training = True
 
     def _show_forecast(self, logs: dict) -> None:
-        # Reading the forecast costs ~40 us: refresh it twice a second, not every batch.
+        # Reading the forecast costs ~40 us: refresh it twice a second, not every batch, and
+        # whenever the steps doubled (a run shorter than the refresh time still gets the
+        # forecast of its later steps, not of its first, slow ones).
         now = time.monotonic()
-        if now >= self._refresh_at:
+        if now >= self._refresh_at or self.lens.steps >= 2 * self._shown_step:
             f = self.lens.forecast
             if f is not None and f.predicted_total_s is not None:
                 self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}
                 self._refresh_at = now + PROGBAR_REFRESH_S
+                self._shown_step = max(f.step, 1)
         logs.update(self._shown)
 
     def on_test_begin(self, logs=None) -> None:

@@ -165,7 +165,10 @@ def test_a_forecast_from_the_first_steps_after_warm_up():
     f = Forecaster(warmup_steps=2)
     f.on_schedule({"total_steps": 1000})
     preds = _feed(f, [1.0, 0.5] + [0.1] * 10)  # two slow warm-up steps
-    assert preds[2].predicted_total_s is None  # one step after warm-up: no spread yet
+    # One step after warm-up: a forecast, with the prior spread (a step is no certainty).
+    one = preds[2]
+    assert one.predicted_total_s == pytest.approx(1.6 + 997 * 0.1)
+    assert one.half_width_rel > 0.05
     p = preds[4]
     assert p.predicted_total_s == pytest.approx(1.5 + 0.3 + 995 * 0.1)
     lo, hi = p.interval_s
@@ -290,7 +293,9 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
             oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
             if ready_at is None and p.steps_done >= 10 and p.half_width_rel <= 0.02:
                 ready_at = p.steps_done
-    assert oa.signature_step == ready_at is not None and ready_at <= 100  # <= 5 % of 2000
+    # By 15 % of 2000 steps: the step time's possible wander over the rest of the run (2 %,
+    # a prior) keeps a 2 % interval from coming before about 10 %.
+    assert oa.signature_step == ready_at is not None and ready_at <= 300
     f = oa.forecast()
     assert f.basis == "signature" and f.made_at_step == ready_at
 

@@ -1,0 +1,423 @@
+"""The forecast's mechanisms on real runs' structure (issue 21): each test reproduces a way the
+forecast once lost to a progress bar on real training logs. A real Lens driven by a clock
+that follows the timeline, or the Forecaster fed step ends and sections."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ailens
+from ailens import load_run
+from ailens._analysis import analyze
+from ailens._forecast import EvalPlan, Forecaster, Schedule
+
+
+class Clock:
+    """A Lens clock that follows the timeline (ns)."""
+
+    def __init__(self) -> None:
+        self.now = 10**9
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += int(round(seconds * 1e9))
+
+
+class Counter:
+    kind, unit, fallback_reason = "cpu-ns", "ns", None
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+
+    def read(self) -> int:
+        return self.clock.now
+
+    def close(self) -> None:
+        pass
+
+
+def _lens(tmp_path, **cfg):
+    clock = Clock()
+    lens = ailens.Lens(run_dir=tmp_path, clock=clock, work_counter=Counter(clock), **cfg)
+    return lens, clock
+
+
+def _feed(f: Forecaster, durations_s, *, sections=None, t_ns: int = 0):
+    """Step durations into ``f``; ``sections``: {steps done: (name, seconds)} after that
+    step. Returns the prediction after each step and the end time."""
+    out = []
+    for i, d in enumerate(durations_s):
+        t_ns += int(round(d * 1e9))
+        f.on_step(t_ns)
+        if sections and i + 1 in sections:
+            name, secs = sections[i + 1]
+            f.on_section(name, i + 1, t_ns, t_ns + int(round(secs * 1e9)))
+            t_ns += int(round(secs * 1e9))
+        out.append(f.predict())
+    return out, t_ns
+
+
+def _noisy(n, mean=1.0, cv=0.02, seed=0):
+    return np.random.default_rng(seed).normal(mean, cv * mean, n).clip(mean * 0.3)
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+def test_set_schedule_says_starts_listed_evaluations_and_fractional_periods(tmp_path):
+    lens, clock = _lens(tmp_path)
+    lens.set_schedule(
+        total_steps=1000, steps_per_epoch=10, eval_every_epochs=2.5, eval_start_epoch=40
+    )
+    lens.set_schedule(eval_at_steps=[7, 3], eval_at_epochs=[1.5])
+    sched = lens.online.forecaster.schedule
+    assert sched.eval_every_epochs == 2.5 and sched.eval_start_epoch == 40
+    assert sched.eval_at_steps == (3, 7) and sched.eval_at_epochs == (1.5,)
+    plan = sched.eval_plan()
+    # Every 25 steps from step 400 (epoch 40), and at steps 3, 7 and 15 (epoch 1.5).
+    assert plan.count(0, 1000) == 3 + len(range(400, 1001, 25))
+    assert plan.count(401, 424) == 0 and plan.count(401, 425) == 1
+    for _ in range(5):
+        clock.advance(1.0)
+        lens.step_end()
+    lens.close()
+    # The schedule is a mark of the trace: the offline analysis sees the same.
+    marks = [m for m in load_run(tmp_path).ranks[0].marks if m["kind"] == "schedule"]
+    assert marks[0]["eval_every_epochs"] == 2.5 and marks[1]["eval_at_steps"] == [3, 7]
+    fed = []
+    analyze(load_run(tmp_path), watch=fed.append)
+    assert fed[-1].forecaster.schedule == sched
+    with pytest.raises(ValueError, match="eval_at_steps"):
+        lens.set_schedule(eval_at_steps=[1.5])
+
+
+def test_an_evaluation_period_that_is_not_a_whole_number_of_steps_lands_on_the_nearest():
+    plan = EvalPlan(period=2.5, start=2.5)
+    hits = [k for k in range(0, 21) if plan.count(k, k)]
+    assert hits == [3, 5, 8, 10, 13, 15, 18, 20]  # floor(2.5 j + 0.5)
+    assert plan.count(0, 20) == len(hits)
+    s = Schedule()
+    s.update({"total_steps": 100, "eval_every_steps": 10, "eval_start_step": 0})
+    assert s.eval_plan().count(0, 100) == 11  # 0, 10, ..., 100
+
+
+# --------------------------------------------------------------------------- 1. no zero level
+
+
+def test_the_first_forecast_after_warm_up_has_a_level_and_an_interval(tmp_path):
+    """Issue 21, 1: the first forecast after the warm-up once had a step level of 0 (the
+    regime's first steps were kept out of its sums) and a zero-width interval."""
+    lens, clock = _lens(tmp_path, total_steps=40)
+    for _ in range(4):
+        clock.advance(1.0)
+        lens.step_end()
+    live = lens.forecast
+    assert live.step == 4 and live.step_time_s == pytest.approx(1.0)
+    assert live.predicted_total_s == pytest.approx(40.0)
+    lo, hi = live.interval_s
+    assert lo < 40.0 < hi  # two or three identical steps do not make a certainty
+    lens.close()
+
+
+def test_two_steps_after_the_warm_up_give_their_mean_not_zero():
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 1000})
+    preds, _ = _feed(f, [3.0, 2.0, 1.0, 1.2])
+    p = preds[3]
+    assert p.step_time_s == pytest.approx(1.1)
+    assert p.predicted_total_s == pytest.approx(7.2 + 996 * 1.1)
+    assert p.interval_s[1] - p.interval_s[0] > 0
+
+
+# --------------------------------------------------------------------------- 8. Lens clock
+
+
+def test_lens_forecast_is_refreshed_on_the_lens_clock(tmp_path):
+    """Issue 21, 8: ``lens.forecast`` was refreshed on the machine's monotonic clock, so a
+    Lens on another clock (a replay, a test) read a forecast made steps earlier."""
+    lens, clock = _lens(tmp_path, total_steps=100)
+    for i in range(30):
+        clock.advance(1.0 + 0.5 * (i >= 15))  # a lasting change of speed at step 15
+        lens.step_end()
+        live = lens.forecast
+        if live is not None:
+            assert live.step == i + 1
+            assert live.elapsed_s == pytest.approx((clock.now - 10**9) / 1e9)
+    assert lens.forecast.step_time_s == pytest.approx(1.5)
+    lens.close()
+
+
+# --------------------------------------------------------------------------- 2. announced evals
+
+
+def _steady(n, mean=1.0):
+    return [mean] * n
+
+
+def test_an_announced_evaluation_not_seen_yet_moves_the_forecast():
+    """Issue 21, 2: an evaluation the schedule announced cost 0 s until the first one was
+    seen: telling ailens the schedule only widened the interval."""
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "steps_per_epoch": 100, "eval_every_epochs": 1})
+    p = _feed(f, _noisy(50))[0][-1]
+    train = p.elapsed_s + 950 * p.step_time_s
+    ev = next(c for c in p.components if c.name == "section eval (not seen yet)")
+    assert ev.remaining == 10 and ev.source.startswith("assumed")
+    # A prior share of the run's training for all of them (5 %): it moves the forecast.
+    assert p.predicted_total_s == pytest.approx(train + 0.05 * 1000 * p.step_time_s, rel=1e-3)
+    for share in (0.005, 0.05, 0.12):  # evaluations from 0.5 % to 12 % of the training
+        truth = train + share * 1000
+        assert p.interval_s[0] <= truth <= p.interval_s[1]
+
+
+def test_eval_steps_give_the_announced_evaluation_a_forward_only_cost():
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "eval_every_steps": 100, "eval_steps": 30})
+    p = _feed(f, _steady(50))[0][-1]
+    ev = next(c for c in p.components if c.name == "section eval (not seen yet)")
+    assert ev.per_occurrence_s == pytest.approx(30 / 3)  # 30 batches at 1/3 of a step
+    assert p.predicted_total_s == pytest.approx(1000 + 10 * 10, rel=1e-6)
+
+
+def test_an_evaluation_schedule_with_a_start_is_forecast_from_it():
+    """Evaluations every 20 epochs from epoch 100, of a 200-epoch run: none before."""
+    f = Forecaster()
+    f.on_schedule(
+        {
+            "total_steps": 2000,
+            "steps_per_epoch": 10,
+            "eval_every_epochs": 20,
+            "eval_start_epoch": 100,
+            "eval_steps": 60,
+        }
+    )
+    p = _feed(f, _steady(50))[0][-1]
+    ev = next(c for c in p.components if c.name.startswith("section eval"))
+    assert ev.remaining == 6  # after epochs 100, 120, ..., 200
+    assert p.predicted_total_s == pytest.approx(2000 + 6 * 20, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- 3. cold first
+
+
+def test_a_cold_first_evaluation_is_not_averaged_into_the_remaining_ones():
+    """Issue 21, 3: first evaluations take 1.4-3x later ones (compilation, caches); the plain
+    mean of those seen over-forecast every remaining one."""
+    evals = {k: ("eval", 3.0 if k == 100 else 1.0) for k in range(100, 1001, 100)}
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000})
+    preds, end = _feed(f, _steady(1000), sections=evals)
+    truth = end / 1e9
+    p = preds[349]  # three evaluations seen: 3 s, 1 s, 1 s
+    ev = next(c for c in p.components if c.name == "section eval")
+    assert ev.per_occurrence_s == pytest.approx(1.0) and ev.remaining == 7
+    assert p.predicted_total_s == pytest.approx(truth, abs=0.05)
+    # With only the cold one seen, its excess is not carried whole to the remaining ones.
+    q = preds[149]
+    assert abs(q.predicted_total_s - truth) < 9 * (3.0 - 1.0)
+    assert q.interval_s[0] <= truth <= q.interval_s[1]
+
+
+# --------------------------------------------------------------------------- 4. evidence
+
+
+def test_a_lone_spike_on_a_schedule_period_is_not_a_recurring_extra():
+    """Issue 21, 4: one 2.9 s hiccup on a period the schedule names was forecast again on
+    every remaining position of that period."""
+    d = list(_noisy(120, 1.0, cv=0.01))
+    d[57] += 2.9
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "steps_per_epoch": 25})
+    preds = _feed(f, d)[0]
+    for p in preds[57:]:  # from the spike on, also before the next position (step 82) passed
+        assert not [c for c in p.components if c.name.startswith("every")], p.steps_done
+        left = 1000 - p.steps_done
+        assert p.predicted_total_s == pytest.approx(p.elapsed_s + left, rel=0.01)
+
+
+def test_eval_every_step_and_a_run_of_slow_steps_is_no_extra_on_every_step():
+    d = list(_noisy(80, 1.0, cv=0.01))
+    for k, extra in zip(range(60, 66), (0.6, 2.5, 1.1, 3.0, 0.8, 1.9), strict=True):
+        d[k] += extra  # slow steps of scattered sizes: no change of speed, no period
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "eval_every_steps": 1})
+    preds = _feed(f, d)[0]
+    plain = Forecaster()
+    plain.on_schedule({"total_steps": 1000})
+    for p, q in zip(preds[60:], _feed(plain, d)[0][60:], strict=True):
+        assert not [c for c in p.components if c.name.startswith("every")], p.steps_done
+        # The schedule changes nothing: the slow steps count as they would without it.
+        assert p.predicted_total_s == pytest.approx(q.predicted_total_s)
+
+
+def test_a_burst_of_slow_steps_on_an_even_period_is_no_extra():
+    d = list(_noisy(80, 1.0, cv=0.01))
+    for k, extra in zip(range(60, 66), (0.6, 2.5, 1.1, 3.0, 0.8, 1.9), strict=True):
+        d[k] += extra
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "checkpoint_every_steps": 2})
+    for p in _feed(f, d)[0][60:]:
+        assert not [c for c in p.components if c.name.startswith("every")], p.steps_done
+
+
+# --------------------------------------------------------------------------- 5. jitter
+
+
+def test_evaluations_whose_gaps_jitter_by_a_step_are_scheduled():
+    """Issue 21, 5: evaluations every 33 or 34 steps (a period of 33.3) became a one-off."""
+    at = [round(100 * j / 3) for j in range(1, 31)]  # 33, 67, 100, 133, ..., 1000
+    evals = {k: ("eval", 5.0) for k in at}
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000})
+    preds, end = _feed(f, _steady(1000), sections=evals)
+    p = preds[209]  # 6 seen: 33, 67, 100, 133, 167, 200
+    ev = next(c for c in p.components if c.name == "section eval")
+    # 24 to come; the last one, at the run's very end, is within the jitter of it.
+    assert ev.source == "learned" and ev.remaining in (23, 24)
+    assert p.predicted_total_s == pytest.approx(end / 1e9, abs=5.5)
+    lo, hi = p.interval_s
+    assert lo <= end / 1e9 <= hi
+
+
+def test_in_step_extras_on_a_jittered_period_are_learned():
+    d = list(_noisy(300, 0.1, cv=0.02, seed=4))
+    at = [round(37.5 * j) for j in range(1, 8)]  # 38, 75, 112, 150, 188, 225, 262
+    for k in at:
+        d[k] += 0.5
+    f = Forecaster()
+    f.on_schedule({"total_steps": 3000})
+    p = _feed(f, d)[0][-1]
+    comp = next(c for c in p.components if c.name.startswith("every 37."))
+    assert comp.source == "learned" and comp.per_occurrence_s == pytest.approx(0.5, rel=0.1)
+    assert comp.remaining == pytest.approx((3000 - 300) / 37.5, abs=1)
+
+
+# --------------------------------------------------------------------------- 7. coarse
+
+
+@pytest.mark.parametrize("n", [28, 44, 98])
+def test_a_run_of_tens_of_steps_has_a_forecast_at_5_percent(n):
+    """Issue 21, 7: epochs or blocks as steps: the forecast needed warmup_steps + 2 steps."""
+    d = [1.5] + [1.0] * (n - 1)  # an epoch with the start-up in it, then steady ones
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": n})
+    preds, end = _feed(f, d)
+    p = preds[max(1, n * 5 // 100) - 1]
+    assert p.predicted_total_s is not None
+    lo, hi = p.interval_s
+    assert lo <= end / 1e9 <= hi
+
+
+# --------------------------------------------------------------------------- beside the steps
+
+
+def test_a_section_that_runs_beside_the_steps_costs_no_time_of_its_own():
+    """An asynchronous evaluation: steps end while it runs, so its time overlaps theirs; it
+    once was scheduled as if training waited for it (MLPerf SSD: +70 % at 20 % of the run)."""
+    f = Forecaster()
+    f.on_schedule({"total_steps": 200, "eval_every_steps": 20, "eval_start_step": 20})
+    t, preds = 0, []
+    for i in range(100):
+        t += 1_000_000_000
+        f.on_step(t)
+        k = i + 1
+        if k % 20 == 2:  # began after step k - 2 ended, 2.5 s long: steps went on meanwhile
+            f.on_section("eval", k - 2, t - 2_000_000_000, t + 500_000_000)
+        preds.append(f.predict())
+    p = preds[-1]
+    assert p.predicted_total_s == pytest.approx(200 * 1.0, rel=0.01)
+    ev = next(c for c in p.components if c.name == "section eval")
+    assert ev.schedule == "beside the steps" and ev.remaining == 0
+
+
+def test_a_section_ending_with_a_step_is_inside_it_in_a_timeline():
+    """A log whose evaluation ends on the same clock reading as the step (MLPerf unet3d: the
+    block's end is logged after the evaluation's): the section is part of that step's
+    interval, not beside the steps, and not counted twice."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends, sections, t = [], [], 0.0
+    for k in range(1, 41):
+        t += 10.0
+        if k > 10:  # an evaluation at the end of each step from step 11: 3 s
+            sections.append(Section("eval", t, t + 3.0))
+            t += 3.0
+        ends.append(t)
+    tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 40}, end_s=t)
+    r = forecast_timeline(tl)
+    p = r.at_step(20)
+    assert p.step_time_s == pytest.approx(10.0)
+    # Within one evaluation: whether one follows the last step is not in the data.
+    assert p.predicted_total_s == pytest.approx(t, abs=3.01)
+
+
+# --------------------------------------------------------------------------- long warm-up
+
+
+def test_a_warm_up_that_settles_slowly_is_forecast_from_where_it_ends():
+    """Steps settling from 1.5 s to 1.0 s over 30 steps: the steps to come start where the
+    line ends, not at the mean of the settling ones."""
+    d = [1.5 - 0.5 * i / 30 for i in range(30)] + [1.0] * 270
+    f = Forecaster()
+    f.on_schedule({"total_steps": 300})
+    preds, end = _feed(f, d)
+    p = preds[29]
+    assert p.step_time_s == pytest.approx(1.0, rel=0.05)
+    assert p.interval_s[0] <= end / 1e9 <= p.interval_s[1]
+
+
+def _blocks(n=100, block_s=10.0, eval_from=40, eval_s=3.0, seed=0):
+    """A run of ``n`` blocks with evaluations after each block from ``eval_from`` on."""
+    from ailens import Section
+
+    rng = np.random.default_rng(seed)
+    ends, sections, t = [], [], 0.0
+    for k in range(1, n + 1):
+        t += block_s * rng.normal(1, 0.003)
+        ends.append(t)
+        if k >= eval_from:
+            sections.append(Section("eval", t, t + eval_s))
+            t += eval_s
+    return ends, sections, t
+
+
+def test_a_coarse_run_told_only_its_length_has_no_early_wrong_signature():
+    """Issue 21, 7: with only total_steps, the signature fired early and wrong on runs whose
+    evaluations had not started (MLPerf unet3d: evaluations from 40-70 % of the blocks)."""
+    from ailens import Timeline, forecast_timeline
+
+    ends, sections, t = _blocks()
+    r = forecast_timeline(Timeline(tuple(ends), tuple(sections), {"total_steps": 100}, end_s=t))
+    sig = r.signature_step
+    assert sig is None or (sig > 40 and abs(r.at_step(sig).predicted_total_s - t) / t < 0.01)
+
+
+@pytest.mark.parametrize("n", [28, 60])
+def test_a_coarse_run_gets_its_signature_once_its_parts_are_known(n):
+    """The same honesty must not cost the signature where the run's structure is known: an
+    evaluation after every epoch, announced."""
+    from ailens import Timeline, forecast_timeline
+
+    ends, sections, t = _blocks(n, eval_from=1)
+    sched = {"total_steps": n, "eval_every_steps": 1}
+    r = forecast_timeline(Timeline(tuple(ends), tuple(sections), sched, end_s=t))
+    assert r.signature_step is not None and r.signature_step <= n // 2
+    assert r.at_step(r.signature_step).predicted_total_s == pytest.approx(t, rel=0.01)
+
+
+def test_spikes_whose_gaps_jitter_by_a_few_percent_are_matched_within_that():
+    """Gaps of 298, 280, 283, 295 steps agree within 5 %: the fitted positions may sit a few
+    steps off each spike, which must still be on it (it once matched none, and the forecast
+    raised)."""
+    d = list(_noisy(1500, 0.1, cv=0.02, seed=5))
+    for k in (300, 598, 878, 1161, 1456):
+        d[k] += 0.6
+    f = Forecaster()
+    f.on_schedule({"total_steps": 5000})
+    p = _feed(f, d)[0][-1]
+    comp = next(c for c in p.components if c.name.startswith("every"))
+    assert comp.source == "learned" and comp.per_occurrence_s == pytest.approx(0.6, rel=0.1)
+    assert comp.remaining == pytest.approx(3500 / 289, abs=1)
