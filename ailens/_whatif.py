@@ -397,6 +397,12 @@ def features(a, *, warmup: int | None = None) -> RunFeatures:
     return feats
 
 
+def prepare(a, *, warmup: int | None = None) -> tuple[RunFeatures, dict]:
+    """The run's features and the per-step arrays the what-if replays, extracted once:
+    ``whatif(a, ..., prepared=prepare(a))`` for many targets of one run."""
+    return _features(a, warmup)
+
+
 def _features(a, warmup: int | None):
     warm = a.config.warmup_steps if warmup is None else int(warmup)
     meta = a.run.meta
@@ -1096,6 +1102,7 @@ def whatif(
     calibration: dict | None = None,
     fixed_dataset: bool = True,
     warmup: int | None = None,
+    prepared=None,
 ) -> list[WhatIfRow]:
     """Predicted step time, total time, speedup, efficiency and comm % on each target.
 
@@ -1103,7 +1110,9 @@ def whatif(
     ``fixed_dataset`` the steps scale by p/p'. ``mode="strong"``: global batch fixed,
     per-rank compute x p/p', steps unchanged. ``ranks_per_node``, ``cores_per_node``,
     ``threads_per_rank`` describe the target nodes (default: what the run had; ranks per
-    node defaults to "all on one node" for a single-host run).
+    node defaults to "all on one node" for a single-host run). ``prepared``: what
+    :func:`prepare` extracted from ``a`` (with the same ``warmup``), to evaluate many
+    targets of one run without extracting its features again.
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"mode={mode!r}: choose weak or strong")
@@ -1116,7 +1125,7 @@ def whatif(
     ):
         if v is not None and not v > 0:
             raise ValueError(f"{name} must be > 0, got {v}")
-    feats, ctx = _features(a, warmup)
+    feats, ctx = prepared if prepared is not None else _features(a, warmup)
     steps: _Steps = ctx["steps"]
     cal = calibration if calibration is not None else load_calibration(a.run.path)
     model = scaling_model(a, calibration=cal, ranks_per_node=ranks_per_node, feats=feats)
