@@ -99,6 +99,7 @@ CASES = (
     Case("mnist_ddp", "torch-ddp", "torchrun", 2, "mnist_ddp.py", ("torch",)),
     Case("mnist_hvd", "horovod-torch", "horovodrun", 2, "mnist_hvd.py", ("horovod.torch",)),
     Case("ddp_2ms", "torch-ddp", "torchrun", 2, "ddp_2ms.py", ("torch",)),
+    Case("ddp_hook_floor", "torch-ddp", "torchrun", 2, "ddp_hook_floor.py", ("torch",)),
     Case("keras_hvd", "keras+horovod", "horovodrun", 2, "keras_hvd.py", ("tf_keras", "horovod.tensorflow.keras")),  # noqa: E501
     Case("keras_plain", "keras", "python", 1, "keras_plain.py", ("tf_keras",)),
 )  # fmt: skip
