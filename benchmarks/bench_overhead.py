@@ -4,6 +4,7 @@
     python benchmarks/bench_overhead.py --kind step --cases mnist_ddp,ddp_2ms --pairs 10
     python benchmarks/bench_overhead.py --kind job --job-pairs 5 --json jobs.json
     python benchmarks/bench_overhead.py --smoke --force                      # tiny sizes, 1 pair
+    python benchmarks/bench_overhead.py --kind close                         # Lens.close() ms
 
 It refuses to start while the 1-minute load average is above 0.5 (``--force`` measures
 anyway) and writes the load before and after into the JSON (``load_before``, ``load_after``).
@@ -334,6 +335,42 @@ def job_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def close_times(steps: int, per_step: int, repeats: int) -> dict:
+    """``Lens.close()`` on one rank after ``steps`` steps of ``per_step`` collectives, in this
+    process (an injected clock makes the run ~10 ms a step long without taking that long):
+    the close's own milliseconds, ``repeats`` runs."""
+    sys.path.insert(0, str(REPO))
+    from ailens import Lens
+
+    class Clock:  # the run's clock: ~1 ms between collectives, a spike every 500 steps
+        now = 0
+
+        def __call__(self) -> int:
+            self.now += 1
+            return self.now
+
+    times = []
+    for _ in range(repeats):
+        clock, run_dir = Clock(), tempfile.mkdtemp(prefix="ailens-close-")
+        try:
+            lens = Lens(run_dir=run_dir, clock=clock, counter="cpu-ns")
+            for s in range(steps):
+                for _ in range(per_step):
+                    clock.now += 900_000
+                    lens.collective_begin("allreduce", 4096)
+                    clock.now += 50_000
+                    lens.collective_end()
+                clock.now += 40_000_000 if s % 500 == 499 else 100_000
+                lens.step_end()
+            t0 = time.perf_counter()
+            lens.close()
+            times.append(round((time.perf_counter() - t0) * 1e3, 2))
+        finally:
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return {"steps": steps, "collectives": steps * per_step, "close_ms": times,
+            "loadavg": list(os.getloadavg())}  # fmt: skip
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'case':<14} {'framework':<16} {'ranks':>5} {'step ms':>9} {'ratio':>8} "
             f"{'95% CI':>19} {'+us/step':>9} {'load 1m':>7}")  # fmt: skip
@@ -363,10 +400,12 @@ def main() -> int:
     p.add_argument("--json", metavar="OUT", help="write the rows to this JSON file")
     p.add_argument(
         "--kind",
-        choices=("step", "job", "both"),
+        choices=("step", "job", "both", "close"),
         default="both",
-        help="step cases (A/B inside one run), job cases (whole launches), or both",
+        help="step cases (A/B inside one run), job cases (whole launches), both; close: "
+        "Lens.close() after --close-steps steps of 10 collectives, one rank, in this process",
     )
+    p.add_argument("--close-steps", type=int, default=25_000, help="steps before close")
     p.add_argument("--cases", help="comma-separated case and job names (default: all)")
     p.add_argument("--pairs", type=int, default=20, help="plain/lensed block pairs per case")
     p.add_argument("--block-s", type=float, default=1.0, help="target seconds per block")
@@ -399,6 +438,14 @@ def main() -> int:
         print(f"bench_overhead: 1-minute load average {load_before[0]:.2f} > {MAX_LOAD}: the "
               "machine is not quiet; run alone, or pass --force", file=sys.stderr)  # fmt: skip
         return 2
+    if args.kind == "close":
+        got = close_times(args.close_steps, 10, 1 if args.smoke else 5)
+        print(f"Lens.close after {got['collectives']:,} collectives ({got['steps']:,} steps, one "
+              f"rank): {got['close_ms']} ms (load {got['loadavg'][0]:.2f})")  # fmt: skip
+        if args.json:
+            doc = {"close": got, "load_before": load_before, "load_after": list(os.getloadavg())}
+            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
     rows, job_rows = [], []
     for items, runner, dest in ((steps, run_case, rows), (jobs, run_job, job_rows)):
         for case in items:
