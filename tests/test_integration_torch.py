@@ -38,7 +38,7 @@ def run_ddp(tmp_path: Path, *args: str, env: dict | None = None, ranks: int = 2)
         *args,
     ]
     return rank_results(
-        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT
+        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT, ranks=ranks
     )
 
 
