@@ -407,6 +407,10 @@ def _write_missing_record(args, run, a) -> None:
         from ._analysis import analyze
 
         a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
+    # The record's what-if grid replays every training step per target layout: minutes on
+    # a run of tens of thousands of steps. Say so before the wait.
+    print(f"ailens: writing {path} (the run's signature record, {len(a.step_end_s):,} steps; "
+          "--no-record skips it)", file=sys.stderr)  # fmt: skip
     try:
         write_record(args.run_dir, signature_record(a))
     except OSError as e:
