@@ -911,25 +911,25 @@ class WhatIfRow:
 
 
 def _target_durations(
-    feats: RunFeatures, model: ScalingModel, ops, nbytes, pure, q: int, links: str
+    feats: RunFeatures, model: ScalingModel, ops, nbytes, pure, q: int, links: str, keys=None
 ) -> np.ndarray:
     """Per tick: pure collective duration on the target, ``d + T(q, links) - T(p, run)``
-    (the run's own overhead above its cost model kept); nothing at 1 rank."""
+    (the run's own overhead above its cost model kept); nothing at 1 rank. ``keys``:
+    :func:`_tick_keys` of the ticks, when the caller has them."""
     if q == 1:
         return np.zeros(len(pure))
     p = feats.layout.ranks
     out = np.array(pure, dtype=np.float64)
     if q == p and links == model.run_links:
         return out
-    cache: dict = {}
-    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
-        key = (o, int(n))
-        if key not in cache:
-            t_q = model.time(o, q, n, links)
-            t_p = model.time(o, p, n, model.run_links) if p > 1 else 0.0
-            cache[key] = t_q - t_p
-        out[i] = max(out[i] + cache[key], 0.0)
-    return out
+    uniq, inv = keys if keys is not None else _tick_keys(ops, nbytes)
+    added = np.array(
+        [
+            model.time(o, q, n, links) - (model.time(o, p, n, model.run_links) if p > 1 else 0.0)
+            for o, n in uniq
+        ]
+    )
+    return np.maximum(out + added[inv], 0.0) if len(out) else out
 
 
 @dataclass(frozen=True)
@@ -1027,68 +1027,153 @@ def _group(off: np.ndarray, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> tu
             x, done = last, tau
 
 
+@dataclass(frozen=True)
+class _Flat:
+    """Every step's collective groups, one row each in replay order: the step it belongs
+    to, its first tick, whether it is a lone collective (those are replayed all at once by
+    :func:`_lone_queue`), and the others as (row, ticks, offsets) for :func:`_group`."""
+
+    step: np.ndarray
+    tick: np.ndarray
+    single: np.ndarray
+    multi: tuple
+
+
+def _flatten(groups: list) -> _Flat:
+    step, tick, single, multi = [], [], [], []
+    for k, gl in enumerate(groups):
+        for ticks, off in gl:
+            if len(ticks) != 1:
+                multi.append((len(step), ticks, off))
+            step.append(k)
+            tick.append(int(ticks[0]))
+            single.append(len(ticks) == 1)
+    return _Flat(
+        np.array(step, dtype=np.int64),
+        np.array(tick, dtype=np.int64),
+        np.array(single, dtype=bool),
+        tuple(multi),
+    )
+
+
 @dataclass
 class _Replay:
     """The source's collective groups with their compute offsets as they would be without
     the contention the source had, and what the model says the source waited."""
 
-    groups: list  # per step: [(ticks, pure offsets)]
+    flat: _Flat  # the groups (multi-collective ones with their uncontended offsets)
     span_meas: np.ndarray  # per step: measured compute inside group spans
     span_pure: np.ndarray
     exposed: np.ndarray  # per step: modelled exposed comm at the source
+
+
+def _lone_queue(dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> np.ndarray:
+    """When each queue emptied, for many one-collective groups at once: :func:`_group` with
+    a single offset 0 (the compute reaches it at once, so the collective has the rank's
+    cores to itself with the transport's idle threads). The same floating-point operations
+    as :func:`_group`, so the same figures; NaN where it cannot tell (replay with it)."""
+    d = np.asarray(dur, dtype=np.float64)
+    measured = share.cores <= share.threads + 1e-9
+    plain = not cpu.any() and not (measured and np.isfinite(cpu[:, 1]).any())
+    if plain and share.rate(0.0) == 1.0:
+        return 0.0 + d
+    # _waterfill of the rank's cores between the collective's demand and the background.
+    c, bg = share.cores, share.background
+    with np.errstate(divide="ignore", invalid="ignore"):
+        demand = np.where(d > 0, cpu[:, 0] / d, 0.0)
+        got = np.where(
+            demand <= bg, np.minimum(demand, c / 2), np.minimum(demand, c - min(bg, c / 2))
+        )
+        speed = np.minimum(np.where(demand > 0, got / demand, 1.0), 1.0)
+        dt = d / speed
+        done = d - speed * dt <= 1e-15  # one pass of _group's event loop finishes it
+        w = np.where(speed > 0, np.maximum(0.0 + dt, 0.0), 0.0)
+    w[(speed > 0) & ~done | np.isnan(speed) | ~(d >= 0)] = np.nan
+    return w
+
+
+def _queues(fl: _Flat, dur: np.ndarray, cpu: np.ndarray, share: _Cpu, f: float = 1.0):
+    """(compute reached the last offset, queue emptied) of every group of ``fl`` with its
+    offsets x ``f`` (see :func:`_group`)."""
+    xs = np.zeros(len(fl.step))
+    ws = np.zeros(len(fl.step))
+    t = fl.tick[fl.single]
+    ws[fl.single] = _lone_queue(dur[t], cpu[t], share)
+    for i in np.flatnonzero(np.isnan(ws)).tolist():
+        ticks = fl.tick[i : i + 1]
+        xs[i], ws[i] = _group(np.zeros(1) * f, dur[ticks], cpu[ticks], share)
+    for i, ticks, off in fl.multi:
+        xs[i], ws[i] = _group(off * f, dur[ticks], cpu[ticks], share)
+    return xs, ws
+
+
+def _per_step_sum(fl: _Flat, per: int, values: np.ndarray) -> np.ndarray:
+    """Per step, the sum of its groups' values, added in replay order (as a loop adds)."""
+    out = np.zeros(per)
+    np.add.at(out, fl.step, values)
+    return out
 
 
 def _unstretch(steps: _Steps, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> _Replay:
     """Find each group's uncontended offsets (a scale such that the contended replay ends
     the compute where the run did) and the modelled exposed comm of the source."""
     per = len(steps.idx)
-    out = _Replay([[] for _ in range(per)], np.zeros(per), np.zeros(per), np.zeros(per))
-    for k, gl in enumerate(steps.groups):
-        for ticks, off in gl:
-            last = float(off[-1])
-            lam = 1.0
-            d, u = dur[ticks], cpu[ticks]
-            x, w = _group(off, d, u, share)
-            for _ in range(6):
-                if last <= 0 or x <= 0 or abs(x - last) <= 1e-4 * last:
-                    break
-                lam *= last / x
-                x, w = _group(off * lam, d, u, share)
-            out.groups[k].append((ticks, off * lam))
-            out.span_meas[k] += last
-            out.span_pure[k] += last * lam
-            out.exposed[k] += max(w - x, 0.0)
-    return out
+    fl = _flatten(steps.groups)
+    # A lone collective's offset is 0: nothing to scale. The others one by one.
+    xs, ws = _queues(replace(fl, multi=()), dur, cpu, share)
+    last = np.zeros(len(fl.step))
+    lam = np.ones(len(fl.step))
+    multi = []
+    for i, ticks, off in fl.multi:
+        last[i] = float(off[-1])
+        d, u = dur[ticks], cpu[ticks]
+        x, w = _group(off, d, u, share)
+        for _ in range(6):
+            if last[i] <= 0 or x <= 0 or abs(x - last[i]) <= 1e-4 * last[i]:
+                break
+            lam[i] *= last[i] / x
+            x, w = _group(off * lam[i], d, u, share)
+        xs[i], ws[i] = x, w
+        multi.append((i, ticks, off * lam[i]))
+    return _Replay(
+        replace(fl, multi=tuple(multi)),
+        _per_step_sum(fl, per, last),
+        _per_step_sum(fl, per, last * lam),
+        _per_step_sum(fl, per, np.maximum(ws - xs, 0.0)),
+    )
 
 
 def _replay(rep: _Replay, dur: np.ndarray, cpu: np.ndarray, f: float, share: _Cpu):
     """Per step (compute inside group spans, exposed comm) on the target."""
-    per = len(rep.groups)
-    span = np.zeros(per)
-    exposed = np.zeros(per)
-    for k, gl in enumerate(rep.groups):
-        for ticks, off in gl:
-            x, w = _group(off * f, dur[ticks], cpu[ticks], share)
-            span[k] += x
-            exposed[k] += max(w - x, 0.0)
-    return span, exposed
+    per = len(rep.span_meas)
+    xs, ws = _queues(rep.flat, dur, cpu, share, f)
+    return _per_step_sum(rep.flat, per, xs), _per_step_sum(rep.flat, per, np.maximum(ws - xs, 0.0))
 
 
-def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str) -> np.ndarray:
+def _tick_keys(ops, nbytes) -> tuple[list, np.ndarray]:
+    """The distinct (op, bytes) of the ticks and each tick's index among them."""
+    index: dict = {}
+    inv = np.fromiter(
+        (index.setdefault((o, int(n)), len(index)) for o, n in zip(ops, nbytes, strict=True)),
+        dtype=np.int64,
+        count=len(ops),
+    )
+    return list(index), inv
+
+
+def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str, keys=None) -> np.ndarray:
     """Per tick on ``q`` ranks (calibrated): columns CPU seconds a rank spends on the
     collective, and its speed while the ranks compute on no spare core (NaN: not measured)."""
     out = np.zeros((len(ops), 2))
     out[:, 1] = np.nan
     if q <= 1:
         return out
-    cache: dict = {}
-    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
-        key = (o, int(n))
-        if key not in cache:
-            loaded = model.loaded(o, q, n, links)
-            cache[key] = (model.cpu(o, q, n, links), np.nan if loaded is None else loaded)
-        out[i] = cache[key]
-    return out
+    uniq, inv = keys if keys is not None else _tick_keys(ops, nbytes)
+    table = np.zeros((len(uniq), 2))
+    for j, (o, n) in enumerate(uniq):
+        loaded = model.loaded(o, q, n, links)
+        table[j] = (model.cpu(o, q, n, links), np.nan if loaded is None else loaded)
+    return table[inv] if len(ops) else out
 
 
 def whatif(
@@ -1154,7 +1239,16 @@ def whatif(
     g_src = expected_max_normal(p)
     # The source as the model sees it: its transport's CPU competing with its compute.
     share_src = _cpu_of(src, model.background(p, model.run_links))
-    rep = _unstretch(steps, pure, _tick_cpu(model, ops, nbytes, p, model.run_links), share_src)
+    # What does not depend on the target is computed once per run (``prepared`` keeps it
+    # between calls): the ticks' distinct collectives and the source's replay.
+    keys = ctx.get("keys")
+    if keys is None:
+        keys = ctx["keys"] = _tick_keys(ops, nbytes)
+    cpu_src = _tick_cpu(model, ops, nbytes, p, model.run_links, keys)
+    replays = ctx.setdefault("replays", {})
+    rep = replays.get((share_src, cpu_src.tobytes()))
+    if rep is None:
+        rep = replays[(share_src, cpu_src.tobytes())] = _unstretch(steps, pure, cpu_src, share_src)
     k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
     outside = (steps.comp_mean - rep.span_meas) / k_src  # compute outside group spans
     lag_src = (steps.comp_max - steps.comp_mean) / k_src
@@ -1197,8 +1291,9 @@ def whatif(
         if q == 1:
             span, comm = f * rep.span_pure, np.zeros(per)
         else:
-            dur = _target_durations(feats, model, ops, nbytes, pure, q, links)
-            span, exposed = _replay(rep, dur, _tick_cpu(model, ops, nbytes, q, links), f, share)
+            dur = _target_durations(feats, model, ops, nbytes, pure, q, links, keys)
+            cpu = _tick_cpu(model, ops, nbytes, q, links, keys)
+            span, exposed = _replay(rep, dur, cpu, f, share)
             # The change the model predicts, added to what the run measured: what the
             # slowest rank did not compute keeps the part the replay does not explain.
             # (Per step this difference is noisy, rank 0's step against the slowest rank's
