@@ -350,12 +350,18 @@ def _per_step(a, warm: int):
     if n:
         starts = np.flatnonzero(np.concatenate(([True], gid[1:] != gid[:-1])))
         stops = np.concatenate((starts[1:], [n]))
-        for s0, s1 in zip(starts.tolist(), stops.tolist(), strict=True):
-            step = int(tick_step[s1 - 1])
-            if step >= nsteps:
-                continue
-            exposed[step] += np.maximum(end[s0:s1].max(axis=0) - begin[s1 - 1], 0.0)
-            offsets = (begin[s0:s1] - begin[s0]).mean(axis=1)
+        g_step = tick_step[stops - 1]
+        keep = g_step < nsteps
+        starts, stops, g_step = starts[keep], stops[keep], g_step[keep]
+        lone = stops - starts == 1
+        waits = np.empty((len(starts), R))
+        waits[lone] = np.maximum(end[starts[lone]] - begin[starts[lone]], 0.0)
+        for g in np.flatnonzero(~lone).tolist():
+            s0, s1 = int(starts[g]), int(stops[g])
+            waits[g] = np.maximum(end[s0:s1].max(axis=0) - begin[s1 - 1], 0.0)
+        np.add.at(exposed, g_step, waits)  # in tick order, as a loop adds
+        for s0, s1, step in zip(starts.tolist(), stops.tolist(), g_step.tolist(), strict=True):
+            offsets = np.zeros(1) if s1 - s0 == 1 else (begin[s0:s1] - begin[s0]).mean(axis=1)
             group_rows.setdefault(step, []).append((np.arange(s0, s1), offsets))
     wall = np.zeros((nsteps, R))
     wall[0] = steps_t[0] if no_steps else 0.0
@@ -1150,6 +1156,46 @@ def _replay(rep: _Replay, dur: np.ndarray, cpu: np.ndarray, f: float, share: _Cp
     return _per_step_sum(rep.flat, per, xs), _per_step_sum(rep.flat, per, np.maximum(ws - xs, 0.0))
 
 
+# Steps the what-if replays at most (a run with more replays this many, evenly spaced).
+REPLAY_STEPS = 4000
+
+
+def replay_sample(steps: int, cap: int | None = None) -> np.ndarray | None:
+    """Which of a run's ``steps`` training steps the what-if replays against each target:
+    None (all of them) up to ``cap`` (default :data:`REPLAY_STEPS`), else ``cap`` evenly
+    spaced ones, first and last included. The replay gives each step's modelled comm and
+    compute inside collective groups; the prediction takes their mean over the sample (the
+    measured compute and comm are still means over every step). Every step has the same
+    chance to be in the sample whatever its value, so the sample's mean estimates the
+    mean over all steps without bias (unless the steps' times repeat with a period that
+    is a multiple of the spacing), within about sd / sqrt(cap) of it: the cost of the
+    replay stays bounded however long the run was."""
+    cap = REPLAY_STEPS if cap is None else int(cap)
+    if steps <= cap:
+        return None
+    return np.unique(np.round(np.linspace(0, steps - 1, cap)).astype(np.int64))
+
+
+def _steps_at(steps: _Steps, rows: np.ndarray) -> _Steps:
+    return _Steps(
+        idx=steps.idx[rows],
+        wall0=steps.wall0[rows],
+        comp_mean=steps.comp_mean[rows],
+        comp_max=steps.comp_max[rows],
+        groups=[steps.groups[i] for i in rows.tolist()],
+    )
+
+
+def _span_meas(steps: _Steps) -> np.ndarray:
+    """Per step: the measured compute inside its collective groups (as :func:`_unstretch`
+    adds it up)."""
+    out = np.zeros(len(steps.idx))
+    for k, gl in enumerate(steps.groups):
+        for _, off in gl:
+            out[k] += float(off[-1])
+    return out
+
+
 def _tick_keys(ops, nbytes) -> tuple[list, np.ndarray]:
     """The distinct (op, bytes) of the ticks and each tick's index among them."""
     index: dict = {}
@@ -1245,12 +1291,22 @@ def whatif(
     if keys is None:
         keys = ctx["keys"] = _tick_keys(ops, nbytes)
     cpu_src = _tick_cpu(model, ops, nbytes, p, model.run_links, keys)
+    # A long run replays REPLAY_STEPS of its steps, evenly spaced (see replay_sample).
+    sample = replay_sample(per)
     replays = ctx.setdefault("replays", {})
-    rep = replays.get((share_src, cpu_src.tobytes()))
+    key = (share_src, cpu_src.tobytes(), None if sample is None else len(sample))
+    rep = replays.get(key)
     if rep is None:
-        rep = replays[(share_src, cpu_src.tobytes())] = _unstretch(steps, pure, cpu_src, share_src)
+        sub = steps if sample is None else _steps_at(steps, sample)
+        rep = replays[key] = _unstretch(sub, pure, cpu_src, share_src)
+    if sample is None:
+        span_meas = rep.span_meas
+    elif "span_meas" in replays:
+        span_meas = replays["span_meas"]
+    else:
+        span_meas = replays["span_meas"] = _span_meas(steps)
     k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
-    outside = (steps.comp_mean - rep.span_meas) / k_src  # compute outside group spans
+    outside = (steps.comp_mean - span_meas) / k_src  # compute outside group spans
     lag_src = (steps.comp_max - steps.comp_mean) / k_src
     exposed_src = steps.wall0 - steps.comp_max  # what the slowest rank did not compute
     if model.cpu_samples or model.background_cpu:
@@ -1289,7 +1345,7 @@ def whatif(
                     "this rank (assumed independent across ranks)"
                 )
         if q == 1:
-            span, comm = f * rep.span_pure, np.zeros(per)
+            span, exposed = f * rep.span_pure, rep.exposed
         else:
             dur = _target_durations(feats, model, ops, nbytes, pure, q, links, keys)
             cpu = _tick_cpu(model, ops, nbytes, q, links, keys)
@@ -1298,10 +1354,16 @@ def whatif(
             # slowest rank did not compute keeps the part the replay does not explain.
             # (Per step this difference is noisy, rank 0's step against the slowest rank's
             # compute: only its mean is clipped.)
-            comm = exposed_src + exposed - rep.exposed
-        compute = f * k * (outside + lag) + span
-        comm_step = max(float(np.mean(comm)), 0.0)
-        step = float(np.mean(compute)) + comm_step
+        outside_step = f * k * (outside + lag)
+        if sample is None:
+            comm = exposed_src + exposed - rep.exposed if q > 1 else np.zeros(per)
+            comm_step = max(float(np.mean(comm)), 0.0)
+            step = float(np.mean(outside_step + span)) + comm_step
+        else:  # the measured parts over every step, the replayed ones over the sample
+            comm_step = 0.0
+            if q > 1:
+                comm_step = max(float(np.mean(exposed_src) + np.mean(exposed - rep.exposed)), 0.0)
+            step = float(np.mean(outside_step) + np.mean(span)) + comm_step
         if q > 1 and (q != p or links != model.run_links):
             notes.append(f"{links}-node collectives: {model.params(links).source}")
         n_steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)
@@ -1351,10 +1413,19 @@ def _totals(a, feats: RunFeatures) -> tuple[int, float]:
     return int(total_steps), fixed
 
 
+def _steady(a, steps: _Steps) -> np.ndarray:
+    """Which ticks are in the training steps the what-if replays (kept on ``steps``)."""
+    got = getattr(steps, "_steady", None)
+    if got is None:
+        got = np.isin(a.tick_step, steps.idx)
+        object.__setattr__(steps, "_steady", got)
+    return got
+
+
 def _phase_split(a, steps: _Steps, f: float, q: int) -> tuple[tuple[int, float, float], ...]:
     """(phase id, compute s, comm s) per step on the target: the run's per-phase split with
     compute scaled by ``f`` and collectives removed at 1 rank (the table the report shows)."""
-    steady = np.isin(a.tick_step, steps.idx)
+    steady = _steady(a, steps)
     ids = a.phase_ids[steady]
     if not len(ids):
         return ()
