@@ -407,8 +407,8 @@ def _write_missing_record(args, run, a) -> None:
         from ._analysis import analyze
 
         a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
-    # The record's what-if grid replays every training step per target layout: minutes on
-    # a run of tens of thousands of steps. Say so before the wait.
+    # The record analyses every rank's trace and replays up to 4000 steps per what-if
+    # target: seconds on a long run. Say so before the wait.
     print(f"ailens: writing {path} (the run's signature record, {len(a.step_end_s):,} steps; "
           "--no-record skips it)", file=sys.stderr)  # fmt: skip
     try:
