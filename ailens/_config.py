@@ -50,8 +50,10 @@ class LensConfig:
     progress_every: int = 0
     # Steps excluded from the per-step estimate (first steps warm caches and allocators).
     warmup_steps: int = 2
-    # At close, once every rank's trace is complete, rank 0 writes RUN_DIR/signature.json
-    # (the run's signature record for `ailens history add`): one analysis of the traces.
+    # Whether `ailens report RUN_DIR` may write RUN_DIR/signature.json (the run's signature
+    # record, for `ailens history add`) when it is missing. The run itself never writes it:
+    # closing costs milliseconds. False: report leaves the run directory as the run left it;
+    # `history add RUN_DIR`, an explicit request, still makes and writes the record.
     signature_record: bool = True
     framework: str = "plain"
     backend: str = ""

@@ -47,11 +47,6 @@ from ._writer import WriterThread
 
 log = logging.getLogger("ailens")
 
-# The signature record at close (rank 0): at most this long a wait for the other ranks'
-# closed traces, and only for runs small enough to analyse in the training process.
-_RECORD_WAIT_S = 5.0
-_RECORD_MAX_EVENTS = 500_000
-
 # Steps buffered before a STEP chunk is written; also flushed on a time basis.
 _STEP_CAP = 1024
 _FLUSH_SECONDS = 10.0
@@ -432,39 +427,6 @@ class Lens:
         except Exception as e:  # noqa: BLE001
             self._fault(e)
         self._shutdown_writer()
-        self._write_signature_record()
-
-    def _write_signature_record(self) -> None:
-        """Rank 0 writes RUN_DIR/signature.json once every rank's trace is closed. No
-        collective: the ranks' last chunks land within moments of each other, and rank 0
-        waits for them at most _RECORD_WAIT_S, so a rank that died keeps nobody waiting."""
-        if self.rank != 0 or not self.config.signature_record or self.disabled is not None:
-            return
-        if self._crashed or self._writer is None:
-            return  # a record describes a run that ended normally
-        why = ""
-        try:
-            if self._buf.ticks * self.world_size > _RECORD_MAX_EVENTS:
-                why = f"more than {_RECORD_MAX_EVENTS} events to analyse in the training process"
-            else:
-                from ._analysis import analyze
-                from ._signature_record import signature_record, write_record
-                from ._trace import load_run
-
-                deadline = time.monotonic() + _RECORD_WAIT_S
-                run = load_run(self.run_dir)
-                while not run.complete and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                    run = load_run(self.run_dir)
-                if run.complete:
-                    write_record(self.run_dir, signature_record(analyze(run)))
-                else:
-                    why = f"the other ranks' traces were not closed within {_RECORD_WAIT_S:g} s"
-        except Exception as e:  # noqa: BLE001 - the run is over; the record can be made later
-            why = f"{type(e).__name__}: {e}"
-        if why:
-            log.info("ailens: no signature.json at close (%s); `ailens history add %s` makes it",
-                     why, self.run_dir)  # fmt: skip
 
     def __enter__(self) -> Lens:
         return self

@@ -10,6 +10,9 @@ parameters), framework, batch size and parameter count when the run recorded the
 measured step time, and the analytic what-if's predictions on a grid of target layouts
 (the learned model's baseline, so it needs no trace).
 
+It is made downstream, never by the run itself (closing a run costs milliseconds): by
+``ailens report RUN_DIR`` when the file is missing, and by ``ailens history add RUN_DIR``.
+
 Version history: 1 (first).
 """
 
@@ -35,6 +38,7 @@ __all__ = [
     "write_record",
     "read_record",
     "check_record",
+    "record_refusal",
     "RecordError",
 ]
 
@@ -88,16 +92,24 @@ def _phases(a) -> list[dict]:
     return out
 
 
-def _analytic_grid(a) -> dict:
+def _analytic_grid(a, prepared) -> dict:
     """The analytic what-if's step time on every grid layout, both scaling modes:
-    ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node)."""
+    ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node). The run's
+    features are extracted once (``prepared``) and every target evaluated from them."""
     from ._whatif import whatif
 
     grid: dict = {"weak": [], "strong": []}
     for mode in grid:
         for th in GRID_THREADS:
             for c in GRID_CORES:
-                rows = whatif(a, list(GRID_RANKS), mode=mode, threads_per_rank=th, cores_per_node=c)
+                rows = whatif(
+                    a,
+                    list(GRID_RANKS),
+                    mode=mode,
+                    threads_per_rank=th,
+                    cores_per_node=c,
+                    prepared=prepared,
+                )
                 for r in rows:
                     grid[mode].append([r.ranks, th, c, r.step_time_s])
     return grid
@@ -120,9 +132,10 @@ def signature_record(
     batch fixed, ``strong``: global work split); ``platform`` names the node it ran on
     (default: CPU model, usable cores and memory). ``analytic_grid=False`` leaves out the
     stored what-if grid (when the caller computes the what-if itself)."""
-    from ._whatif import features
+    from ._whatif import prepare
 
-    f = features(a)
+    prepared = prepare(a)
+    f = prepared[0]
     meta = a.run.meta
     node = meta.get("node") or {}
     lay = f.layout
@@ -200,7 +213,7 @@ def signature_record(
             for g in f.groups
         ],  # fmt: skip
         "phases": _phases(a),
-        "analytic": _analytic_grid(a) if analytic_grid else None,
+        "analytic": _analytic_grid(a, prepared) if analytic_grid else None,
     }
 
 
@@ -253,6 +266,19 @@ def write_record(run_dir: str | os.PathLike, rec: dict) -> Path:
     path = Path(run_dir) / RECORD_FILE
     write_json(path, rec, indent=1, sort_keys=True)
     return path
+
+
+def record_refusal(run) -> str | None:
+    """Why ``ailens report`` does not write RUN_DIR/signature.json for this loaded run (None:
+    it does). A record describes a run that ended normally on every rank, whose Lens allowed
+    downstream tools to write it (``LensConfig.signature_record``)."""
+    if not run.complete:
+        return "the run is partial (a rank was killed or is still running)"
+    if any(t.info.get("crashed") or t.info.get("disabled") for t in run.ranks):
+        return "a rank crashed or had ailens disabled"
+    if (run.meta.get("config") or {}).get("signature_record") is False:
+        return "the run set signature_record=False"
+    return None
 
 
 def read_record(path: str | os.PathLike) -> dict:

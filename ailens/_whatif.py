@@ -350,12 +350,18 @@ def _per_step(a, warm: int):
     if n:
         starts = np.flatnonzero(np.concatenate(([True], gid[1:] != gid[:-1])))
         stops = np.concatenate((starts[1:], [n]))
-        for s0, s1 in zip(starts.tolist(), stops.tolist(), strict=True):
-            step = int(tick_step[s1 - 1])
-            if step >= nsteps:
-                continue
-            exposed[step] += np.maximum(end[s0:s1].max(axis=0) - begin[s1 - 1], 0.0)
-            offsets = (begin[s0:s1] - begin[s0]).mean(axis=1)
+        g_step = tick_step[stops - 1]
+        keep = g_step < nsteps
+        starts, stops, g_step = starts[keep], stops[keep], g_step[keep]
+        lone = stops - starts == 1
+        waits = np.empty((len(starts), R))
+        waits[lone] = np.maximum(end[starts[lone]] - begin[starts[lone]], 0.0)
+        for g in np.flatnonzero(~lone).tolist():
+            s0, s1 = int(starts[g]), int(stops[g])
+            waits[g] = np.maximum(end[s0:s1].max(axis=0) - begin[s1 - 1], 0.0)
+        np.add.at(exposed, g_step, waits)  # in tick order, as a loop adds
+        for s0, s1, step in zip(starts.tolist(), stops.tolist(), g_step.tolist(), strict=True):
+            offsets = np.zeros(1) if s1 - s0 == 1 else (begin[s0:s1] - begin[s0]).mean(axis=1)
             group_rows.setdefault(step, []).append((np.arange(s0, s1), offsets))
     wall = np.zeros((nsteps, R))
     wall[0] = steps_t[0] if no_steps else 0.0
@@ -395,6 +401,12 @@ def features(a, *, warmup: int | None = None) -> RunFeatures:
     """Everything the what-if reads from a ``RunAnalysis`` (see :class:`RunFeatures`)."""
     feats, _ = _features(a, warmup)
     return feats
+
+
+def prepare(a, *, warmup: int | None = None) -> tuple[RunFeatures, dict]:
+    """The run's features and the per-step arrays the what-if replays, extracted once:
+    ``whatif(a, ..., prepared=prepare(a))`` for many targets of one run."""
+    return _features(a, warmup)
 
 
 def _features(a, warmup: int | None):
@@ -905,25 +917,25 @@ class WhatIfRow:
 
 
 def _target_durations(
-    feats: RunFeatures, model: ScalingModel, ops, nbytes, pure, q: int, links: str
+    feats: RunFeatures, model: ScalingModel, ops, nbytes, pure, q: int, links: str, keys=None
 ) -> np.ndarray:
     """Per tick: pure collective duration on the target, ``d + T(q, links) - T(p, run)``
-    (the run's own overhead above its cost model kept); nothing at 1 rank."""
+    (the run's own overhead above its cost model kept); nothing at 1 rank. ``keys``:
+    :func:`_tick_keys` of the ticks, when the caller has them."""
     if q == 1:
         return np.zeros(len(pure))
     p = feats.layout.ranks
     out = np.array(pure, dtype=np.float64)
     if q == p and links == model.run_links:
         return out
-    cache: dict = {}
-    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
-        key = (o, int(n))
-        if key not in cache:
-            t_q = model.time(o, q, n, links)
-            t_p = model.time(o, p, n, model.run_links) if p > 1 else 0.0
-            cache[key] = t_q - t_p
-        out[i] = max(out[i] + cache[key], 0.0)
-    return out
+    uniq, inv = keys if keys is not None else _tick_keys(ops, nbytes)
+    added = np.array(
+        [
+            model.time(o, q, n, links) - (model.time(o, p, n, model.run_links) if p > 1 else 0.0)
+            for o, n in uniq
+        ]
+    )
+    return np.maximum(out + added[inv], 0.0) if len(out) else out
 
 
 @dataclass(frozen=True)
@@ -1021,68 +1033,193 @@ def _group(off: np.ndarray, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> tu
             x, done = last, tau
 
 
+@dataclass(frozen=True)
+class _Flat:
+    """Every step's collective groups, one row each in replay order: the step it belongs
+    to, its first tick, whether it is a lone collective (those are replayed all at once by
+    :func:`_lone_queue`), and the others as (row, ticks, offsets) for :func:`_group`."""
+
+    step: np.ndarray
+    tick: np.ndarray
+    single: np.ndarray
+    multi: tuple
+
+
+def _flatten(groups: list) -> _Flat:
+    step, tick, single, multi = [], [], [], []
+    for k, gl in enumerate(groups):
+        for ticks, off in gl:
+            if len(ticks) != 1:
+                multi.append((len(step), ticks, off))
+            step.append(k)
+            tick.append(int(ticks[0]))
+            single.append(len(ticks) == 1)
+    return _Flat(
+        np.array(step, dtype=np.int64),
+        np.array(tick, dtype=np.int64),
+        np.array(single, dtype=bool),
+        tuple(multi),
+    )
+
+
 @dataclass
 class _Replay:
     """The source's collective groups with their compute offsets as they would be without
     the contention the source had, and what the model says the source waited."""
 
-    groups: list  # per step: [(ticks, pure offsets)]
+    flat: _Flat  # the groups (multi-collective ones with their uncontended offsets)
     span_meas: np.ndarray  # per step: measured compute inside group spans
     span_pure: np.ndarray
     exposed: np.ndarray  # per step: modelled exposed comm at the source
+
+
+def _lone_queue(dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> np.ndarray:
+    """When each queue emptied, for many one-collective groups at once: :func:`_group` with
+    a single offset 0 (the compute reaches it at once, so the collective has the rank's
+    cores to itself with the transport's idle threads). The same floating-point operations
+    as :func:`_group`, so the same figures; NaN where it cannot tell (replay with it)."""
+    d = np.asarray(dur, dtype=np.float64)
+    measured = share.cores <= share.threads + 1e-9
+    plain = not cpu.any() and not (measured and np.isfinite(cpu[:, 1]).any())
+    if plain and share.rate(0.0) == 1.0:
+        return 0.0 + d
+    # _waterfill of the rank's cores between the collective's demand and the background.
+    c, bg = share.cores, share.background
+    with np.errstate(divide="ignore", invalid="ignore"):
+        demand = np.where(d > 0, cpu[:, 0] / d, 0.0)
+        got = np.where(
+            demand <= bg, np.minimum(demand, c / 2), np.minimum(demand, c - min(bg, c / 2))
+        )
+        speed = np.minimum(np.where(demand > 0, got / demand, 1.0), 1.0)
+        dt = d / speed
+        done = d - speed * dt <= 1e-15  # one pass of _group's event loop finishes it
+        w = np.where(speed > 0, np.maximum(0.0 + dt, 0.0), 0.0)
+    w[(speed > 0) & ~done | np.isnan(speed) | ~(d >= 0)] = np.nan
+    return w
+
+
+def _queues(fl: _Flat, dur: np.ndarray, cpu: np.ndarray, share: _Cpu, f: float = 1.0):
+    """(compute reached the last offset, queue emptied) of every group of ``fl`` with its
+    offsets x ``f`` (see :func:`_group`)."""
+    xs = np.zeros(len(fl.step))
+    ws = np.zeros(len(fl.step))
+    t = fl.tick[fl.single]
+    ws[fl.single] = _lone_queue(dur[t], cpu[t], share)
+    for i in np.flatnonzero(np.isnan(ws)).tolist():
+        ticks = fl.tick[i : i + 1]
+        xs[i], ws[i] = _group(np.zeros(1) * f, dur[ticks], cpu[ticks], share)
+    for i, ticks, off in fl.multi:
+        xs[i], ws[i] = _group(off * f, dur[ticks], cpu[ticks], share)
+    return xs, ws
+
+
+def _per_step_sum(fl: _Flat, per: int, values: np.ndarray) -> np.ndarray:
+    """Per step, the sum of its groups' values, added in replay order (as a loop adds)."""
+    out = np.zeros(per)
+    np.add.at(out, fl.step, values)
+    return out
 
 
 def _unstretch(steps: _Steps, dur: np.ndarray, cpu: np.ndarray, share: _Cpu) -> _Replay:
     """Find each group's uncontended offsets (a scale such that the contended replay ends
     the compute where the run did) and the modelled exposed comm of the source."""
     per = len(steps.idx)
-    out = _Replay([[] for _ in range(per)], np.zeros(per), np.zeros(per), np.zeros(per))
-    for k, gl in enumerate(steps.groups):
-        for ticks, off in gl:
-            last = float(off[-1])
-            lam = 1.0
-            d, u = dur[ticks], cpu[ticks]
-            x, w = _group(off, d, u, share)
-            for _ in range(6):
-                if last <= 0 or x <= 0 or abs(x - last) <= 1e-4 * last:
-                    break
-                lam *= last / x
-                x, w = _group(off * lam, d, u, share)
-            out.groups[k].append((ticks, off * lam))
-            out.span_meas[k] += last
-            out.span_pure[k] += last * lam
-            out.exposed[k] += max(w - x, 0.0)
-    return out
+    fl = _flatten(steps.groups)
+    # A lone collective's offset is 0: nothing to scale. The others one by one.
+    xs, ws = _queues(replace(fl, multi=()), dur, cpu, share)
+    last = np.zeros(len(fl.step))
+    lam = np.ones(len(fl.step))
+    multi = []
+    for i, ticks, off in fl.multi:
+        last[i] = float(off[-1])
+        d, u = dur[ticks], cpu[ticks]
+        x, w = _group(off, d, u, share)
+        for _ in range(6):
+            if last[i] <= 0 or x <= 0 or abs(x - last[i]) <= 1e-4 * last[i]:
+                break
+            lam[i] *= last[i] / x
+            x, w = _group(off * lam[i], d, u, share)
+        xs[i], ws[i] = x, w
+        multi.append((i, ticks, off * lam[i]))
+    return _Replay(
+        replace(fl, multi=tuple(multi)),
+        _per_step_sum(fl, per, last),
+        _per_step_sum(fl, per, last * lam),
+        _per_step_sum(fl, per, np.maximum(ws - xs, 0.0)),
+    )
 
 
 def _replay(rep: _Replay, dur: np.ndarray, cpu: np.ndarray, f: float, share: _Cpu):
     """Per step (compute inside group spans, exposed comm) on the target."""
-    per = len(rep.groups)
-    span = np.zeros(per)
-    exposed = np.zeros(per)
-    for k, gl in enumerate(rep.groups):
-        for ticks, off in gl:
-            x, w = _group(off * f, dur[ticks], cpu[ticks], share)
-            span[k] += x
-            exposed[k] += max(w - x, 0.0)
-    return span, exposed
+    per = len(rep.span_meas)
+    xs, ws = _queues(rep.flat, dur, cpu, share, f)
+    return _per_step_sum(rep.flat, per, xs), _per_step_sum(rep.flat, per, np.maximum(ws - xs, 0.0))
 
 
-def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str) -> np.ndarray:
+# Steps the what-if replays at most (a run with more replays this many, evenly spaced).
+REPLAY_STEPS = 4000
+
+
+def replay_sample(steps: int, cap: int | None = None) -> np.ndarray | None:
+    """Which of a run's ``steps`` training steps the what-if replays against each target:
+    None (all of them) up to ``cap`` (default :data:`REPLAY_STEPS`), else ``cap`` evenly
+    spaced ones, first and last included. The replay gives each step's modelled comm and
+    compute inside collective groups; the prediction takes their mean over the sample (the
+    measured compute and comm are still means over every step). Every step has the same
+    chance to be in the sample whatever its value, so the sample's mean estimates the
+    mean over all steps without bias (unless the steps' times repeat with a period that
+    is a multiple of the spacing), within about sd / sqrt(cap) of it: the cost of the
+    replay stays bounded however long the run was."""
+    cap = REPLAY_STEPS if cap is None else int(cap)
+    if steps <= cap:
+        return None
+    return np.unique(np.round(np.linspace(0, steps - 1, cap)).astype(np.int64))
+
+
+def _steps_at(steps: _Steps, rows: np.ndarray) -> _Steps:
+    return _Steps(
+        idx=steps.idx[rows],
+        wall0=steps.wall0[rows],
+        comp_mean=steps.comp_mean[rows],
+        comp_max=steps.comp_max[rows],
+        groups=[steps.groups[i] for i in rows.tolist()],
+    )
+
+
+def _span_meas(steps: _Steps) -> np.ndarray:
+    """Per step: the measured compute inside its collective groups (as :func:`_unstretch`
+    adds it up)."""
+    out = np.zeros(len(steps.idx))
+    for k, gl in enumerate(steps.groups):
+        for _, off in gl:
+            out[k] += float(off[-1])
+    return out
+
+
+def _tick_keys(ops, nbytes) -> tuple[list, np.ndarray]:
+    """The distinct (op, bytes) of the ticks and each tick's index among them."""
+    index: dict = {}
+    inv = np.fromiter(
+        (index.setdefault((o, int(n)), len(index)) for o, n in zip(ops, nbytes, strict=True)),
+        dtype=np.int64,
+        count=len(ops),
+    )
+    return list(index), inv
+
+
+def _tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str, keys=None) -> np.ndarray:
     """Per tick on ``q`` ranks (calibrated): columns CPU seconds a rank spends on the
     collective, and its speed while the ranks compute on no spare core (NaN: not measured)."""
     out = np.zeros((len(ops), 2))
     out[:, 1] = np.nan
     if q <= 1:
         return out
-    cache: dict = {}
-    for i, (o, n) in enumerate(zip(ops, nbytes, strict=True)):
-        key = (o, int(n))
-        if key not in cache:
-            loaded = model.loaded(o, q, n, links)
-            cache[key] = (model.cpu(o, q, n, links), np.nan if loaded is None else loaded)
-        out[i] = cache[key]
-    return out
+    uniq, inv = keys if keys is not None else _tick_keys(ops, nbytes)
+    table = np.zeros((len(uniq), 2))
+    for j, (o, n) in enumerate(uniq):
+        loaded = model.loaded(o, q, n, links)
+        table[j] = (model.cpu(o, q, n, links), np.nan if loaded is None else loaded)
+    return table[inv] if len(ops) else out
 
 
 def whatif(
@@ -1096,6 +1233,7 @@ def whatif(
     calibration: dict | None = None,
     fixed_dataset: bool = True,
     warmup: int | None = None,
+    prepared=None,
 ) -> list[WhatIfRow]:
     """Predicted step time, total time, speedup, efficiency and comm % on each target.
 
@@ -1103,7 +1241,9 @@ def whatif(
     ``fixed_dataset`` the steps scale by p/p'. ``mode="strong"``: global batch fixed,
     per-rank compute x p/p', steps unchanged. ``ranks_per_node``, ``cores_per_node``,
     ``threads_per_rank`` describe the target nodes (default: what the run had; ranks per
-    node defaults to "all on one node" for a single-host run).
+    node defaults to "all on one node" for a single-host run). ``prepared``: what
+    :func:`prepare` extracted from ``a`` (with the same ``warmup``), to evaluate many
+    targets of one run without extracting its features again.
     """
     if mode not in ("weak", "strong"):
         raise ValueError(f"mode={mode!r}: choose weak or strong")
@@ -1116,7 +1256,7 @@ def whatif(
     ):
         if v is not None and not v > 0:
             raise ValueError(f"{name} must be > 0, got {v}")
-    feats, ctx = _features(a, warmup)
+    feats, ctx = prepared if prepared is not None else _features(a, warmup)
     steps: _Steps = ctx["steps"]
     cal = calibration if calibration is not None else load_calibration(a.run.path)
     model = scaling_model(a, calibration=cal, ranks_per_node=ranks_per_node, feats=feats)
@@ -1145,9 +1285,28 @@ def whatif(
     g_src = expected_max_normal(p)
     # The source as the model sees it: its transport's CPU competing with its compute.
     share_src = _cpu_of(src, model.background(p, model.run_links))
-    rep = _unstretch(steps, pure, _tick_cpu(model, ops, nbytes, p, model.run_links), share_src)
+    # What does not depend on the target is computed once per run (``prepared`` keeps it
+    # between calls): the ticks' distinct collectives and the source's replay.
+    keys = ctx.get("keys")
+    if keys is None:
+        keys = ctx["keys"] = _tick_keys(ops, nbytes)
+    cpu_src = _tick_cpu(model, ops, nbytes, p, model.run_links, keys)
+    # A long run replays REPLAY_STEPS of its steps, evenly spaced (see replay_sample).
+    sample = replay_sample(per)
+    replays = ctx.setdefault("replays", {})
+    key = (share_src, cpu_src.tobytes(), None if sample is None else len(sample))
+    rep = replays.get(key)
+    if rep is None:
+        sub = steps if sample is None else _steps_at(steps, sample)
+        rep = replays[key] = _unstretch(sub, pure, cpu_src, share_src)
+    if sample is None:
+        span_meas = rep.span_meas
+    elif "span_meas" in replays:
+        span_meas = replays["span_meas"]
+    else:
+        span_meas = replays["span_meas"] = _span_meas(steps)
     k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
-    outside = (steps.comp_mean - rep.span_meas) / k_src  # compute outside group spans
+    outside = (steps.comp_mean - span_meas) / k_src  # compute outside group spans
     lag_src = (steps.comp_max - steps.comp_mean) / k_src
     exposed_src = steps.wall0 - steps.comp_max  # what the slowest rank did not compute
     if model.cpu_samples or model.background_cpu:
@@ -1186,18 +1345,25 @@ def whatif(
                     "this rank (assumed independent across ranks)"
                 )
         if q == 1:
-            span, comm = f * rep.span_pure, np.zeros(per)
+            span, exposed = f * rep.span_pure, rep.exposed
         else:
-            dur = _target_durations(feats, model, ops, nbytes, pure, q, links)
-            span, exposed = _replay(rep, dur, _tick_cpu(model, ops, nbytes, q, links), f, share)
+            dur = _target_durations(feats, model, ops, nbytes, pure, q, links, keys)
+            cpu = _tick_cpu(model, ops, nbytes, q, links, keys)
+            span, exposed = _replay(rep, dur, cpu, f, share)
             # The change the model predicts, added to what the run measured: what the
             # slowest rank did not compute keeps the part the replay does not explain.
             # (Per step this difference is noisy, rank 0's step against the slowest rank's
             # compute: only its mean is clipped.)
-            comm = exposed_src + exposed - rep.exposed
-        compute = f * k * (outside + lag) + span
-        comm_step = max(float(np.mean(comm)), 0.0)
-        step = float(np.mean(compute)) + comm_step
+        outside_step = f * k * (outside + lag)
+        if sample is None:
+            comm = exposed_src + exposed - rep.exposed if q > 1 else np.zeros(per)
+            comm_step = max(float(np.mean(comm)), 0.0)
+            step = float(np.mean(outside_step + span)) + comm_step
+        else:  # the measured parts over every step, the replayed ones over the sample
+            comm_step = 0.0
+            if q > 1:
+                comm_step = max(float(np.mean(exposed_src) + np.mean(exposed - rep.exposed)), 0.0)
+            step = float(np.mean(outside_step) + np.mean(span)) + comm_step
         if q > 1 and (q != p or links != model.run_links):
             notes.append(f"{links}-node collectives: {model.params(links).source}")
         n_steps = total_steps * p / q if mode == "weak" and fixed_dataset else float(total_steps)
@@ -1247,10 +1413,19 @@ def _totals(a, feats: RunFeatures) -> tuple[int, float]:
     return int(total_steps), fixed
 
 
+def _steady(a, steps: _Steps) -> np.ndarray:
+    """Which ticks are in the training steps the what-if replays (kept on ``steps``)."""
+    got = getattr(steps, "_steady", None)
+    if got is None:
+        got = np.isin(a.tick_step, steps.idx)
+        object.__setattr__(steps, "_steady", got)
+    return got
+
+
 def _phase_split(a, steps: _Steps, f: float, q: int) -> tuple[tuple[int, float, float], ...]:
     """(phase id, compute s, comm s) per step on the target: the run's per-phase split with
     compute scaled by ``f`` and collectives removed at 1 rank (the table the report shows)."""
-    steady = np.isin(a.tick_step, steps.idx)
+    steady = _steady(a, steps)
     ids = a.phase_ids[steady]
     if not len(ids):
         return ()

@@ -188,7 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Report a run: the paper's Table 2 (phases) and Table 3 (previous vs "
         "current phases, time, % comm/compute), the top phases by time, skew across ranks, the "
         "forecast and a what-if summary. "
-        "A partial run (a killed rank) still reports, with a warning saying what is missing.",
+        "A partial run (a killed rank) still reports, with a warning saying what is missing. "
+        "When RUN_DIR/signature.json (the run's signature record, see `history`) is missing, "
+        "report also writes it, once: the run itself never does, so closing costs it nothing.",
     )
     _add_run_dir(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of text")
@@ -205,6 +207,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=5,
         metavar="N",
         help="phases listed by time (default 5)",
+    )
+    p.add_argument(
+        "--no-record",
+        action="store_true",
+        help="do not write RUN_DIR/signature.json when it is missing (its analytic what-if "
+        "grid takes a while on long runs)",
     )
     _add_analysis_opts(p)
     _add_whatif_opts(p, ranks_required=False)
@@ -379,7 +387,40 @@ def _cmd_report(args) -> int:
         _print(json.dumps(report_dict(a, rows, whatif_mode=args.mode, top=args.top), indent=2))
     else:
         _print(format_report(a, rows, whatif_mode=args.mode, top=args.top))
+    if not args.no_record:
+        _write_missing_record(args, run, a)
     return 0
+
+
+def _write_missing_record(args, run, a) -> None:
+    """Write RUN_DIR/signature.json when it is missing and the run allows it (see
+    ``record_refusal``). The report is already printed: a record that cannot be made is a
+    warning, not a failed report."""
+    from ._signature_record import RECORD_FILE, record_refusal, signature_record, write_record
+
+    path = args.run_dir / RECORD_FILE
+    if path.exists():
+        return
+    why = record_refusal(run)
+    if why is not None:
+        print(f"ailens: no {path} ({why})", file=sys.stderr)
+        return
+    if any(v is not None for v in (args.tolerance, args.min_share, args.phase_key)):
+        from ._analysis import analyze
+
+        a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
+    # The record analyses every rank's trace and replays up to 4000 steps per what-if
+    # target: seconds on a long run. Say so before the wait.
+    print(f"ailens: writing {path} (the run's signature record, {len(a.step_end_s):,} steps; "
+          "--no-record skips it)", file=sys.stderr)  # fmt: skip
+    try:
+        write_record(args.run_dir, signature_record(a))
+    except OSError as e:
+        print(f"WARNING: cannot write {path} ({e.strerror})", file=sys.stderr)
+    except ValueError as e:
+        print(f"WARNING: no {path}: {e}", file=sys.stderr)
+    else:
+        print(f"ailens: wrote {path} (the run's signature record)", file=sys.stderr)
 
 
 def _cmd_predict(args) -> int:
@@ -515,7 +556,8 @@ def _add_learn_commands(sub) -> None:
         "history",
         help="store runs' signature records in a history database and list them",
         description="`history add RUN_DIR...` writes each run's signature record "
-        "(RUN_DIR/signature.json: per-phase work and bytes, layout, platform, step time) and "
+        "(RUN_DIR/signature.json: per-phase work and bytes, layout, platform, step time) when "
+        "`ailens report` has not already written it, and "
         "stores it in an SQLite history; `history list` shows the stored runs. See "
         "docs/learned.md.",
     )

@@ -21,9 +21,9 @@ What is recorded, on every rank:
   opens a tick per bucket as ``allreduce`` with the bucket's bytes and closes it when the
   bucket's future completes (on the backend's thread). The hook composes with your own: pass
   it as ``comm_hook=`` (and ``state=``) instead of registering it yourself; without one, the
-  hook averages the bucket with one allreduce, the arithmetic of DDP's default and of
-  ``default_hooks.allreduce_hook`` (trained weights are bit-identical to a run without
-  ailens). DDP accepts one hook only; if the model already has one (seen in
+  hook averages the bucket with one allreduce, the arithmetic of DDP's built-in reduction
+  (a multiplication by 1 / world size: trained weights are bit-identical to a run without
+  ailens at any world size). DDP accepts one hook only; if the model already has one (seen in
   ``model._comm_hooks``, a private list: DDP has no public getter) the buckets are recorded
   only through the collectives that hook calls via ``torch.distributed``. Recorded bytes are
   the bucket's gradient bytes even when a custom hook compresses them.
@@ -167,10 +167,13 @@ class TorchLens(Attachment):
         group = getattr(model, "process_group", None) or dist.group.WORLD
 
         def average(_state, bucket, tick):
-            # DDP's default, the arithmetic of allreduce_hook, with the process group called
-            # directly, as DDP's C++ hook does: not through dist.all_reduce's Python checks.
+            # DDP's built-in arithmetic: it multiplies by 1 / world size while copying into
+            # the bucket (Reducer::copy_grad_to_bucket, at::mul_out); a division (what
+            # allreduce_hook does) differs in the last bit at world sizes that are not powers
+            # of two. The process group is called directly, as DDP's C++ hook does: not
+            # through dist.all_reduce's Python checks.
             tensor = bucket.buffer()
-            tensor.div_(group.size())
+            tensor.mul_(1.0 / group.size())
             fut = group.allreduce([tensor]).get_future()
             if tick is None:
                 return fut.then(lambda f: f.value()[0])

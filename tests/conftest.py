@@ -52,9 +52,11 @@ def tagged_records(stdout: str, tag: str) -> list[dict]:
     return out
 
 
-def rank_results(cmd: list[str], *, cwd, env: dict | None = None, timeout: float) -> list[dict]:
+def rank_results(
+    cmd: list[str], *, cwd, env: dict | None = None, timeout: float, ranks: int = 2
+) -> list[dict]:
     """Launch ranks without inherited AILENS_* settings (hard timeout, whole process group
-    killed); return each rank's ``RESULT`` record, sorted by rank, asserting two."""
+    killed); return each rank's ``RESULT`` record, sorted by rank, asserting ``ranks``."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
     full_env.update(env or {})
     proc = subprocess.Popen(
@@ -75,7 +77,7 @@ def rank_results(cmd: list[str], *, cwd, env: dict | None = None, timeout: float
             f"{cmd[0]} timed out after {timeout}s (a rank hung)\nstdout:\n{out}\nstderr:\n{err}"
         )
     results = tagged_records(out, "RESULT")
-    assert proc.returncode == 0 and len(results) == 2, (
+    assert proc.returncode == 0 and len(results) == ranks, (
         f"exit {proc.returncode}\nstdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}"
     )
     return sorted(results, key=lambda r: r["rank"])

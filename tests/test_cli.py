@@ -181,6 +181,32 @@ def test_killed_rank_still_reports_with_a_warning(tmp_path):
     assert d["n_ticks"] == s.ticks_written[1] < s.n_ticks
 
 
+def test_report_writes_the_signature_record_once_when_allowed(tmp_path):
+    """The run never writes signature.json; report does, once, unless the run set
+    signature_record=False, --no-record is given, or the run is partial."""
+    s = write_run(tmp_path / "run", ranks=2, steps=40)
+    record = s.path / "signature.json"
+    assert not record.exists()
+    out = cli("report", s.path, "--no-record")
+    assert out.returncode == 0 and not record.exists(), out.stderr
+    out = cli("report", s.path, "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["ranks"] == 2, out.stderr
+    assert f"wrote {record}" in out.stderr
+    rec = json.loads(record.read_text())
+    assert rec["format"] == "ailens-signature" and rec["layout"]["ranks"] == 2
+    assert rec["analytic"]["weak"] and rec["analytic"]["strong"]
+    again = cli("report", s.path)
+    assert again.returncode == 0 and "signature.json" not in again.stderr  # kept, not rebuilt
+    off = write_run(tmp_path / "off", ranks=2, steps=40, config={"signature_record": False})
+    out = cli("report", off.path)
+    assert out.returncode == 0 and "signature_record=False" in out.stderr, out.stderr
+    assert not (off.path / "signature.json").exists()
+    killed = write_run(tmp_path / "killed", ranks=2, steps=40, kill_rank=1, kill_step=20)
+    out = cli("report", killed.path)
+    assert out.returncode == 0 and "partial" in out.stderr, out.stderr
+    assert not (killed.path / "signature.json").exists()
+
+
 def test_missing_rank_file_reports_with_a_warning(tmp_path):
     s = write_run(tmp_path / "run", ranks=3, steps=30)
     s.files[2].unlink()

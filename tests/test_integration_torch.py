@@ -23,22 +23,22 @@ TORCHRUN = Path(sys.executable).parent / "torchrun"
 TIMEOUT = 90
 
 
-def run_ddp(tmp_path: Path, *args: str, env: dict | None = None) -> list[dict]:
-    """Launch the script on 2 ranks; return each rank's RESULT, sorted by rank."""
+def run_ddp(tmp_path: Path, *args: str, env: dict | None = None, ranks: int = 2) -> list[dict]:
+    """Launch the script on ``ranks`` ranks; return each rank's RESULT, sorted by rank."""
     if not TORCHRUN.exists():
         pytest.skip("torchrun not found next to the interpreter")
     # --standalone: a free rendezvous port, so concurrent runs never collide.
     cmd = [
         str(TORCHRUN),
         "--standalone",
-        "--nproc_per_node=2",
+        f"--nproc_per_node={ranks}",
         str(SCRIPT),
         "--run-dir",
         str(tmp_path / "run"),
         *args,
     ]
     return rank_results(
-        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT
+        cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1", **(env or {})}, timeout=TIMEOUT, ranks=ranks
     )
 
 
@@ -86,6 +86,18 @@ def test_ddp_default_hook_records_each_collective_once(tmp_path, baseline):
         kinds = {m["kind"]: m for m in rank.marks}
         assert kinds["info"]["batch_size"] == 32
         assert kinds["schedule"]["total_steps"] == results[0]["steps"]
+
+
+@pytest.mark.parallel
+def test_ddp_weights_bit_identical_at_a_world_size_not_a_power_of_two(tmp_path):
+    """DDP's built-in reduction multiplies by 1/3 at 3 ranks; a hook that divides by 3 (as
+    torch's allreduce_hook does) trains other weights in the last bit."""
+    for d in ("plain", "lens"):
+        (tmp_path / d).mkdir()
+    plain = run_ddp(tmp_path / "plain", ranks=3)
+    lensed = run_ddp(tmp_path / "lens", "--lens", ranks=3)
+    assert len({r["checksum"] for r in plain}) == 1
+    assert {r["checksum"] for r in lensed} == {plain[0]["checksum"]}
 
 
 @pytest.mark.parallel

@@ -323,3 +323,71 @@ def test_core_works_with_no_framework_installed(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "20 []"
+
+
+# ------------------------------------------------------------------ close costs milliseconds
+
+CLOSE_BUDGET_S = 0.050  # issue 20: closing a run of 25,000 steps takes at most 50 ms
+
+
+def _record_long_run(lens: Lens, clock: "FakeClock", steps: int = 25_000, per_step: int = 10):
+    """25,000 steps x 10 collectives (250,000) of a run whose steps take ~10 ms (the clock
+    is injected), with jitter and an evaluation-like spike every 500 steps, so the online
+    forecast has outliers and a period to learn, as in a real run."""
+    rng = np.random.default_rng(0)
+    jitter = rng.integers(0, 200_000, size=steps)
+    for s in range(steps):
+        for i in range(per_step):
+            clock.advance(900_000)
+            lens.collective_begin("allreduce" if i else "broadcast", 4096 << (i % 4))
+            clock.advance(50_000)
+            lens.collective_end()
+        clock.advance(int(jitter[s]) + (40_000_000 if s % 500 == 499 else 0))
+        lens.step_end()
+
+
+def test_close_after_250k_collectives_takes_milliseconds(tmp_path):
+    """Close is flush, close, exit record: nothing proportional to the run's length, and no
+    signature record (that is made downstream, by `ailens report` / `history add`)."""
+    times = []
+    for attempt in range(3):  # the best of three: the machine may be busy, close is not
+        clock = FakeClock()
+        lens = Lens(run_dir=tmp_path / f"r{attempt}", clock=clock, counter="cpu-ns")
+        _record_long_run(lens, clock)
+        assert lens.ticks == 250_000 and lens.steps == 25_000
+        t0 = time.perf_counter()
+        lens.close()
+        times.append(time.perf_counter() - t0)
+        assert lens.disabled is None
+        assert not (tmp_path / f"r{attempt}" / "signature.json").exists()
+    assert min(times) <= CLOSE_BUDGET_S, f"close took {[round(t * 1e3, 1) for t in times]} ms"
+    run = load_run(tmp_path / "r0")
+    assert run.complete and run.ranks[0].n_events == 250_000
+
+
+def test_close_at_interpreter_exit_takes_milliseconds(tmp_path):
+    """The Lens left open closes itself at exit (atexit): as cheap as close()."""
+    code = (
+        "import atexit, time, ailens\n"
+        "atexit.register(lambda: print('exit', time.perf_counter(), flush=True))  # runs last\n"
+        "import sys\n"
+        "lens = ailens.Lens(run_dir=sys.argv[1], counter='cpu-ns')\n"
+        "for s in range(25_000):\n"
+        "    for i in range(10):\n"
+        "        lens.collective_begin('allreduce', 4096); lens.collective_end()\n"
+        "    lens.step_end()\n"
+        "print('end', time.perf_counter(), flush=True)\n"
+    )
+    times = []
+    for attempt in range(3):
+        run_dir = tmp_path / f"r{attempt}"
+        p = subprocess.run(
+            [sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=120
+        )
+        assert p.returncode == 0, p.stderr
+        at = dict(line.split() for line in p.stdout.split("\n") if line)
+        times.append(float(at["exit"]) - float(at["end"]))
+        run = load_run(run_dir)
+        assert run.complete and run.ranks[0].n_events == 250_000
+        assert not (run_dir / "signature.json").exists()
+    assert min(times) <= CLOSE_BUDGET_S, f"exit close took {[round(t * 1e3, 1) for t in times]} ms"
