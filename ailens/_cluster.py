@@ -335,7 +335,12 @@ def predict(
             f"{job.source}: no platform: give one (a label such as dgx1-v100, or a platform "
             "JSON from ailens calibrate --from-nccl-tests)"
         )
-    src_p = _platform(source_platform) or _platform(job.platform) or tgt_p
+    if source_platform is not None:
+        src_p = _platform(source_platform)
+    elif job.platform in (None, tgt_p.name):
+        src_p = tgt_p
+    else:
+        src_p = _platform(job.platform)
     scaling = scaling or job.scaling
     if scaling not in ("weak", "strong"):
         raise ValueError(f"scaling={scaling!r}: choose weak or strong")
