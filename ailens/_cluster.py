@@ -278,8 +278,12 @@ class ClusterPrediction:
             "compute_high_s": self.compute_high_s,
             "over_link_ceiling": self.over_link_ceiling,
             "terms": [
-                {"name": t.name, "seconds": t.seconds, "assumptions": list(t.assumptions),
-                 **t.detail}
+                {
+                    "name": t.name,
+                    "seconds": t.seconds,
+                    "assumptions": list(t.assumptions),
+                    **t.detail,
+                }
                 for t in self.terms
             ],  # fmt: skip
             "assumptions": list(self.assumptions),
@@ -354,9 +358,8 @@ def predict(
             "(same device speed assumed)"
         )
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
-    out = []
-    base = None
-    for q in sorted({int(r) for r in ranks}):
+
+    def one(q: int):
         if q < 1:
             raise ValueError(f"ranks must be >= 1, got {q}")
         if scaling == "strong":
@@ -370,13 +373,19 @@ def predict(
         c, band, c_notes = compute_at(job, c_src, batch)
         target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
         ctx = _Context(job, target, src_p, batch, c, band, c_notes)
-        terms = tuple(t.value(ctx) for t in TERMS)
+        return target, batch, band, tuple(t.value(ctx) for t in TERMS)
+
+    def throughput(q: int, batch, step: float) -> float:
+        return q * (batch or 1.0) / step if step > 0 else float("nan")
+
+    _, b1, _, t1 = one(1)  # speedup and efficiency are against the model's own 1 device
+    thr1 = throughput(1, b1, float(sum(t.seconds for t in t1)))
+    out = []
+    for q in sorted({int(r) for r in ranks}):
+        target, batch, band, terms = one(q)
         step = float(sum(t.seconds for t in terms))
         comm = float(sum(t.seconds for t in terms if t.name != "compute"))
-        per_sample = step / (batch or 1.0)
-        if base is None:
-            base = (q, per_sample)
-        speedup = (base[1] * base[0]) / per_sample if per_sample > 0 else float("nan")
+        speedup = throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
         out.append(
             ClusterPrediction(
@@ -392,7 +401,7 @@ def predict(
                 compute_low_s=band[0],
                 compute_high_s=band[1],
                 speedup=float(speedup),
-                efficiency=float(speedup / q) if q else float("nan"),
+                efficiency=float(speedup / q),
                 terms=terms,
                 over_link_ceiling=any(t.detail.get("over_link_ceiling") for t in terms),
                 assumptions=tuple(notes + term_notes),

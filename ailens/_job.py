@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 __all__ = [
@@ -207,7 +207,7 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
         if not curve or batch is None:
             raise JobError(
                 f"{where}: give 'step_s', the measured step time at 'ranks' devices (seconds), "
-                "e.g. \"step_s\": 0.1"
+                'e.g. "step_s": 0.1'
             )
         step = dict(curve).get(batch)
         if step is None:
@@ -350,7 +350,7 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
     except (KeyError, TypeError, ValueError) as e:
         raise JobError(f"{source}: signature record lacks {e}; rebuild it with "
                        "`ailens history add RUN_DIR --rebuild`") from None  # fmt: skip
-    return _from_collectives(
+    job = _from_collectives(
         str(rec.get("job") or fw or "run"),
         colls,
         step_s=step,
@@ -362,3 +362,5 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         notes=[f"from the signature record {source}"],
         overlapped_default=fw.startswith(("torch-ddp", "horovod", "keras+horovod")),
     )
+    mode = rec.get("mode")
+    return replace(job, scaling=mode) if mode in ("weak", "strong") else job

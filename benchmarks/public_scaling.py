@@ -123,8 +123,14 @@ def _case(
         "exposed_comm_s": comm,
         "assumptions": list(row.assumptions)
         + ([] if grad_known else ["no gradient size: communication not modelled"])
-        + ([f"gradient accumulation {accumulation}: one reduction per {accumulation} "
-            "micro-batches"] if accumulation > 1 else []),  # fmt: skip
+        + (
+            [
+                f"gradient accumulation {accumulation}: one reduction per {accumulation} "
+                "micro-batches"
+            ]
+            if accumulation > 1
+            else []
+        ),  # fmt: skip
     }
     out.update(extra or {})
     return out
@@ -193,8 +199,14 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
         for r in rs[1:]:
             to = {"gpus": int(r["workers"])}
             cases.append(
-                _case(f"gavel_dp_throughputs.csv {wt}", job, frm, to,
-                      float(r["per_step_s_derived"]), p)  # fmt: skip
+                _case(
+                    f"gavel_dp_throughputs.csv {wt}",
+                    job,
+                    frm,
+                    to,
+                    float(r["per_step_s_derived"]),
+                    p,
+                )  # fmt: skip
             )
     return cases
 
@@ -217,8 +229,14 @@ def _tf_cases(rows: list[dict]) -> list[dict]:
                "step_s": job.step_s}  # fmt: skip
         for r in rs[1:]:
             cases.append(
-                _case("tensorflow_benchmarks_dgx1_p100_nccl.csv", job, frm,
-                      {"gpus": int(r["gpus"])}, float(r["per_step_s_derived"]), DGX1_P100)  # fmt: skip
+                _case(
+                    "tensorflow_benchmarks_dgx1_p100_nccl.csv",
+                    job,
+                    frm,
+                    {"gpus": int(r["gpus"])},
+                    float(r["per_step_s_derived"]),
+                    DGX1_P100,
+                )  # fmt: skip
             )
     return cases
 
@@ -303,9 +321,16 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
                 gpn = int(r["gpus_per_node"] or plat.devices_per_node)
                 to["gpus_per_node"] = min(gpn, int(r["gpus"]))
                 cases.append(
-                    _case("dle_training_perf_dgx1_dgx2.csv", job, frm, to,
-                          float(r["per_microbatch_s_derived"]), plat, grad_known=pc is not None,
-                          accumulation=acc)  # fmt: skip
+                    _case(
+                        "dle_training_perf_dgx1_dgx2.csv",
+                        job,
+                        frm,
+                        to,
+                        float(r["per_microbatch_s_derived"]),
+                        plat,
+                        grad_known=pc is not None,
+                        accumulation=acc,
+                    )  # fmt: skip
                 )
     return cases
 
@@ -341,9 +366,17 @@ def ordering(cases: list[dict], threshold_pct: float = 5.0) -> dict:
         for i in range(len(cs)):
             for j in range(i + 1, len(cs)):
                 a, b = cs[i], cs[j]
-                if (a["platform"], a["from"].get("worker_type"), a["from"].get("platform"),
-                        a["to"].get("nodes")) == (b["platform"], b["from"].get("worker_type"),
-                                                  b["from"].get("platform"), b["to"].get("nodes")):
+                if (
+                    a["platform"],
+                    a["from"].get("worker_type"),
+                    a["from"].get("platform"),
+                    a["to"].get("nodes"),
+                ) == (
+                    b["platform"],
+                    b["from"].get("worker_type"),
+                    b["from"].get("platform"),
+                    b["to"].get("nodes"),
+                ):
                     continue  # fmt: skip
                 ma, mb = a["measured_s"], b["measured_s"]
                 if abs(ma - mb) / min(ma, mb) * 100 <= threshold_pct:
