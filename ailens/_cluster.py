@@ -285,7 +285,7 @@ class ClusterPrediction:
                     **t.detail,
                 }
                 for t in self.terms
-            ],  # fmt: skip
+            ],
             "assumptions": list(self.assumptions),
         }
 

@@ -43,15 +43,43 @@ DDP_FIRST_BUCKET_MB = 1.0
 # Share of a training step's compute spent in the backward pass when not given: backward
 # costs about twice the forward (two matrix products per layer instead of one).
 DEFAULT_BACKWARD_FRACTION = 2.0 / 3.0
-_DTYPE_BYTES = {"fp32": 4, "float32": 4, "tf32": 4, "fp16": 2, "float16": 2, "bf16": 2,
-                "bfloat16": 2, "fp64": 8, "float64": 8}  # fmt: skip
+_DTYPE_BYTES = {
+    "fp32": 4,
+    "float32": 4,
+    "tf32": 4,
+    "fp16": 2,
+    "float16": 2,
+    "bf16": 2,
+    "bfloat16": 2,
+    "fp64": 8,
+    "float64": 8,
+}
 _PRECISIONS = ("fp32", "tf32", "mixed", "fp16", "bf16", "fp64")
 _KEYS = {
-    "format", "version", "job", "parameters", "grad_bytes", "grad_dtype", "bucket_cap_mb",
-    "first_bucket_mb", "bucket_bytes", "step_s", "compute_s", "batch_per_device",
-    "compute_curve", "ranks", "ranks_per_node", "platform", "backward_fraction", "overlap",
-    "precision", "scaling", "global_batch", "source", "notes",
-}  # fmt: skip
+    "format",
+    "version",
+    "job",
+    "parameters",
+    "grad_bytes",
+    "grad_dtype",
+    "bucket_cap_mb",
+    "first_bucket_mb",
+    "bucket_bytes",
+    "step_s",
+    "compute_s",
+    "batch_per_device",
+    "compute_curve",
+    "ranks",
+    "ranks_per_node",
+    "platform",
+    "backward_fraction",
+    "overlap",
+    "precision",
+    "scaling",
+    "global_batch",
+    "source",
+    "notes",
+}
 
 
 class JobError(ValueError):
@@ -147,8 +175,10 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
     if dtype is None:
         dtype = precision if precision in ("fp16", "bf16", "fp64") else "fp32"
         if precision == "mixed":
-            notes.append("mixed precision: gradients reduced in fp32 (torch.cuda.amp keeps "
-                         "fp32 gradients; set grad_dtype if yours are fp16)")  # fmt: skip
+            notes.append(
+                "mixed precision: gradients reduced in fp32 (torch.cuda.amp keeps "
+                "fp32 gradients; set grad_dtype if yours are fp16)"
+            )
     dtype = str(dtype).lower()
     if dtype not in _DTYPE_BYTES:
         raise JobError(f"{where}: grad_dtype {dtype!r}: choose one of {', '.join(_DTYPE_BYTES)}")
@@ -183,8 +213,10 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
             "parameter boundaries)"
         )
     elif sum(buckets) != gbytes:
-        notes.append(f"bucket_bytes sum to {sum(buckets):,} bytes, not the {gbytes:,} "
-                     "gradient bytes: the buckets are what is reduced")  # fmt: skip
+        notes.append(
+            f"bucket_bytes sum to {sum(buckets):,} bytes, not the {gbytes:,} "
+            "gradient bytes: the buckets are what is reduced"
+        )
     step = _num(doc, "step_s", where)
     curve_raw = doc.get("compute_curve") or []
     if not isinstance(curve_raw, list) or any(
@@ -219,8 +251,10 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
     bf = _num(doc, "backward_fraction", where, default=None)
     if bf is None:
         bf = DEFAULT_BACKWARD_FRACTION
-        notes.append("backward pass = 2/3 of the step compute (backward ~ 2 x forward; "
-                     "set backward_fraction when measured)")  # fmt: skip
+        notes.append(
+            "backward pass = 2/3 of the step compute (backward ~ 2 x forward; "
+            "set backward_fraction when measured)"
+        )
     elif not 0 < bf <= 1:
         raise JobError(f"{where}: 'backward_fraction' must be in (0, 1], got {bf}")
     overlap = doc.get("overlap", True)
@@ -264,8 +298,9 @@ def load_job(path: str | os.PathLike) -> JobDescription:
     except OSError as e:
         raise JobError(f"{p}: cannot read job description ({e.strerror})") from None
     except ValueError as e:
-        raise JobError(f"{p}: not JSON ({e}); a job description is a JSON object, see "
-                       "docs/whatif.md") from None  # fmt: skip
+        raise JobError(
+            f"{p}: not JSON ({e}); a job description is a JSON object, see docs/whatif.md"
+        ) from None
     return job_from_dict(doc, str(p))
 
 
@@ -290,11 +325,15 @@ def _from_collectives(
         buckets += [int(c["nbytes"])] * max(int(round(float(c["per_step"]))), 0)
     if not buckets and params:
         buckets = list(ddp_buckets(4 * int(params)))
-        notes.append(f"no gradient allreduce recorded: {params:,} fp32 parameters in DDP's "
-                     "default buckets assumed")  # fmt: skip
+        notes.append(
+            f"no gradient allreduce recorded: {params:,} fp32 parameters in DDP's "
+            "default buckets assumed"
+        )
     if not buckets:
-        raise JobError(f"{source}: no allreduce per step recorded and no parameter count: "
-                       "write a job description (docs/whatif.md) with 'parameters'")  # fmt: skip
+        raise JobError(
+            f"{source}: no allreduce per step recorded and no parameter count: "
+            "write a job description (docs/whatif.md) with 'parameters'"
+        )
     overlap = any(bool(c.get("overlapped")) for c in ar) or overlapped_default
     notes.append(
         f"{len(buckets)} gradient allreduces per step from the recording "
@@ -348,8 +387,10 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         colls = list(rec.get("collectives") or [])
         fw = str(rec.get("framework") or "")
     except (KeyError, TypeError, ValueError) as e:
-        raise JobError(f"{source}: signature record lacks {e}; rebuild it with "
-                       "`ailens history add RUN_DIR --rebuild`") from None  # fmt: skip
+        raise JobError(
+            f"{source}: signature record lacks {e}; rebuild it with "
+            "`ailens history add RUN_DIR --rebuild`"
+        ) from None
     job = _from_collectives(
         str(rec.get("job") or fw or "run"),
         colls,

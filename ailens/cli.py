@@ -434,8 +434,10 @@ def _cmd_whatif(args) -> int:
     if job is not None or args.cluster is not None:
         return _cmd_whatif_cluster(args, job)
     if args.global_batch is not None:
-        raise CliError("--global-batch applies to cluster what-ifs (a job description, a "
-                       "signature.json, or --cluster PLATFORM); use --mode strong here")  # fmt: skip
+        raise CliError(
+            "--global-batch applies to cluster what-ifs (a job description, a "
+            "signature.json, or --cluster PLATFORM); use --mode strong here"
+        )
     args.mode = args.mode or "weak"
     model, platform = _learned_inputs(args)
     a = _analyze(args, _load(args))
@@ -492,8 +494,10 @@ def _job_input(args):
     except OSError as e:
         raise CliError(f"{path}: cannot read ({e.strerror})") from None
     except (ValueError, UnicodeDecodeError) as e:
-        raise CliError(f"{path}: not a run directory and not JSON ({e}); give a run directory, "
-                       "a signature.json or a job description (docs/whatif.md)") from None  # fmt: skip
+        raise CliError(
+            f"{path}: not a run directory and not JSON ({e}); give a run directory, "
+            "a signature.json or a job description (docs/whatif.md)"
+        ) from None
     try:
         if isinstance(doc, dict) and doc.get("format") == "ailens-signature":
             return job_from_signature(doc, str(path))
@@ -509,9 +513,13 @@ def _cmd_whatif_cluster(args, job) -> int:
     from ._job import JobError, job_from_features
     from ._platforms import load_platform
 
-    for flag, v in (("--threads-per-rank", args.threads_per_rank),
-                    ("--cores-per-node", args.cores_per_node), ("--model", args.model),
-                    ("--calibration", args.calibration), ("--platform", args.platform)):  # fmt: skip
+    for flag, v in (
+        ("--threads-per-rank", args.threads_per_rank),
+        ("--cores-per-node", args.cores_per_node),
+        ("--model", args.model),
+        ("--calibration", args.calibration),
+        ("--platform", args.platform),
+    ):
         if v is not None:
             raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
                            "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip

@@ -69,12 +69,16 @@ DLE_PARAMETERS = {
     "PyTorch/LanguageModeling/BERT": (340_000_000, "BERT-large, Devlin et al. 2019"),
     "TensorFlow/LanguageModeling/BERT": (340_000_000, "BERT-large, Devlin et al. 2019"),
     "TensorFlow2/LanguageModeling/ELECTRA": (110_000_000, "ELECTRA-base, Clark et al. 2020"),
-    "PyTorch/LanguageModeling/Transformer-XL": (151_000_000,
-                                                 "Transformer-XL base WT103, Dai et al. 2019"),
-    "TensorFlow/LanguageModeling/Transformer-XL": (151_000_000,
-                                                    "Transformer-XL base WT103, Dai et al. 2019"),
+    "PyTorch/LanguageModeling/Transformer-XL": (
+        151_000_000,
+        "Transformer-XL base WT103, Dai et al. 2019",
+    ),
+    "TensorFlow/LanguageModeling/Transformer-XL": (
+        151_000_000,
+        "Transformer-XL base WT103, Dai et al. 2019",
+    ),
     "PyTorch/Translation/Transformer": (210_000_000, "Transformer big, Vaswani et al. 2017"),
-}  # fmt: skip
+}
 
 
 def _read(path: Path) -> list[dict]:
@@ -130,7 +134,7 @@ def _case(
             ]
             if accumulation > 1
             else []
-        ),  # fmt: skip
+        ),
     }
     out.update(extra or {})
     return out
@@ -167,11 +171,21 @@ def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: f
             platform=p.name,
             source=f"{source} {model} {src['config_label']} {pct}",
         )
-        frm = {"model": model, "config": src["config_label"], "gpus": 1, "percentile": pct,
-               "step_s": job.step_s, "bucket_cap_MB": cap_mb}  # fmt: skip
+        frm = {
+            "model": model,
+            "config": src["config_label"],
+            "gpus": 1,
+            "percentile": pct,
+            "step_s": job.step_s,
+            "bucket_cap_MB": cap_mb,
+        }
         for r in rs[1:]:
-            to = {"config": r["config_label"], "gpus": int(r["gpus"]),
-                  "gpus_per_node": int(r["gpus_per_machine"]), "nodes": int(r["machines"])}  # fmt: skip
+            to = {
+                "config": r["config_label"],
+                "gpus": int(r["gpus"]),
+                "gpus_per_node": int(r["gpus_per_machine"]),
+                "nodes": int(r["machines"]),
+            }
             cases.append(_case(source, job, frm, to, float(r[time_key]), p))
     return cases
 
@@ -190,11 +204,19 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
             params = int(src["parameters"])
         else:  # Transformer: the README's lower bound
             params = 44_100_000
-            notes.append("Transformer: 44.1 M parameters (README's count without the "
-                         "vocabulary embeddings: a lower bound)")  # fmt: skip
-        job = _job(jt, 4 * params, float(src["per_step_s_derived"]), src["batch_per_worker"],
-                   platform=p.name, source=f"gavel {wt} {jt}",
-                   assumptions=tuple(notes))  # fmt: skip
+            notes.append(
+                "Transformer: 44.1 M parameters (README's count without the "
+                "vocabulary embeddings: a lower bound)"
+            )
+        job = _job(
+            jt,
+            4 * params,
+            float(src["per_step_s_derived"]),
+            src["batch_per_worker"],
+            platform=p.name,
+            source=f"gavel {wt} {jt}",
+            assumptions=tuple(notes),
+        )
         frm = {"job": jt, "worker_type": wt, "gpus": int(src["workers"]), "step_s": job.step_s}
         for r in rs[1:]:
             to = {"gpus": int(r["workers"])}
@@ -206,7 +228,7 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
                     to,
                     float(r["per_step_s_derived"]),
                     p,
-                )  # fmt: skip
+                )
             )
     return cases
 
@@ -223,10 +245,21 @@ def _tf_cases(rows: list[dict]) -> list[dict]:
     for (model, data, batch), rs in sorted(series.items()):
         rs.sort(key=lambda r: int(r["gpus"]))
         src = rs[0]
-        job = _job(model, 4 * _TF_PARAMS[model], float(src["per_step_s_derived"]), batch,
-                   platform=DGX1_P100.name, source=f"tf benchmarks {model} {data} {batch}")  # fmt: skip
-        frm = {"model": model, "data": data, "batch_per_gpu": int(batch), "gpus": 1,
-               "step_s": job.step_s}  # fmt: skip
+        job = _job(
+            model,
+            4 * _TF_PARAMS[model],
+            float(src["per_step_s_derived"]),
+            batch,
+            platform=DGX1_P100.name,
+            source=f"tf benchmarks {model} {data} {batch}",
+        )
+        frm = {
+            "model": model,
+            "data": data,
+            "batch_per_gpu": int(batch),
+            "gpus": 1,
+            "step_s": job.step_s,
+        }
         for r in rs[1:]:
             cases.append(
                 _case(
@@ -236,14 +269,21 @@ def _tf_cases(rows: list[dict]) -> list[dict]:
                     {"gpus": int(r["gpus"])},
                     float(r["per_step_s_derived"]),
                     DGX1_P100,
-                )  # fmt: skip
+                )
             )
     return cases
 
 
 _SAMPLE_UNITS = ("img/s", "imgs/second", "sequences/sec", "samples/s")
-_SETTINGS = ("sequence length", "accumulation", "global batch", "xla", "model size", "dataset",
-             "dgx system")  # fmt: skip
+_SETTINGS = (
+    "sequence length",
+    "accumulation",
+    "global batch",
+    "xla",
+    "model size",
+    "dataset",
+    "dgx system",
+)
 
 
 def _settings(other: str) -> dict:
@@ -285,8 +325,14 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
         if not any(u in r["throughput_column"] for u in _SAMPLE_UNITS):
             continue
         settings = tuple(sorted(_settings(other).items()))
-        key = (r["readme"], r["platform_heading"], r["table_index"], r["precision"],
-               r["batch_per_gpu"], settings)  # fmt: skip
+        key = (
+            r["readme"],
+            r["platform_heading"],
+            r["table_index"],
+            r["precision"],
+            r["batch_per_gpu"],
+            settings,
+        )
         series.setdefault(key, []).append(r)
     for (readme, heading, _t, prec, batch, settings), rs in sorted(series.items()):
         rs.sort(key=lambda r: int(r["row_index"]))
@@ -309,13 +355,25 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
             params = pc[0] if pc else 0
             dtype = 2 if prec == "mixed" and "TensorFlow" in readme else 4
             acc = _accumulation(dict(settings), prec)
-            job = _job(folder, max(params * dtype, 1), float(src["per_microbatch_s_derived"]),
-                       batch, platform=plat.name, source=f"dle {folder} {heading} {prec}")  # fmt: skip
-            frm = {"readme": readme, "platform": src["platform_class"], "precision": prec,
-                   "batch_per_gpu": float(batch), "gpus": int(src["gpus"]),
-                   "step_s": job.step_s,
-                   "parameters": f"{params:,} ({pc[1]})" if pc else "unknown",
-                   "settings": dict(settings), "accumulation": acc}  # fmt: skip
+            job = _job(
+                folder,
+                max(params * dtype, 1),
+                float(src["per_microbatch_s_derived"]),
+                batch,
+                platform=plat.name,
+                source=f"dle {folder} {heading} {prec}",
+            )
+            frm = {
+                "readme": readme,
+                "platform": src["platform_class"],
+                "precision": prec,
+                "batch_per_gpu": float(batch),
+                "gpus": int(src["gpus"]),
+                "step_s": job.step_s,
+                "parameters": f"{params:,} ({pc[1]})" if pc else "unknown",
+                "settings": dict(settings),
+                "accumulation": acc,
+            }
             for r in run[1:]:
                 to = {"gpus": int(r["gpus"]), "nodes": int(r["nodes"] or 1)}
                 gpn = int(r["gpus_per_node"] or plat.devices_per_node)
@@ -330,7 +388,7 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
                         plat,
                         grad_known=pc is not None,
                         accumulation=acc,
-                    )  # fmt: skip
+                    )
                 )
     return cases
 
@@ -338,10 +396,20 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
 def scaling_cases(data: Path) -> list[dict]:
     """Every data-parallel scaling case of the public data (see the module docstring)."""
     s = data / "scaling"
-    cases = _ddp_cases(_read(s / "pytorch_ddp_benchmark.csv"), "pytorch_ddp_benchmark.csv",
-                       "sec_per_iter", "p50", 25.0)  # fmt: skip
-    cases += _ddp_cases(_read(s / "pytorch_ddp_bucket_cap.csv"), "pytorch_ddp_bucket_cap.csv",
-                        "sec_per_iter_bucket1MB", "p75", 1.0)  # fmt: skip
+    cases = _ddp_cases(
+        _read(s / "pytorch_ddp_benchmark.csv"),
+        "pytorch_ddp_benchmark.csv",
+        "sec_per_iter",
+        "p50",
+        25.0,
+    )
+    cases += _ddp_cases(
+        _read(s / "pytorch_ddp_bucket_cap.csv"),
+        "pytorch_ddp_bucket_cap.csv",
+        "sec_per_iter_bucket1MB",
+        "p75",
+        1.0,
+    )
     cases += _gavel_cases(_read(s / "gavel_dp_throughputs.csv"))
     cases += _tf_cases(_read(s / "tensorflow_benchmarks_dgx1_p100_nccl.csv"))
     cases += _dle_cases(_read(s / "dle_training_perf_dgx1_dgx2.csv"))
@@ -357,8 +425,13 @@ def ordering(cases: list[dict], threshold_pct: float = 5.0) -> dict:
     for c in cases:
         f = c["from"]
         job = f.get("model") or f.get("job") or f.get("readme")
-        key = (c["source"].split(" ")[0], str(job), str(f.get("precision", "")),
-               str(f.get("batch_per_gpu", "")), c["to"]["gpus"])  # fmt: skip
+        key = (
+            c["source"].split(" ")[0],
+            str(job),
+            str(f.get("precision", "")),
+            str(f.get("batch_per_gpu", "")),
+            c["to"]["gpus"],
+        )
         groups.setdefault(key, []).append(c)
     pairs = right = 0
     wrong = []
@@ -377,7 +450,7 @@ def ordering(cases: list[dict], threshold_pct: float = 5.0) -> dict:
                     b["from"].get("platform"),
                     b["to"].get("nodes"),
                 ):
-                    continue  # fmt: skip
+                    continue
                 ma, mb = a["measured_s"], b["measured_s"]
                 if abs(ma - mb) / min(ma, mb) * 100 <= threshold_pct:
                     continue
@@ -386,8 +459,12 @@ def ordering(cases: list[dict], threshold_pct: float = 5.0) -> dict:
                 right += ok
                 if not ok:
                     wrong.append([key[1], key[4], a["source"], b["source"]])
-    return {"pairs": pairs, "right": right,
-            "fraction_right": right / pairs if pairs else None, "wrong": wrong[:20]}  # fmt: skip
+    return {
+        "pairs": pairs,
+        "right": right,
+        "fraction_right": right / pairs if pairs else None,
+        "wrong": wrong[:20],
+    }
 
 
 def scaling_goals(cases: list[dict]) -> dict:
