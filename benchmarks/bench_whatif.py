@@ -460,7 +460,10 @@ def main() -> int:
 def public_main(args) -> int:
     """``--public``: the cases of ``public_cases.CASE_BUILDERS``, their summary and goals."""
     import public_cases as pc
+    import public_scaling as ps
 
+    if ps.scaling_cases not in pc.CASE_BUILDERS:
+        pc.CASE_BUILDERS.append(ps.scaling_cases)
     t0 = time.perf_counter()
     data = args.data or pc.default_data_dir()
     try:
@@ -469,7 +472,7 @@ def public_main(args) -> int:
         print(f"bench_whatif: {e}", file=sys.stderr)
         return 2
     print(pc.table(cases))
-    goals = pc.goals(cases)
+    goals = {**pc.goals(cases), **ps.scaling_goals(cases)}
     print(json.dumps(goals, indent=2))
     if args.json:
         doc = {
