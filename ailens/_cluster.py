@@ -3,7 +3,7 @@
 Step time is a sum of named terms; each returns its seconds and the assumptions it rests
 on, so adding an effect is adding one class to ``TERMS``::
 
-    step = Compute + ExposedGradientSync
+    step = Compute + ExposedGradientSync + SlowestRank
 
 * ``Compute``: forward + backward + optimizer at the target's batch per device: the job's
   measured compute, moved along its measured curve (log-log interpolation inside it, a
@@ -14,6 +14,8 @@ on, so adding an effect is adding one class to ``TERMS``::
   buckets are reduced one at a time on one stream: finish_i = max(t_i, finish_{i-1}) +
   t_comm(bucket i); exposed = max(0, finish_last - backward end). Without overlap the
   whole reduction is exposed. t_comm comes from the NCCL model (``_nccl``).
+* ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
+  (``step_sd_s``) x E[max of q normals], less the source's own.
 
 The source's compute is the measured step minus what the same model says was exposed
 there: the wait DDP spends outside its recorded collectives is not counted as compute.
@@ -29,12 +31,14 @@ import numpy as np
 from ._job import JobDescription
 from ._nccl import nccl_collective_s
 from ._platforms import Platform, load_platform
+from ._whatif import expected_max_normal
 
 __all__ = [
     "ClusterPrediction",
     "ClusterTarget",
     "Compute",
     "ExposedGradientSync",
+    "SlowestRank",
     "TERMS",
     "TermValue",
     "compute_at",
@@ -174,6 +178,7 @@ class Compute:
     """Forward, backward and optimizer at the target's batch per device."""
 
     name = "compute"
+    part = "compute"
 
     def value(self, ctx: _Context) -> TermValue:
         lo, hi = ctx.compute_band
@@ -189,6 +194,7 @@ class ExposedGradientSync:
     """The gradient allreduces' time not hidden under the backward pass."""
 
     name = "exposed_gradient_sync"
+    part = "comm"
 
     def value(self, ctx: _Context) -> TermValue:
         t = ctx.target
@@ -222,8 +228,31 @@ class ExposedGradientSync:
         )
 
 
+class SlowestRank:
+    """The step waits for the slowest device at the gradient sync: with independent
+    step-to-step noise of spread sd on each, the slowest of q lags the mean by
+    sd * E[max of q standard normals] (the source's own lag already in its step)."""
+
+    name = "slowest_rank"
+    part = "compute"  # time a device waits for the others' compute, as the run-dir what-if
+
+    def value(self, ctx: _Context) -> TermValue:
+        sd = ctx.job.step_sd_s
+        q, p = ctx.target.ranks, ctx.job.ranks
+        if not sd or q <= 1:
+            why = "one device" if q <= 1 else "no step_sd_s given: not modelled"
+            return TermValue(self.name, 0.0, () if q <= 1 else (why,))
+        lag = sd * (expected_max_normal(q) - expected_max_normal(p))
+        note = (
+            f"slowest of {q} devices: step-to-step spread {sd * 1e3:.3g} ms x "
+            f"(E[max of {q}] - E[max of {p}] normals) = {lag * 1e3:.3g} ms (noise assumed "
+            "independent across devices)"
+        )
+        return TermValue(self.name, lag, (note,), {"step_sd_s": sd})
+
+
 # The step-time model: one instance per named term, summed.
-TERMS = (Compute(), ExposedGradientSync())
+TERMS = (Compute(), ExposedGradientSync(), SlowestRank())
 
 
 @dataclass(frozen=True)
@@ -384,7 +413,7 @@ def predict(
     for q in sorted({int(r) for r in ranks}):
         target, batch, band, terms = one(q)
         step = float(sum(t.seconds for t in terms))
-        comm = float(sum(t.seconds for t in terms if t.name != "compute"))
+        comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
         speedup = throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
         out.append(

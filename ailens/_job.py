@@ -12,6 +12,7 @@ The JSON a person writes (every key but ``step_s`` has a default, said in ``assu
      "bucket_cap_mb": 25, "first_bucket_mb": 1,          # or "bucket_bytes": [...]
      "step_s": 0.100, "batch_per_device": 32,              # measured at this layout
      "compute_curve": [[16, 0.056], [32, 0.100]],          # optional: step compute vs batch
+     "step_sd_s": 0.0005,                                  # optional: step-to-step spread
      "ranks": 1, "ranks_per_node": 1, "platform": "dgx1-v100",
      "backward_fraction": 0.67, "overlap": true, "precision": "fp32",
      "scaling": "weak", "global_batch": null}
@@ -112,6 +113,7 @@ class JobDescription:
     grad_dtype: str = "fp32"
     scaling: str = "weak"
     global_batch: float | None = None
+    step_sd_s: float | None = None  # step-to-step spread of one device's step (independent)
     source: str = ""
     assumptions: tuple[str, ...] = ()
 
@@ -265,6 +267,9 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
         raise JobError(f"{where}: 'scaling' must be weak or strong, got {scaling!r}")
     gb = _num(doc, "global_batch", where)
     compute = _num(doc, "compute_s", where)
+    sd = _num(doc, "step_sd_s", where, positive=False)
+    if sd is not None and sd < 0:
+        raise JobError(f"{where}: 'step_sd_s' must be >= 0, got {sd}")
     if compute is not None and compute > step * (1 + 1e-9):
         raise JobError(f"{where}: compute_s {compute} above step_s {step}")
     platform = doc.get("platform")
@@ -285,6 +290,7 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
         grad_dtype=dtype,
         scaling=scaling,
         global_batch=gb,
+        step_sd_s=sd,
         source=str(doc.get("source") or where),
         assumptions=tuple(notes),
     )
@@ -316,6 +322,7 @@ def _from_collectives(
     source: str,
     notes: list[str],
     overlapped_default: bool,
+    step_sd_s: float | None = None,
 ) -> JobDescription:
     """Shared by the run-dir and signature paths: the allreduces per step become the
     buckets (largest sizes last when the order is unknown), the rest is compute."""
@@ -348,9 +355,15 @@ def _from_collectives(
         ranks=int(ranks),
         ranks_per_node=int(rpn),
         overlap=overlap,
+        step_sd_s=step_sd_s,
         source=source,
         assumptions=tuple(notes),
     )
+
+
+def _float_or_none(v) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok and v >= 0 else None
 
 
 def job_from_features(feats, source: str = "run directory") -> JobDescription:
@@ -376,6 +389,7 @@ def job_from_features(feats, source: str = "run directory") -> JobDescription:
         source=source,
         notes=notes,
         overlapped_default=feats.framework.startswith(("torch-ddp", "horovod", "keras+horovod")),
+        step_sd_s=feats.step_sd_s,  # the same figure a signature record keeps
     )
 
 
@@ -402,6 +416,7 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         source=source,
         notes=[f"from the signature record {source}"],
         overlapped_default=fw.startswith(("torch-ddp", "horovod", "keras+horovod")),
+        step_sd_s=_float_or_none((rec.get("step") or {}).get("step_sd_s")),
     )
     mode = rec.get("mode")
     return replace(job, scaling=mode) if mode in ("weak", "strong") else job

@@ -161,6 +161,15 @@ def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: f
     for model, rs in by_model.items():
         rs.sort(key=lambda r: int(r["gpus"]))
         src = rs[0]
+        # Step-to-step spread of the source from its own percentiles (normal: p95 - p50 =
+        # 1.645 sd; the table prints milliseconds, so 0 when they round alike).
+        pcts = {
+            r["percentile"]: float(r[time_key])
+            for r in rows
+            if r["model"] == model and r["config_label"] == src["config_label"]
+        }
+        sd = max(pcts.get("p95", 0.0) - pcts.get("p50", pcts.get("p75", 0.0)), 0.0)
+        sd /= 1.645 if "p50" in pcts else 1.645 - 0.674
         first = cap_mb if cap_mb < 1 else 1.0
         job = _job(
             model,
@@ -169,6 +178,7 @@ def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: f
             src["batch_per_gpu"],
             ddp_buckets(int(src["grad_bytes_fp32"]), cap_mb, first),
             platform=p.name,
+            step_sd_s=sd,
             source=f"{source} {model} {src['config_label']} {pct}",
         )
         frm = {
@@ -178,6 +188,7 @@ def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: f
             "percentile": pct,
             "step_s": job.step_s,
             "bucket_cap_MB": cap_mb,
+            "step_sd_s": sd,
         }
         for r in rs[1:]:
             to = {

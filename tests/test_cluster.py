@@ -226,3 +226,19 @@ def test_cli_one_predictor_for_run_dir_and_signature(tmp_path):
     # Without --cluster a run directory keeps the CPU what-if (its own JSON keys).
     old = json.loads(cli("whatif", run.path, "--ranks", "2", "--json").stdout)
     assert "platform" not in old[0] and old[0]["threads_per_rank"] >= 1
+
+
+def test_slowest_rank_term():
+    from ailens._whatif import expected_max_normal
+
+    job = _job(step_sd_s=0.001)
+    one, many = predict(job, [1, 16])
+    lag = {t.name: t.seconds for t in many.terms}["slowest_rank"]
+    assert lag == pytest.approx(0.001 * expected_max_normal(16))
+    assert many.compute_step_s == pytest.approx(0.1 + lag)  # waiting for others' compute
+    assert {t.name: t.seconds for t in one.terms}["slowest_rank"] == 0
+    # Without a spread the term says it is not modelled.
+    none = predict(_job(), [16])[0]
+    assert any("step_sd_s" in a and "not modelled" in a for a in none.assumptions)
+    with pytest.raises(JobError, match="step_sd_s"):
+        job_from_dict({"parameters": 10, "step_s": 0.1, "step_sd_s": -1}, "j.json")
