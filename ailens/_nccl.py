@@ -235,7 +235,7 @@ def nccl_collective_s(
                     bus /= 3.8
                 elif p == "LL128":
                     bus *= 7 / 9 if nodes == 1 else 0.915
-            tune = platform.protocols.get(p) or {}
+            tune = platform.protocol_tuning(ppn, p)
             bus = min(bus * float(tune.get("bandwidth", 1.0)), ceiling)
             ratio = n / nsteps if a == "ring" else 0.5
             algbw = bus * ratio
@@ -349,6 +349,7 @@ def _rows(tables: list[NcclTestsTable]):
 _TUNABLE = (("LL", "bandwidth"), ("LL128", "base_latency"), ("Simple", "base_latency"))
 
 
+_PULL = 1e-6  # weight of the protocol corrections' distance from NCCL's constants (log)
 # Sizes whose time is latency alone on every platform measured (the bandwidth term is < 2 %):
 # they fit the latencies first.
 _PURE_LATENCY_BYTES = 8 << 10
@@ -402,9 +403,10 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
     if multi:
         names += ["net_lat", "net_bw"]
         x0 += [math.log(max(net.latency_s, 1e-9)), math.log(net.bandwidth_Bps)]
-    for proto, what in _TUNABLE:
-        names.append(f"{proto}.{what}")
-        x0.append(math.log(float((base.protocols.get(proto) or {}).get(what, 1.0))))
+    for k in counts:
+        for proto, what in _TUNABLE:
+            names.append(f"{k}:{proto}.{what}")
+            x0.append(math.log(float(base.protocol_tuning(k, proto).get(what, 1.0))))
     x0 = np.array(x0)
     meas = np.log(np.array([r[2] for r in rows], dtype=float))
     groups: dict[tuple[str, int], int] = {}
@@ -429,15 +431,17 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         if multi:
             kw["network"] = Link(float(v["net_bw"]), float(v["net_lat"]), fitted_by)
             kw["nics_per_node"] = base.nics_per_node or dpn
-        protos: dict = {}
-        for proto, what in _TUNABLE:
-            protos.setdefault(proto, {"base_latency": 1.0, "bandwidth": 1.0})[what] = float(
-                v[f"{proto}.{what}"]
-            )
-        kw["protocols"] = protos
+        per: dict = {}
+        for k in counts:
+            for proto, what in _TUNABLE:
+                per.setdefault(k, {}).setdefault(proto, {"base_latency": 1.0, "bandwidth": 1.0})[
+                    what
+                ] = float(v[f"{k}:{proto}.{what}"])
+        kw["protocols_by_devices"] = per
         return replace(base, **kw)
 
     classes = np.array([_size_class(s) for _, s, _ in rows])
+    tunables = np.array([":" in n for n in names])
 
     def loss(x: np.ndarray, only: np.ndarray | None = None) -> float:
         if np.any(np.abs(x - x0) > 12):
@@ -451,18 +455,23 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
                 t.op, s, t.ranks, p, t.ranks_per_node, devices_per_process=t.devices_per_process
             ).seconds
             err += weight[i] * (math.log(pred) - meas[i]) ** 2
-        return err
+        # A protocol the rows never see choose would drift where it does not matter here but
+        # does at another count: a slight pull towards NCCL's own constants.
+        return err + _PULL * float(np.sum((x[tunables] - x0[tunables]) ** 2))
 
     # In stages, each on the rows that decide it: the latencies on the sizes that are latency
     # alone, the bandwidths on the bandwidth-bound ones, the protocol corrections on the rest.
     # (A joint search from there trades the latency rows for the middle ones.)
     x = x0.copy()
     tiny = np.array([s <= _PURE_LATENCY_BYTES for _, s, _ in rows])
-    stages = (
+    per_node = np.array([t.ranks_per_node for t, _, _ in rows])
+    stages = [
         (("base", "launch", "intra_lat", "net_lat"), tiny),
         (tuple(n for n in names if n.startswith("bw")) + ("net_bw",), classes == 2),
-        (tuple(f"{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2)),
-    )
+    ] + [
+        (tuple(f"{k}:{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2) & (per_node == k))
+        for k in counts
+    ]
     for wanted, only in stages:
         idx = [i for i, n in enumerate(names) if n in wanted]
         if not idx or not only.any():

@@ -97,6 +97,9 @@ class Platform:
     # Fitted corrections to NCCL's protocol constants: {"LL128": {"base_latency": x,
     # "bandwidth": y}, ...} multiply its per-protocol base latency and bandwidth factor.
     protocols: dict = field(default_factory=dict)
+    # The same, fitted per number of devices per node ({k: {protocol: {...}}}); between and
+    # beyond the measured counts as the bandwidths are (log interpolation, nearest outside).
+    protocols_by_devices: dict = field(default_factory=dict)
     # nccl-tests -g N drives N devices from one thread: every call pays the launch of N
     # kernels one after the other. Fitted when a log was run so; a job with one process per
     # device does not pay it.
@@ -139,19 +142,38 @@ class Platform:
                     f"{self.host.source} (no ring over the first {k} devices closes over "
                     "NVLink: it crosses the host path)"
                 )
-        if table and len(table) >= 2 and min(table) < k < max(table):
-            lo = max(a for a in table if a < k)
-            hi = min(a for a in table if a > k)
-            w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
-            bw = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
-            return bw, (
-                f"{self.intra.source} (interpolated in log devices between {lo} and {hi} "
-                "devices per node)"
-            )
         if table:
-            near = min(table, key=lambda a: (abs(math.log(a / k)), -a))
-            return table[near], f"{self.intra.source} (as measured at {near} devices per node)"
+            bw, how = _by_devices(table, k)
+            return bw, f"{self.intra.source} ({how})"
         return self.intra.bandwidth_Bps, self.intra.source
+
+    def protocol_tuning(self, k: int, protocol: str) -> dict:
+        """Fitted corrections of one NCCL protocol at ``k`` devices per node
+        ({"base_latency": x, "bandwidth": y}; empty: NCCL's own constants)."""
+        per = {int(a): v[protocol] for a, v in self.protocols_by_devices.items() if protocol in v}
+        if not per:
+            return dict(self.protocols.get(protocol) or {})
+        keys = sorted({w for v in per.values() for w in v})
+        return {
+            w: _by_devices({a: float(v.get(w, 1.0)) for a, v in per.items()}, k)[0] for w in keys
+        }
+
+
+def _by_devices(table: dict, k: int) -> tuple[float, str]:
+    """A per-device-count figure at ``k``: measured, log-log interpolated between the nearest
+    measured counts, or the nearest measured count's outside them (no extrapolation)."""
+    k = max(int(k), 1)
+    if k in table:
+        return float(table[k]), f"measured at {k} devices per node"
+    lower = [a for a in table if a < k]
+    upper = [a for a in table if a > k]
+    if lower and upper:
+        lo, hi = max(lower), min(upper)
+        w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        v = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
+        return v, f"interpolated between {lo} and {hi} devices per node"
+    near = max(lower) if lower else min(upper)
+    return float(table[near]), f"as measured at {near} devices per node"
 
 
 def ring_links(nvlinks, k: int) -> float:
@@ -363,6 +385,10 @@ def platform_to_dict(p: Platform) -> dict:
         "base_latency_s": p.base_latency_s,
         "base_latency_source": p.base_latency_source,
         "protocols": {k: dict(v) for k, v in sorted(p.protocols.items())},
+        "protocols_by_devices": {
+            str(k): {proto: dict(v) for proto, v in sorted(d.items())}
+            for k, d in sorted(p.protocols_by_devices.items())
+        },
         "launch_s": p.launch_s,
         "notes": list(p.notes),
     }
@@ -415,6 +441,12 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
                     "bandwidth": float(v.get("bandwidth", 1.0)),
                 }
                 for k, v in (d.get("protocols") or {}).items()
+            },
+            protocols_by_devices={
+                int(k): {
+                    str(proto): {str(w): float(x) for w, x in v.items()} for proto, v in per.items()
+                }
+                for k, per in (d.get("protocols_by_devices") or {}).items()
             },
             launch_s=float(d.get("launch_s") or 0.0),
             description=str(d.get("description", "")),
