@@ -144,12 +144,15 @@ def nccl_collective_s(
     *,
     algorithm: str | None = None,
     protocol: str | None = None,
+    devices_per_process: int = 1,
 ) -> CollectiveEstimate:
     """Seconds of one NCCL collective of ``nbytes`` (what the trace records: the buffer of
     an all-reduce / broadcast / reduce, one rank's part of an all-gather, the input of a
     reduce-scatter) on ``ranks`` ranks of ``platform``, ``ranks_per_node`` per node (default:
     fill nodes of ``devices_per_node``). ``algorithm`` / ``protocol`` force NCCL's choice
-    (as NCCL_ALGO / NCCL_PROTO do)."""
+    (as NCCL_ALGO / NCCL_PROTO do). ``devices_per_process`` > 1: one thread drives that many
+    devices (nccl-tests ``-g``) and launches their kernels one after another
+    (``platform.launch_s`` each)."""
     n = int(ranks)
     if n < 1:
         raise ValueError(f"ranks must be >= 1, got {ranks}")
@@ -232,6 +235,8 @@ def nccl_collective_s(
                     bus /= 3.8
                 elif p == "LL128":
                     bus *= 7 / 9 if nodes == 1 else 0.915
+            tune = platform.protocol_tuning(ppn, p)
+            bus = min(bus * float(tune.get("bandwidth", 1.0)), ceiling)
             ratio = n / nsteps if a == "ring" else 0.5
             algbw = bus * ratio
             if a == "tree":
@@ -242,7 +247,7 @@ def nccl_collective_s(
             if nodes > 1 and p == "LL":
                 intra_lat *= 1.8  # as NCCL models LL across nodes
             net_lat = _HW_US["net"][a][pi] * s_net * 1e-6
-            lat = _BASE_US[a][pi] * s_base * 1e-6
+            lat = _BASE_US[a][pi] * s_base * 1e-6 * float(tune.get("base_latency", 1.0))
             if a == "ring":
                 if kind in ("broadcast", "reduce"):
                     lat += nsteps * (net_lat if nodes > 1 else intra_lat)
@@ -261,6 +266,12 @@ def nccl_collective_s(
             f"protocol={protocol!r} on {platform.name}"
         )
     t, a, p = best
+    if devices_per_process > 1 and platform.launch_s > 0:
+        t += (devices_per_process - 1) * platform.launch_s
+        notes.append(
+            f"one thread drives {devices_per_process} devices: "
+            f"{devices_per_process - 1} more kernel launches of {platform.launch_s * 1e6:.3g} us"
+        )
     bus_now = size / t * busbw_factor(kind, n) if t > 0 else 0.0
     if ring_over_host:
         notes.append(
@@ -333,8 +344,26 @@ def _rows(tables: list[NcclTestsTable]):
     return out
 
 
+# Protocol corrections the fit may change: (protocol, "latency" | "bandwidth"). LL's latency
+# and Simple's bandwidth are the link figures themselves.
+_TUNABLE = (("LL", "bandwidth"), ("LL128", "base_latency"), ("Simple", "base_latency"))
+
+
+_PULL = 1e-6  # weight of the protocol corrections' distance from NCCL's constants (log)
+# Sizes whose time is latency alone on every platform measured (the bandwidth term is < 2 %):
+# they fit the latencies first.
+_PURE_LATENCY_BYTES = 8 << 10
+
+
+def _size_class(nbytes: float) -> int:
+    """Latency-bound (<= 64 KiB), middle, bandwidth-bound (>= 64 MiB): each class of each
+    table weighs the same in the fit, whatever its number of rows."""
+    return 0 if nbytes <= 64 << 10 else (2 if nbytes >= 64 << 20 else 1)
+
+
 def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None = None):
-    """The platform whose NCCL model best explains the tables (see the module docstring)."""
+    """The platform whose NCCL model best explains the tables (see the module docstring):
+    least squares on log time, each size class of each table weighted alike."""
     rows = _rows(tables)
     if not rows:
         raise ValueError(
@@ -347,94 +376,133 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
                 f"{t.source}: {t.ranks} ranks on one host but devices_per_node={dpn}; "
                 "give --devices-per-node"
             )
-    files = sorted({t.source for t in tables})
-    where = ", ".join(files)
-    one_node = sorted({t.ranks_per_node for t in tables if t.nodes == 1 and t.ranks >= 2})
+    where = ", ".join(sorted({t.source for t in tables}))
+    one_node = sorted({t.ranks_per_node for t in tables if t.nodes == 1})
     multi = [t for t in tables if t.nodes > 1]
-    # Intra-node bandwidth per measured device count; a multi-node log's ranks per node
-    # share it with a one-node log of the same count, else get their own.
+    # Only multi-node logs: the intra-node link cannot be told from the network's; kept.
+    fit_intra = bool(one_node)
     counts = sorted(set(one_node) | {t.ranks_per_node for t in multi if t.ranks_per_node > 1})
-    intra_fitted = bool(one_node)
-    names = ["base", "intra_lat"] + [f"bw{k}" for k in counts]
-    x0 = [math.log(base.base_latency_s), math.log(max(base.intra.latency_s, 1e-8))]
-    x0 += [math.log(base.intra_bandwidth(k)[0]) for k in counts]
-    net = base.network
+    # A log run with -g N (one thread, N devices) pays N kernel launches one after another.
+    # With only such logs the launches and the intra-node step latency grow alike with the
+    # devices (N - 1 against 2(N - 1)): the step latency then stays the base platform's.
+    single = any(t.devices_per_process > 1 for t in tables)
+    step_known = any(t.devices_per_process == 1 and t.ranks_per_node > 1 for t in tables)
+    fit_step = fit_intra and (step_known or not single)
+    names: list[str] = ["base"]
+    x0: list[float] = [math.log(base.base_latency_s)]
+    if single:
+        names.append("launch")
+        x0.append(math.log(max(base.launch_s, 2e-6)))
+    if fit_step:
+        names.append("intra_lat")
+        x0.append(math.log(max(base.intra.latency_s, 1e-9)))
+    if fit_intra:
+        names += [f"bw{k}" for k in counts]
+        x0 += [math.log(base.intra_bandwidth(k)[0]) for k in counts]
+    net = base.network or Link(12.5e9, NCCL_NET_STEP_S, "assumed starting point")
     if multi:
-        if net is None:
-            net = Link(12.5e9, NCCL_NET_STEP_S, "assumed starting point")
         names += ["net_lat", "net_bw"]
-        x0 += [math.log(max(net.latency_s, 1e-8)), math.log(net.bandwidth_Bps)]
+        x0 += [math.log(max(net.latency_s, 1e-9)), math.log(net.bandwidth_Bps)]
+    for k in counts:
+        for proto, what in _TUNABLE:
+            names.append(f"{k}:{proto}.{what}")
+            x0.append(math.log(float(base.protocol_tuning(k, proto).get(what, 1.0))))
     x0 = np.array(x0)
-    fixed_intra = not intra_fitted  # only multi-node logs: intra-node figures from the base
-    sizes = np.array([r[1] for r in rows], dtype=float)
     meas = np.log(np.array([r[2] for r in rows], dtype=float))
+    groups: dict[tuple[str, int], int] = {}
+    for t, s, _ in rows:
+        key = (t.source, _size_class(s))
+        groups[key] = groups.get(key, 0) + 1
+    weight = np.array([1.0 / groups[(t.source, _size_class(s))] for t, s, _ in rows])
+    weight /= weight.sum()
+    fitted_by = f"fitted on {where}"
 
     def build(x: np.ndarray) -> Platform:
         v = dict(zip(names, np.exp(x), strict=True))
-        intra = base.intra
-        by_dev = dict(base.intra_by_devices)
-        if not fixed_intra:
-            intra = Link(
-                float(max(v[f"bw{k}"] for k in counts)), float(v["intra_lat"]), f"fitted on {where}"
-            )
-            by_dev = {k: float(v[f"bw{k}"]) for k in counts}
-        nw = base.network
+        kw: dict = {"base_latency_s": float(v["base"]), "base_latency_source": fitted_by}
+        if single:
+            kw["launch_s"] = float(v["launch"])
+        if fit_intra:
+            kw["intra_by_devices"] = {k: float(v[f"bw{k}"]) for k in counts}
+            top = max(counts)
+            lat = float(v["intra_lat"]) if fit_step else base.intra.latency_s
+            src = fitted_by if fit_step else f"bandwidth {fitted_by}; latency: {base.intra.source}"
+            kw["intra"] = Link(float(v[f"bw{top}"]), lat, src)
         if multi:
-            nics = base.nics_per_node or dpn
-            nw = Link(float(v["net_bw"]), float(v["net_lat"]), f"fitted on {where}")
-            return replace(
-                base,
-                intra=intra,
-                intra_by_devices=by_dev,
-                network=nw,
-                nics_per_node=nics,
-                base_latency_s=float(v["base"]),
-                base_latency_source=f"fitted on {where}",
-            )
-        return replace(
-            base,
-            intra=intra,
-            intra_by_devices=by_dev,
-            network=nw,
-            base_latency_s=float(v["base"]),
-            base_latency_source=f"fitted on {where}",
-        )
+            kw["network"] = Link(float(v["net_bw"]), float(v["net_lat"]), fitted_by)
+            kw["nics_per_node"] = base.nics_per_node or dpn
+        per: dict = {}
+        for k in counts:
+            for proto, what in _TUNABLE:
+                per.setdefault(k, {}).setdefault(proto, {"base_latency": 1.0, "bandwidth": 1.0})[
+                    what
+                ] = float(v[f"{k}:{proto}.{what}"])
+        kw["protocols_by_devices"] = per
+        return replace(base, **kw)
 
-    def loss(x: np.ndarray) -> float:
+    classes = np.array([_size_class(s) for _, s, _ in rows])
+    tunables = np.array([":" in n for n in names])
+
+    def loss(x: np.ndarray, only: np.ndarray | None = None) -> float:
         if np.any(np.abs(x - x0) > 12):
             return 1e9
         p = build(x)
-        pred = np.array(
-            [
-                nccl_collective_s(t.op, s, t.ranks, p, t.ranks_per_node).seconds
-                for (t, s, _), s in zip(rows, sizes, strict=True)
-            ]
-        )
-        return float(np.mean((np.log(pred) - meas) ** 2))
+        use = range(len(rows)) if only is None else np.flatnonzero(only)
+        err = 0.0
+        for i in use:
+            t, s, _ = rows[i]
+            pred = nccl_collective_s(
+                t.op, s, t.ranks, p, t.ranks_per_node, devices_per_process=t.devices_per_process
+            ).seconds
+            err += weight[i] * (math.log(pred) - meas[i]) ** 2
+        # A protocol the rows never see choose would drift where it does not matter here but
+        # does at another count: a slight pull towards NCCL's own constants.
+        return err + _PULL * float(np.sum((x[tunables] - x0[tunables]) ** 2))
 
-    if fixed_intra:
-        keep = [i for i, nm in enumerate(names) if not nm.startswith(("bw", "intra_lat"))]
-        sub0 = x0[keep]
+    # In stages, each on the rows that decide it: the latencies on the sizes that are latency
+    # alone, the bandwidths on the bandwidth-bound ones, the protocol corrections on the rest.
+    # (A joint search from there trades the latency rows for the middle ones.)
+    x = x0.copy()
+    tiny = np.array([s <= _PURE_LATENCY_BYTES for _, s, _ in rows])
+    per_node = np.array([t.ranks_per_node for t, _, _ in rows])
+    stages = [
+        (("base", "launch", "intra_lat", "net_lat"), tiny),
+        (tuple(n for n in names if n.startswith("bw")) + ("net_bw",), classes == 2),
+    ] + [
+        (tuple(f"{k}:{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2) & (per_node == k))
+        for k in counts
+    ]
+    for wanted, only in stages:
+        idx = [i for i, n in enumerate(names) if n in wanted]
+        if not idx or not only.any():
+            continue
 
-        def sub_loss(y: np.ndarray) -> float:
-            x = x0.copy()
-            x[keep] = y
-            return loss(x)
+        def sub(y: np.ndarray, idx=idx, only=only) -> float:
+            z = x.copy()
+            z[idx] = y
+            return loss(z, only)
 
-        y = _nelder_mead(sub_loss, sub0)
-        y = _nelder_mead(sub_loss, y, step=0.1)
-        x = x0.copy()
-        x[keep] = y
-    else:
-        x = _nelder_mead(loss, x0)
-        x = _nelder_mead(loss, x, step=0.1)
+        # Several starts (the latencies trade off against each other: local minima).
+        starts = [x[idx]] + [x[idx] + d for d in (-1.5, 1.0) if len(idx) > 1]
+        best = min((_nelder_mead(sub, y, iters=400) for y in starts), key=sub)
+        x[idx] = best
     fitted = build(x)
     rms = math.sqrt(loss(x))
     notes = list(base.notes) + [
-        f"fitted on {len(rows)} rows of {where}: RMS error {100 * (math.exp(rms) - 1):.1f} % "
-        "(log scale)"
+        f"fitted on {len(rows)} rows of {where}: weighted RMS error "
+        f"{100 * (math.exp(rms) - 1):.1f} % (log scale)"
     ]
-    if fixed_intra:
+    if single:
+        notes.append(
+            f"logs run with one thread driving several devices (-g N): {fitted.launch_s * 1e6:.3g}"
+            " us per extra device's kernel launch fitted, not part of a job's collectives"
+        )
+    if fit_intra and not fit_step:
+        notes.append(
+            "every one-node log drives all devices from one thread: the intra-node step latency "
+            f"cannot be told from the launches, kept from {base.name} ({base.intra.source})"
+        )
+    if not fit_intra:
         notes.append(
             f"no one-node log: intra-node link kept from {base.name} ({base.intra.source})"
         )
@@ -442,7 +510,7 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         notes.append(f"no multi-node log: network kept from {base.name} ({fitted.network.source})")
     return replace(
         fitted,
-        name=name or (base.name if base.name != "fitted" else "fitted"),
-        description=(base.description or "") + f"; fitted on {where}",
+        name=name or base.name,
+        description=(base.description or "") + f"; {fitted_by}",
         notes=tuple(notes),
     )

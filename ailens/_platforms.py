@@ -94,6 +94,16 @@ class Platform:
     intra_by_devices: dict = field(default_factory=dict)  # {k: bus bandwidth B/s}
     nvlinks: tuple = ()  # ((links between device i and j) ...), devices_per_node square
     host: Link | None = None
+    # Fitted corrections to NCCL's protocol constants: {"LL128": {"base_latency": x,
+    # "bandwidth": y}, ...} multiply its per-protocol base latency and bandwidth factor.
+    protocols: dict = field(default_factory=dict)
+    # The same, fitted per number of devices per node ({k: {protocol: {...}}}); between and
+    # beyond the measured counts as the bandwidths are (log interpolation, nearest outside).
+    protocols_by_devices: dict = field(default_factory=dict)
+    # nccl-tests -g N drives N devices from one thread: every call pays the launch of N
+    # kernels one after the other. Fitted when a log was run so; a job with one process per
+    # device does not pay it.
+    launch_s: float = 0.0
     description: str = ""
     notes: tuple = ()
 
@@ -111,68 +121,103 @@ class Platform:
         if k in table:
             return table[k], f"{self.intra.source} (measured at {k} devices per node)"
         if self.nvlinks and k <= len(self.nvlinks):
-            full = ring_links(self.nvlinks, len(self.nvlinks))
             got = ring_links(self.nvlinks, k)
-            if got > 0 and full > 0:
-                return (
-                    self.intra.bandwidth_Bps * got / full,
-                    f"{self.intra.source}, x {got:g}/{full:g} links a ring over the first "
-                    f"{k} devices can use",
+            if got > 0:
+                # Bandwidth per usable link: from the nearest measured count, else the full node.
+                refs = {a: ring_links(self.nvlinks, a) for a in table if a <= len(self.nvlinks)}
+                refs = {a: n for a, n in refs.items() if n > 0}
+                if refs:
+                    m = min(refs, key=lambda a: (abs(math.log(a / k)), -a))
+                    bw, what = table[m] * got / refs[m], f"measured at {m} devices"
+                    ref_links = refs[m]
+                else:
+                    ref_links = ring_links(self.nvlinks, len(self.nvlinks))
+                    bw, what = self.intra.bandwidth_Bps * got / ref_links, "the full node"
+                return bw, (
+                    f"{self.intra.source}; {got:g} links per device for rings over the first "
+                    f"{k} devices, {ref_links:g} at {what}"
                 )
             if self.host is not None:
                 return self.host.bandwidth_Bps, (
                     f"{self.host.source} (no ring over the first {k} devices closes over "
                     "NVLink: it crosses the host path)"
                 )
-        if table and len(table) >= 2 and min(table) < k < max(table):
-            lo = max(a for a in table if a < k)
-            hi = min(a for a in table if a > k)
-            w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
-            bw = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
-            return bw, (
-                f"{self.intra.source} (interpolated in log devices between {lo} and {hi} "
-                "devices per node)"
-            )
         if table:
-            near = min(table, key=lambda a: (abs(math.log(a / k)), -a))
-            return table[near], f"{self.intra.source} (as measured at {near} devices per node)"
+            bw, how = _by_devices(table, k)
+            return bw, f"{self.intra.source} ({how})"
         return self.intra.bandwidth_Bps, self.intra.source
+
+    def protocol_tuning(self, k: int, protocol: str) -> dict:
+        """Fitted corrections of one NCCL protocol at ``k`` devices per node
+        ({"base_latency": x, "bandwidth": y}; empty: NCCL's own constants)."""
+        per = {int(a): v[protocol] for a, v in self.protocols_by_devices.items() if protocol in v}
+        if not per:
+            return dict(self.protocols.get(protocol) or {})
+        keys = sorted({w for v in per.values() for w in v})
+        return {
+            w: _by_devices({a: float(v.get(w, 1.0)) for a, v in per.items()}, k)[0] for w in keys
+        }
+
+
+def _by_devices(table: dict, k: int) -> tuple[float, str]:
+    """A per-device-count figure at ``k``: measured, log-log interpolated between the nearest
+    measured counts, or the nearest measured count's outside them (no extrapolation)."""
+    k = max(int(k), 1)
+    if k in table:
+        return float(table[k]), f"measured at {k} devices per node"
+    lower = [a for a in table if a < k]
+    upper = [a for a in table if a > k]
+    if lower and upper:
+        lo, hi = max(lower), min(upper)
+        w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        v = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
+        return v, f"interpolated between {lo} and {hi} devices per node"
+    near = max(lower) if lower else min(upper)
+    return float(table[near]), f"as measured at {near} devices per node"
 
 
 def ring_links(nvlinks, k: int) -> float:
-    """Links per device a set of rings over the first ``k`` devices can use at once: rings
-    (directed Hamiltonian cycles) packed greedily, each taking one link direction per hop, the
-    way NCCL's search adds rings while link capacity is left. 0 when no ring closes."""
+    """Links per device that rings over the first ``k`` devices can use at once: the most
+    directed Hamiltonian cycles (rings) that fit in the link capacities, each taking one link
+    direction per hop, the way NCCL's search adds rings while capacity is left. 0 when no
+    ring closes over these links."""
     k = int(k)
     if k < 2:
         return 0.0
-    cap = {}
-    for i in range(k):
-        for j in range(k):
-            if i != j and nvlinks[i][j] > 0:
-                cap[(i, j)] = float(nvlinks[i][j])
+    cap = {
+        (i, j): int(nvlinks[i][j]) for i in range(k) for j in range(k) if i != j and nvlinks[i][j]
+    }
     if k == 2:
-        return min(cap.get((0, 1), 0.0), cap.get((1, 0), 0.0))
+        return float(min(cap.get((0, 1), 0), cap.get((1, 0), 0)))
     from itertools import permutations
 
     cycles = []
     for perm in permutations(range(1, k)):
-        if perm[0] > perm[-1] and k > 2:
-            order = (0, *perm)
-            edges = [(order[i], order[(i + 1) % k]) for i in range(k)]
-            if all(e in cap for e in edges):
-                cycles.append(edges)
-                cycles.append([(b, a) for a, b in reversed(edges)])
-    total = 0.0
-    while cycles:
-        best = max(cycles, key=lambda c: min(cap[e] for e in c))
-        width = min(cap[e] for e in best)
-        if width < 1.0 - 1e-9:
-            break
-        for e in best:
-            cap[e] -= 1.0
-        total += 1.0
-    return total
+        edges = [((0, *perm)[i], (0, *perm)[(i + 1) % k]) for i in range(k)]
+        if all(e in cap for e in edges):
+            cycles.append(edges)
+    bound = min(sum(c for (i, _), c in cap.items() if i == v) for v in range(k))
+    best = 0
+
+    def search(start: int, count: int) -> bool:
+        nonlocal best
+        best = max(best, count)
+        if best >= bound:
+            return True
+        for ci in range(start, len(cycles)):
+            c = cycles[ci]
+            if all(cap[e] > 0 for e in c):
+                for e in c:
+                    cap[e] -= 1
+                done = search(ci, count + 1)
+                for e in c:
+                    cap[e] += 1
+                if done:
+                    return True
+        return False
+
+    search(0, 0)
+    return float(best)
 
 
 # --------------------------------------------------------------------------- defaults
@@ -339,6 +384,12 @@ def platform_to_dict(p: Platform) -> dict:
         "nics_per_node": p.nics_per_node,
         "base_latency_s": p.base_latency_s,
         "base_latency_source": p.base_latency_source,
+        "protocols": {k: dict(v) for k, v in sorted(p.protocols.items())},
+        "protocols_by_devices": {
+            str(k): {proto: dict(v) for proto, v in sorted(d.items())}
+            for k, d in sorted(p.protocols_by_devices.items())
+        },
+        "launch_s": p.launch_s,
         "notes": list(p.notes),
     }
 
@@ -384,6 +435,20 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
             },
             nvlinks=tuple(tuple(int(x) for x in r) for r in (d.get("nvlinks") or ())),
             host=_link_from(d.get("host"), where, "host"),
+            protocols={
+                str(k): {
+                    "base_latency": float(v.get("base_latency", 1.0)),
+                    "bandwidth": float(v.get("bandwidth", 1.0)),
+                }
+                for k, v in (d.get("protocols") or {}).items()
+            },
+            protocols_by_devices={
+                int(k): {
+                    str(proto): {str(w): float(x) for w, x in v.items()} for proto, v in per.items()
+                }
+                for k, per in (d.get("protocols_by_devices") or {}).items()
+            },
+            launch_s=float(d.get("launch_s") or 0.0),
             description=str(d.get("description", "")),
             notes=tuple(str(x) for x in d.get("notes") or ()),
         )
@@ -425,6 +490,7 @@ class NcclTestsTable:
     oop_s: tuple[float, ...]
     ip_s: tuple[float, ...]
     source: str = ""
+    devices_per_process: int = 1  # nccl-tests' -g: devices one thread drives
 
     @property
     def nodes(self) -> int:
@@ -531,6 +597,7 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
         oop_s=tuple(oop),
         ip_s=tuple(ip),
         source=source,
+        devices_per_process=max(ngpus or 1, 1),
     )
 
 

@@ -66,6 +66,7 @@ def _tables(rows: list[dict], key: str, source: str, sizes=None) -> dict[int, Nc
     says to drop, flagged ``oop_ip_diff_gt_20pct`` or single rank, left out)."""
     by: dict[int, dict[int, dict[str, float]]] = {}
     nodes: dict[int, int] = {}
+    per_process: dict[int, int] = {}
     for r in rows:
         if "oop_ip_diff_gt_20pct" in r.get("flag", "") or int(r["gpus"]) < 2:
             continue
@@ -74,6 +75,9 @@ def _tables(rows: list[dict], key: str, source: str, sizes=None) -> dict[int, Nc
             continue
         by.setdefault(g, {}).setdefault(s, {})[r["placement"]] = float(r["time_us"]) * 1e-6
         nodes[g] = int(r.get("nodes") or 1)
+        # Echo's one-node logs ran as one process driving all GPUs (nccl-tests -g N).
+        launch = r.get("launch", "")
+        per_process[g] = g if launch.startswith("single process") else 1
     out = {}
     for g, d in by.items():
         ss = sorted(s for s in d if "out_of_place" in d[s])
@@ -88,6 +92,7 @@ def _tables(rows: list[dict], key: str, source: str, sizes=None) -> dict[int, Nc
             tuple(d[s]["out_of_place"] for s in ss),
             tuple(d[s].get("in_place", 0.0) for s in ss),
             source=f"{source} ({key}, {g} GPUs)",
+            devices_per_process=per_process[g],
         )
     return out
 
@@ -123,7 +128,9 @@ def _collective_split(
         t = tables[g]
         for i, s in enumerate(t.sizes):
             meas = t.seconds(i)
-            est = nccl_collective_s("allreduce", s, g, plat, t.ranks_per_node)
+            est = nccl_collective_s(
+                "allreduce", s, g, plat, t.ranks_per_node, devices_per_process=t.devices_per_process
+            )
             base_s = collective_time("allreduce", g, s, ab)
             bus = s / est.seconds * busbw_factor("allreduce", g)
             cases.append(
