@@ -307,7 +307,13 @@ def load_job(path: str | os.PathLike) -> JobDescription:
         raise JobError(
             f"{p}: not JSON ({e}); a job description is a JSON object, see docs/whatif.md"
         ) from None
-    return job_from_dict(doc, str(p))
+    job = job_from_dict(doc, str(p))
+    # A platform file named relative to the description is found beside it.
+    if job.platform and not Path(job.platform).is_absolute():
+        beside = p.parent / job.platform
+        if beside.is_file():
+            job = replace(job, platform=str(beside))
+    return job
 
 
 def _from_collectives(

@@ -242,3 +242,17 @@ def test_slowest_rank_term():
     assert any("step_sd_s" in a and "not modelled" in a for a in none.assumptions)
     with pytest.raises(JobError, match="step_sd_s"):
         job_from_dict({"parameters": 10, "step_s": 0.1, "step_sd_s": -1}, "j.json")
+
+
+def test_cli_needs_a_platform_and_finds_one_beside_the_job(tmp_path):
+    job = {"parameters": 1000, "step_s": 0.1}
+    p = write(tmp_path, job)
+    assert_one_line_error(cli("whatif", p), str(p), "no platform")
+    # A platform JSON named relative to the description (the shape ailens calibrate writes).
+    from ailens._platforms import DEFAULT_PLATFORMS, platform_to_dict
+
+    (tmp_path / "node.json").write_text(json.dumps(platform_to_dict(DEFAULT_PLATFORMS["dgx-a100"])))
+    p = write(tmp_path, {**job, "platform": "node.json"}, "job2.json")
+    out = cli("whatif", p, "--ranks", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)[0]["platform"] == "dgx-a100"
