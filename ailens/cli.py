@@ -228,12 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "whatif",
-        help="predicted step and total time at other rank counts",
+        help="predicted step and total time at other rank counts (or of a job on GPU platforms)",
         description="Predict step time, total time, speedup, efficiency and % communication "
         "at other rank counts, ranks per node, cores and threads per rank: compute scaled by "
         "the cores each rank's threads get, collectives by an alpha-beta model of the run's "
         "transport (fitted on its own collectives, or measured by `ailens calibrate`). "
-        "Every assumption is listed with the result; see docs/whatif.md.",
+        "Every assumption is listed with the result; see docs/whatif.md. A signature.json or a "
+        "job description (or a run directory with --cluster) is predicted on GPU platforms "
+        "instead: compute at the batch per device, DDP's bucketed allreduces overlapping the "
+        "backward pass (NCCL model), the slowest device.",
     )
     p.add_argument(
         "run_dir",
