@@ -27,7 +27,10 @@ Sources (``scaling/`` of the data folder; its README says how each figure was de
   thing; tok/s, mels/s, mol/ms and unnamed units are left out), the table's own column saying
   weak scaling, and a series (same README, platform, table, precision, batch and settings:
   sequence length, accumulation, XLA, dataset, ...) with more than one GPU count; from its
-  smallest count. The gradient size
+  smallest count. Strong scaling (``_dle_strong_cases``): tables whose column says strong
+  scaling, the global batch constant along the series, per-sample units; compute at the
+  smaller batch per GPU by the stated floor assumption (10 %, band 0-20 %), the baseline the
+  source's step x (batch per GPU ratio). The gradient size
   is known only for the models in ``DLE_PARAMETERS``; the others are predicted without
   communication (said in the case: then prediction = baseline). Gradient accumulation (the
   table's "Accumulation steps") reduces once per that many micro-batches.
@@ -106,10 +109,13 @@ def _case(
     """One case: the job predicted at ``to['gpus']``."""
     q = int(to["gpus"])
     rpn = int(to.get("gpus_per_node") or min(q, platform.devices_per_node))
-    row = predict(job, [q], platform, ranks_per_node=rpn)[0]
+    row = predict(job, [q], platform, ranks_per_node=rpn, scaling=job.scaling)[0]
     comm = row.comm_step_s / accumulation if grad_known else 0.0
     pred = row.compute_step_s + comm
-    base = job.step_s  # weak scaling: the per-device work ratio is 1
+    # Ideal scaling: the source's step x the per-device work ratio (1 for weak scaling).
+    base = job.step_s * (
+        row.batch_per_device / job.batch_per_device if job.scaling == "strong" else 1.0
+    )
     out = {
         "source": source,
         "kind": "scaling",
@@ -123,6 +129,9 @@ def _case(
         "baseline_error_pct": 100.0 * (base - measured) / measured,
         "over_link_ceiling": row.over_link_ceiling,
         "platform": platform.name,
+        "scaling": job.scaling,
+        "compute_low_s": row.compute_low_s,
+        "compute_high_s": row.compute_high_s,
         "comm_total_s": row.terms[1].detail.get("comm_total_s", 0.0) if grad_known else None,
         "exposed_comm_s": comm,
         "assumptions": list(row.assumptions)
@@ -404,6 +413,85 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
     return cases
 
 
+def _dle_strong_cases(rows: list[dict]) -> list[dict]:
+    """Tables whose own column says strong scaling: the global batch (GPUs x batch per GPU)
+    the same along a series; rows with a per-sample unit and a plausible time (<= 1000 s;
+    NCF's "samples/s" column holds millions) only."""
+    cases = []
+    series: dict[tuple, list[dict]] = {}
+    for r in rows:
+        other = r["other_columns"]
+        if not (r["batch_per_gpu"] and r["per_microbatch_s_derived"]):
+            continue
+        if not re.search(r"strong scaling", other, re.I):
+            continue
+        if not any(u in r["throughput_column"] for u in _SAMPLE_UNITS):
+            continue
+        if float(r["per_microbatch_s_derived"]) > 1000:
+            continue
+        settings = tuple(sorted(_settings(other).items()))
+        key = (r["readme"], r["platform_heading"], r["table_index"], r["precision"], settings)
+        series.setdefault(key, []).append(r)
+    for (readme, heading, _t, prec, settings), rs in sorted(series.items()):
+        rs.sort(key=lambda r: int(r["row_index"]))
+        runs, cur = [], []
+        for r in rs:
+            same = cur and int(r["gpus"]) * float(r["batch_per_gpu"]) == int(
+                cur[0]["gpus"]
+            ) * float(cur[0]["batch_per_gpu"])
+            if cur and (int(r["gpus"]) <= int(cur[-1]["gpus"]) or not same):
+                runs.append(cur)
+                cur = []
+            cur.append(r)
+        runs.append(cur)
+        folder = readme.rsplit("/README.md", 1)[0]
+        pc = DLE_PARAMETERS.get(folder)
+        plat = DEFAULT_PLATFORMS["dgx2-v100" if "DGX-2" in heading else "dgx1-v100"]
+        for run in runs:
+            if len(run) < 2:
+                continue
+            src = run[0]
+            params = pc[0] if pc else 0
+            gb = int(src["gpus"]) * float(src["batch_per_gpu"])
+            job = _job(
+                folder,
+                max(params * 4, 1),
+                float(src["per_microbatch_s_derived"]),
+                src["batch_per_gpu"],
+                platform=plat.name,
+                scaling="strong",
+                global_batch=gb,
+                ranks=int(src["gpus"]),
+                ranks_per_node=min(int(src["gpus"]), plat.devices_per_node),
+                source=f"dle {folder} {heading} {prec} strong",
+            )
+            frm = {
+                "readme": readme,
+                "platform": src["platform_class"],
+                "precision": prec,
+                "batch_per_gpu": float(src["batch_per_gpu"]),
+                "global_batch": gb,
+                "gpus": int(src["gpus"]),
+                "step_s": job.step_s,
+                "parameters": f"{params:,} ({pc[1]})" if pc else "unknown",
+                "settings": dict(settings),
+            }
+            for r in run[1:]:
+                to = {"gpus": int(r["gpus"]), "batch_per_gpu": float(r["batch_per_gpu"])}
+                cases.append(
+                    _case(
+                        "dle_training_perf_dgx1_dgx2.csv strong",
+                        job,
+                        frm,
+                        to,
+                        float(r["per_microbatch_s_derived"]),
+                        plat,
+                        grad_known=pc is not None,
+                    )
+                )
+    return cases
+
+
 def scaling_cases(data: Path) -> list[dict]:
     """Every data-parallel scaling case of the public data (see the module docstring)."""
     s = data / "scaling"
@@ -423,7 +511,9 @@ def scaling_cases(data: Path) -> list[dict]:
     )
     cases += _gavel_cases(_read(s / "gavel_dp_throughputs.csv"))
     cases += _tf_cases(_read(s / "tensorflow_benchmarks_dgx1_p100_nccl.csv"))
-    cases += _dle_cases(_read(s / "dle_training_perf_dgx1_dgx2.csv"))
+    dle = _read(s / "dle_training_perf_dgx1_dgx2.csv")
+    cases += _dle_cases(dle)
+    cases += _dle_strong_cases(dle)
     return cases
 
 
@@ -503,8 +593,12 @@ def scaling_goals(cases: list[dict]) -> dict:
     per: dict[str, list[dict]] = {}
     for c in sc:
         per.setdefault(c["source"], []).append(c)
+    strong = [c for c in sc if c.get("scaling") == "strong"]
+    in_band = sum(c["compute_low_s"] <= c["measured_s"] - c["exposed_comm_s"] <= c["compute_high_s"]
+                  for c in strong)  # fmt: skip
     return {
         "scaling": stats(sc),
+        "strong_scaling_measured_within_compute_band": f"{in_band} of {len(strong)}",
         "scaling_by_source": {k: stats(v) for k, v in sorted(per.items())},
         "ordering": ordering(sc),
     }
