@@ -350,7 +350,12 @@ def _from_collectives(
     overlap = any(bool(c.get("overlapped")) for c in ar) or overlapped_default
     notes.append(
         f"{len(buckets)} gradient allreduces per step from the recording "
-        f"({sum(buckets):,} bytes), ready in the order of their sizes' first appearance"
+        f"({sum(buckets):,} bytes), taken as ready smallest first (DDP's first bucket is its "
+        "smallest; the per-step order is not kept)"
+    )
+    notes.append(
+        "compute carried as the run measured it: the target's devices are taken to be as "
+        "fast as the run's (write a job description with a step measured there otherwise)"
     )
     return JobDescription(
         name=name,
