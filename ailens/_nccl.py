@@ -42,6 +42,7 @@ from ._platforms import (
     Link,
     NcclTestsTable,
     Platform,
+    ring_links,
 )
 
 __all__ = [
@@ -175,13 +176,12 @@ def nccl_collective_s(
     # The bottleneck link's bus bandwidth.
     b_intra, intra_src = platform.intra_bandwidth(ppn)
     hw_intra = "pcie" if platform.intra_kind == "pcie" else "nvlink"
-    ring_over_host = (
+    ring_over_host = bool(
         platform.nvlinks
-        and ppn > 1
-        and ppn <= len(platform.nvlinks)
         and platform.host is not None
-        and b_intra == platform.host.bandwidth_Bps
+        and 1 < ppn <= len(platform.nvlinks)
         and ppn not in platform.intra_by_devices
+        and ring_links(platform.nvlinks, ppn) == 0
     )
     if ring_over_host:
         hw_intra = "pcie"

@@ -26,6 +26,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,8 @@ def _by_devices(table: dict, k: int) -> tuple[float, str]:
     return float(table[near]), f"as measured at {near} devices per node"
 
 
-def ring_links(nvlinks, k: int) -> float:
+@lru_cache(maxsize=64)
+def ring_links(nvlinks: tuple, k: int) -> float:
     """Links per device that rings over the first ``k`` devices can use at once: the most
     directed Hamiltonian cycles (rings) that fit in the link capacities, each taking one link
     direction per hop, the way NCCL's search adds rings while capacity is left. 0 when no
