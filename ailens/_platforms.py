@@ -111,6 +111,14 @@ class Platform:
     def __post_init__(self) -> None:
         if self.devices_per_node < 1:
             raise ValueError(f"platform {self.name!r}: devices_per_node must be >= 1")
+        if self.nvlinks and (
+            len(self.nvlinks) != self.devices_per_node
+            or any(len(r) != self.devices_per_node for r in self.nvlinks)
+        ):
+            raise ValueError(
+                f"platform {self.name!r}: nvlinks must be a {self.devices_per_node} x "
+                f"{self.devices_per_node} matrix (links between device pairs)"
+            )
         if self.network is not None and self.nics_per_node < 1:
             raise ValueError(f"platform {self.name!r}: a network needs nics_per_node >= 1")
 
@@ -569,7 +577,7 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
         sizes.append(int(tok[0]))
         oop.append(t_oop * 1e-6)
         ip.append(t_ip * 1e-6)
-        if algbw > 0 and busbw > 0:
+        if algbw >= 1 and busbw > 0:  # printed to 0.01 GB/s: precise enough from 1 GB/s
             ratios.append(busbw / algbw)
     if not sizes:
         raise ValueError(
@@ -577,17 +585,18 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
             "'  1048576  262144  float  sum  72.53 ...' from all_reduce_perf)"
         )
     kind = kind or "allreduce"
+    # Ranks: the device lines; else all-reduce's busbw / algbw = 2(n-1)/n (an MPI run's
+    # header says nGpus 1 per process); else nGpus x nThread of a single process.
     if hosts:
         ranks = len(hosts)
+    elif ratios and kind == "allreduce" and sorted(ratios)[len(ratios) // 2] < 1.999:
+        ranks = int(round(2 / (2 - sorted(ratios)[len(ratios) // 2])))
     elif ngpus is not None:
         ranks = ngpus * (nthread or 1)
-    elif ratios and kind == "allreduce":
-        r = sorted(ratios)[len(ratios) // 2]
-        ranks = max(int(round(2 / (2 - r))) if r < 2 else 1, 1)
     else:
         raise ValueError(
-            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST' "
-            "lines, no nGpus header); give it with --ranks"
+            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST "
+            "device' lines, no nGpus header): keep the whole nccl-tests output"
         )
     per_host = max(hosts.count(h) for h in set(hosts)) if hosts else ranks
     return NcclTestsTable(
@@ -628,6 +637,11 @@ def platform_from_nccl_tests(
         devices_per_node = base.devices_per_node if base is not None else None
     if devices_per_node is None:
         devices_per_node = max(t.ranks_per_node for t in tables)
+    # A table without device lines does not say where its ranks ran: nodes filled in order.
+    tables = [
+        t if t.hosts else replace(t, ranks_per_node=min(t.ranks, int(devices_per_node)))
+        for t in tables
+    ]
     if base is None:
         base = _generic(devices_per_node)
     elif base.devices_per_node != devices_per_node:

@@ -61,6 +61,17 @@ def test_parse_counts_ranks_without_device_lines():
     assert t.ranks == 8
 
 
+def test_parse_mpi_run_without_device_lines():
+    """Under MPI the header says nGpus 1 (per process): without the device lines the ranks
+    come from busbw / algbw, not from the header."""
+    rows = [ln for ln in LOG16.read_text().splitlines() if "Rank" not in ln]
+    t = parse_nccl_tests("\n".join(rows), source="mpi")
+    assert t.ranks == 16 and t.devices_per_process == 1
+    # Where the ranks ran is not said: the platform's nodes are filled in order (2 x 8).
+    plat = platform_from_nccl_tests(["\n".join(rows)], base="azure-nd-a100-v4")
+    assert "fitted on" in plat.network.source and "fitted on" not in plat.intra.source
+
+
 def test_parse_rejects_text_without_a_table():
     with pytest.raises(ValueError, match="notes.txt: no nccl-tests table"):
         parse_nccl_tests("hello\nworld\n", source="notes.txt")
