@@ -38,6 +38,7 @@ __all__ = [
     "Platform",
     "load_platform",
     "parse_nccl_tests",
+    "platform_labels",
     "platform_from_dict",
     "platform_from_nccl_tests",
     "platform_to_dict",
@@ -466,16 +467,29 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
         raise ValueError(f"{where}: missing or malformed field {e}") from None
 
 
+# Platforms fitted on public measurements (benchmarks/public_platforms.py writes them).
+FITTED_DIR = Path(__file__).parent / "platforms"
+
+
+def platform_labels() -> list[str]:
+    """The labels ``load_platform`` knows: datasheet defaults, then the fitted ones."""
+    fitted = sorted(f.stem for f in FITTED_DIR.glob("*.json")) if FITTED_DIR.is_dir() else []
+    return sorted(DEFAULT_PLATFORMS) + fitted
+
+
 def load_platform(path_or_label: str | os.PathLike) -> Platform:
-    """A platform from a JSON file, or the label of a default (``DEFAULT_PLATFORMS``)."""
+    """A platform from a JSON file, or a label: a datasheet default (``DEFAULT_PLATFORMS``)
+    or one fitted on public measurements (``ailens/platforms/LABEL.json``)."""
     s = str(path_or_label)
     if s in DEFAULT_PLATFORMS:
         return DEFAULT_PLATFORMS[s]
     f = Path(s)
+    if not f.exists() and re.fullmatch(r"[\w.-]+", s) and (FITTED_DIR / f"{s}.json").exists():
+        f = FITTED_DIR / f"{s}.json"
     if not f.exists():
         raise ValueError(
-            f"platform {s!r}: no such file and not a default label "
-            f"(labels: {', '.join(sorted(DEFAULT_PLATFORMS))})"
+            f"platform {s!r}: no such file and not a known label "
+            f"(labels: {', '.join(platform_labels())})"
         )
     try:
         doc = json.loads(f.read_text())

@@ -154,6 +154,19 @@ def test_platform_json_round_trip(tmp_path):
     assert load_platform("dgx-a100") is DEFAULT_PLATFORMS["dgx-a100"]
 
 
+def test_fitted_labels_load_and_say_what_they_were_fitted_on():
+    for label in ("ndv4-echo", "a100-vtrain", "dgx1-v100-vtrain"):
+        plat = load_platform(label)
+        assert plat.name == label and "fitted on" in plat.intra.source
+    echo = load_platform("ndv4-echo")
+    assert "fitted on" in echo.network.source and echo.nics_per_node == 8
+    # The 2-node log it was fitted on: 16 GiB at 127.95 GB/s bus bandwidth, against a
+    # datasheet ceiling of 200 GB/s per node.
+    e = nccl_collective_s("allreduce", 16 << 30, 16, echo)
+    assert e.bus_bandwidth_Bps / 1e9 == pytest.approx(127.95, rel=0.05)
+    assert "vtrain" in load_platform("dgx1-v100-vtrain").description.lower()
+
+
 def test_bad_platform_files_name_the_file_and_the_fix(tmp_path):
     f = tmp_path / "old.json"
     f.write_text(json.dumps({"version": 99}))
@@ -162,7 +175,7 @@ def test_bad_platform_files_name_the_file_and_the_fix(tmp_path):
     f.write_text(json.dumps({"version": 1, "devices_per_node": 8, "intra": {"latency_s": 1}}))
     with pytest.raises(ValueError, match=r"old.json: 'intra' needs bandwidth_Bps"):
         load_platform(f)
-    with pytest.raises(ValueError, match="no such file and not a default label"):
+    with pytest.raises(ValueError, match="no such file and not a known label"):
         load_platform(tmp_path / "missing.json")
 
 
