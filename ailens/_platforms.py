@@ -465,6 +465,10 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"{where}: missing or malformed field {e}") from None
+    except ValueError as e:
+        if str(e).startswith(where):
+            raise
+        raise ValueError(f"{where}: {e}") from None
 
 
 # Platforms fitted on public measurements (benchmarks/public_platforms.py writes them).

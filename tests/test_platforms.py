@@ -175,6 +175,13 @@ def test_bad_platform_files_name_the_file_and_the_fix(tmp_path):
     f.write_text(json.dumps({"version": 1, "devices_per_node": 8, "intra": {"latency_s": 1}}))
     with pytest.raises(ValueError, match=r"old.json: 'intra' needs bandwidth_Bps"):
         load_platform(f)
+    doc = platform_to_dict(DEFAULT_PLATFORMS["dgx1-v100"])
+    doc["devices_per_node"] = 4
+    f.write_text(json.dumps(doc))
+    with pytest.raises(
+        ValueError, match=r"old.json: platform 'dgx1-v100': nvlinks must be a 4 x 4"
+    ):
+        load_platform(f)
     with pytest.raises(ValueError, match="no such file and not a known label"):
         load_platform(tmp_path / "missing.json")
 
