@@ -140,9 +140,9 @@ class Platform:
                     m = min(refs, key=lambda a: (abs(math.log(a / k)), -a))
                     bw, what = table[m] * got / refs[m], f"measured at {m} devices"
                     ref_links = refs[m]
-                else:
-                    ref_links = ring_links(self.nvlinks, len(self.nvlinks))
-                    bw, what = self.intra.bandwidth_Bps * got / ref_links, "the full node"
+                else:  # intra.bandwidth_Bps is all of one device's links
+                    ref_links = float(max(sum(r) for r in self.nvlinks))
+                    bw, what = self.intra.bandwidth_Bps * got / ref_links, "one device's links"
                 return bw, (
                     f"{self.intra.source}; {got:g} links per device for rings over the first "
                     f"{k} devices, {ref_links:g} at {what}"

@@ -77,8 +77,12 @@ def test_parse_rejects_text_without_a_table():
         parse_nccl_tests("hello\nworld\n", source="notes.txt")
 
 
+EXAMPLE = REPO / "docs" / "examples" / "platform_4gpu_nodes.json"
+
+
 def _sweep_platforms():
     yield from DEFAULT_PLATFORMS.values()
+    yield load_platform(EXAMPLE)
     yield platform_from_nccl_tests(
         [LOG2.read_text(), LOG8.read_text(), LOG16.read_text()],
         base="azure-nd-a100-v4",
@@ -141,6 +145,18 @@ def test_ring_links_of_the_dgx1_hybrid_cube_mesh():
     assert got[5] == 0  # GPU 4 reaches only GPU 0 among the first five: no NVLink ring
     five = nccl_collective_s("allreduce", 1 << 30, 5, DEFAULT_PLATFORMS["dgx1-v100"])
     assert "host path" in five.bottleneck or "host" in " ".join(five.assumptions)
+
+
+def test_the_documented_hand_written_platform():
+    """docs/examples/platform_4gpu_nodes.json: NVLink bridges in pairs, so 2 GPUs ride the
+    bridge and 4 cross the host path; 2 nodes are bound by the one NIC."""
+    plat = load_platform(EXAMPLE)
+    pair = nccl_collective_s("allreduce", 1 << 28, 2, plat)
+    four = nccl_collective_s("allreduce", 1 << 28, 4, plat)
+    nodes = nccl_collective_s("allreduce", 1 << 28, 8, plat)
+    assert pair.ceiling_Bps == pytest.approx(100e9) and four.ceiling_Bps == pytest.approx(24e9)
+    assert pair.seconds < four.seconds < nodes.seconds
+    assert "network" in nodes.bottleneck and nodes.ceiling_Bps == pytest.approx(12.5e9)
 
 
 def test_platform_json_round_trip(tmp_path):
