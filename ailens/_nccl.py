@@ -42,6 +42,7 @@ from ._platforms import (
     Link,
     NcclTestsTable,
     Platform,
+    ring_links,
 )
 
 __all__ = [
@@ -175,13 +176,12 @@ def nccl_collective_s(
     # The bottleneck link's bus bandwidth.
     b_intra, intra_src = platform.intra_bandwidth(ppn)
     hw_intra = "pcie" if platform.intra_kind == "pcie" else "nvlink"
-    ring_over_host = (
+    ring_over_host = bool(
         platform.nvlinks
-        and ppn > 1
-        and ppn <= len(platform.nvlinks)
         and platform.host is not None
-        and b_intra == platform.host.bandwidth_Bps
+        and 1 < ppn <= len(platform.nvlinks)
         and ppn not in platform.intra_by_devices
+        and ring_links(platform.nvlinks, ppn) == 0
     )
     if ring_over_host:
         hw_intra = "pcie"
@@ -426,8 +426,7 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
             kw["intra_by_devices"] = {k: float(v[f"bw{k}"]) for k in counts}
             top = max(counts)
             lat = float(v["intra_lat"]) if fit_step else base.intra.latency_s
-            src = fitted_by if fit_step else f"bandwidth {fitted_by}; latency: {base.intra.source}"
-            kw["intra"] = Link(float(v[f"bw{top}"]), lat, src)
+            kw["intra"] = Link(float(v[f"bw{top}"]), lat, fitted_by)  # sources: _sources
         if multi:
             kw["network"] = Link(float(v["net_bw"]), float(v["net_lat"]), fitted_by)
             kw["nics_per_node"] = base.nics_per_node or dpn
@@ -472,10 +471,23 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         (tuple(f"{k}:{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2) & (per_node == k))
         for k in counts
     ]
+    # A figure no row informs keeps the base platform's value (and its source).
+    multi_row = np.array([t.nodes > 1 for t, _, _ in rows])
+    informs = {
+        "launch": tiny & np.array([t.devices_per_process > 1 for t, _, _ in rows]),
+        "intra_lat": tiny & (per_node > 1),
+        "net_lat": tiny & multi_row,
+        "net_bw": (classes == 2) & multi_row,
+    }
+    informs.update({f"bw{k}": (classes == 2) & (per_node == k) for k in counts})
+    done: set[str] = set()
     for wanted, only in stages:
-        idx = [i for i, n in enumerate(names) if n in wanted]
-        if not idx or not only.any():
+        idx = [
+            i for i, n in enumerate(names) if n in wanted and (only & informs.get(n, only)).any()
+        ]
+        if not idx:
             continue
+        done.update(names[i] for i in idx)
 
         def sub(y: np.ndarray, idx=idx, only=only) -> float:
             z = x.copy()
@@ -486,7 +498,7 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         starts = [x[idx]] + [x[idx] + d for d in (-1.5, 1.0) if len(idx) > 1]
         best = min((_nelder_mead(sub, y, iters=400) for y in starts), key=sub)
         x[idx] = best
-    fitted = build(x)
+    fitted = _sources(build(x), base, done, fitted_by)
     rms = math.sqrt(loss(x))
     notes = list(base.notes) + [
         f"fitted on {len(rows)} rows of {where}: weighted RMS error "
@@ -514,3 +526,29 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         description=(base.description or "") + f"; {fitted_by}",
         notes=tuple(notes),
     )
+
+
+def _sources(p: Platform, base: Platform, done: set[str], fitted_by: str) -> Platform:
+    """Say, per figure, whether it was fitted or kept from the base platform."""
+
+    def what(bw: bool, lat: bool, kept: Link | None) -> str:
+        if bw and lat:
+            return fitted_by
+        keep = kept.source if kept is not None else "assumed starting point"
+        if bw:
+            return f"bandwidth {fitted_by}; latency kept: {keep}"
+        if lat:
+            return f"latency {fitted_by}; bandwidth kept: {keep}"
+        return keep
+
+    kw: dict = {}
+    if p.intra is not base.intra:
+        bw = any(n.startswith("bw") for n in done)
+        kw["intra"] = replace(p.intra, source=what(bw, "intra_lat" in done, base.intra))
+    if p.network is not None and p.network is not base.network:
+        kw["network"] = replace(
+            p.network, source=what("net_bw" in done, "net_lat" in done, base.network)
+        )
+    if "base" not in done:
+        kw["base_latency_source"] = base.base_latency_source
+    return replace(p, **kw)

@@ -26,6 +26,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ __all__ = [
     "Platform",
     "load_platform",
     "parse_nccl_tests",
+    "platform_labels",
     "platform_from_dict",
     "platform_from_nccl_tests",
     "platform_to_dict",
@@ -110,6 +112,14 @@ class Platform:
     def __post_init__(self) -> None:
         if self.devices_per_node < 1:
             raise ValueError(f"platform {self.name!r}: devices_per_node must be >= 1")
+        if self.nvlinks and (
+            len(self.nvlinks) != self.devices_per_node
+            or any(len(r) != self.devices_per_node for r in self.nvlinks)
+        ):
+            raise ValueError(
+                f"platform {self.name!r}: nvlinks must be a {self.devices_per_node} x "
+                f"{self.devices_per_node} matrix (links between device pairs)"
+            )
         if self.network is not None and self.nics_per_node < 1:
             raise ValueError(f"platform {self.name!r}: a network needs nics_per_node >= 1")
 
@@ -130,9 +140,9 @@ class Platform:
                     m = min(refs, key=lambda a: (abs(math.log(a / k)), -a))
                     bw, what = table[m] * got / refs[m], f"measured at {m} devices"
                     ref_links = refs[m]
-                else:
-                    ref_links = ring_links(self.nvlinks, len(self.nvlinks))
-                    bw, what = self.intra.bandwidth_Bps * got / ref_links, "the full node"
+                else:  # intra.bandwidth_Bps is all of one device's links
+                    ref_links = float(max(sum(r) for r in self.nvlinks))
+                    bw, what = self.intra.bandwidth_Bps * got / ref_links, "one device's links"
                 return bw, (
                     f"{self.intra.source}; {got:g} links per device for rings over the first "
                     f"{k} devices, {ref_links:g} at {what}"
@@ -176,7 +186,8 @@ def _by_devices(table: dict, k: int) -> tuple[float, str]:
     return float(table[near]), f"as measured at {near} devices per node"
 
 
-def ring_links(nvlinks, k: int) -> float:
+@lru_cache(maxsize=64)
+def ring_links(nvlinks: tuple, k: int) -> float:
     """Links per device that rings over the first ``k`` devices can use at once: the most
     directed Hamiltonian cycles (rings) that fit in the link capacities, each taking one link
     direction per hop, the way NCCL's search adds rings while capacity is left. 0 when no
@@ -454,18 +465,35 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
         )
     except (KeyError, TypeError) as e:
         raise ValueError(f"{where}: missing or malformed field {e}") from None
+    except ValueError as e:
+        if str(e).startswith(where):
+            raise
+        raise ValueError(f"{where}: {e}") from None
+
+
+# Platforms fitted on public measurements (benchmarks/public_platforms.py writes them).
+FITTED_DIR = Path(__file__).parent / "platforms"
+
+
+def platform_labels() -> list[str]:
+    """The labels ``load_platform`` knows: datasheet defaults, then the fitted ones."""
+    fitted = sorted(f.stem for f in FITTED_DIR.glob("*.json")) if FITTED_DIR.is_dir() else []
+    return sorted(DEFAULT_PLATFORMS) + fitted
 
 
 def load_platform(path_or_label: str | os.PathLike) -> Platform:
-    """A platform from a JSON file, or the label of a default (``DEFAULT_PLATFORMS``)."""
+    """A platform from a JSON file, or a label: a datasheet default (``DEFAULT_PLATFORMS``)
+    or one fitted on public measurements (``ailens/platforms/LABEL.json``)."""
     s = str(path_or_label)
     if s in DEFAULT_PLATFORMS:
         return DEFAULT_PLATFORMS[s]
     f = Path(s)
+    if not f.exists() and re.fullmatch(r"[\w.-]+", s) and (FITTED_DIR / f"{s}.json").exists():
+        f = FITTED_DIR / f"{s}.json"
     if not f.exists():
         raise ValueError(
-            f"platform {s!r}: no such file and not a default label "
-            f"(labels: {', '.join(sorted(DEFAULT_PLATFORMS))})"
+            f"platform {s!r}: no such file and not a known label "
+            f"(labels: {', '.join(platform_labels())})"
         )
     try:
         doc = json.loads(f.read_text())
@@ -567,7 +595,7 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
         sizes.append(int(tok[0]))
         oop.append(t_oop * 1e-6)
         ip.append(t_ip * 1e-6)
-        if algbw > 0 and busbw > 0:
+        if algbw >= 1 and busbw > 0:  # printed to 0.01 GB/s: precise enough from 1 GB/s
             ratios.append(busbw / algbw)
     if not sizes:
         raise ValueError(
@@ -575,17 +603,18 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
             "'  1048576  262144  float  sum  72.53 ...' from all_reduce_perf)"
         )
     kind = kind or "allreduce"
+    # Ranks: the device lines; else all-reduce's busbw / algbw = 2(n-1)/n (an MPI run's
+    # header says nGpus 1 per process); else nGpus x nThread of a single process.
     if hosts:
         ranks = len(hosts)
+    elif ratios and kind == "allreduce" and sorted(ratios)[len(ratios) // 2] < 1.999:
+        ranks = int(round(2 / (2 - sorted(ratios)[len(ratios) // 2])))
     elif ngpus is not None:
         ranks = ngpus * (nthread or 1)
-    elif ratios and kind == "allreduce":
-        r = sorted(ratios)[len(ratios) // 2]
-        ranks = max(int(round(2 / (2 - r))) if r < 2 else 1, 1)
     else:
         raise ValueError(
-            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST' "
-            "lines, no nGpus header); give it with --ranks"
+            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST "
+            "device' lines, no nGpus header): keep the whole nccl-tests output"
         )
     per_host = max(hosts.count(h) for h in set(hosts)) if hosts else ranks
     return NcclTestsTable(
@@ -626,6 +655,11 @@ def platform_from_nccl_tests(
         devices_per_node = base.devices_per_node if base is not None else None
     if devices_per_node is None:
         devices_per_node = max(t.ranks_per_node for t in tables)
+    # A table without device lines does not say where its ranks ran: nodes filled in order.
+    tables = [
+        t if t.hosts else replace(t, ranks_per_node=min(t.ranks, int(devices_per_node)))
+        for t in tables
+    ]
     if base is None:
         base = _generic(devices_per_node)
     elif base.devices_per_node != devices_per_node:

@@ -479,6 +479,7 @@ def public_main(args) -> int:
             "public_cases": cases,
             "summary": pc.summary(cases),
             "goals": goals,
+            "diagnostics": pc.collective_diagnostics(data),
             "data": str(data),
             "seconds": time.perf_counter() - t0,
             "command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -202,6 +202,40 @@ def collective_cases(data: Path) -> list[dict]:
     return cases
 
 
+def collective_diagnostics(data: Path) -> dict:
+    """Not predictions: the platform fitted on every Echo log (one node and two) against
+    those same logs, per GPU count and band, and the fitted figures."""
+    coll = data / "collectives"
+    echo = _tables(_read(coll / "echo_allreduce_ndv4.csv"), "ndv4", "NetX-lab/Echo nccl-tests")
+    plat = fit_platform(list(echo.values()), DEFAULT_PLATFORMS["azure-nd-a100-v4"])
+    in_sample: dict = {}
+    for g, t in sorted(echo.items()):
+        errs: dict[str, list[float]] = {}
+        for i, s in enumerate(t.sizes):
+            est = nccl_collective_s(
+                "allreduce", s, g, plat, t.ranks_per_node, devices_per_process=t.devices_per_process
+            )
+            errs.setdefault(band(s), []).append(
+                abs(100 * (est.seconds - t.seconds(i)) / t.seconds(i))
+            )
+        in_sample[str(g)] = {b: statistics.median(v) for b, v in errs.items()}
+    one_node = fit_platform(
+        [t for t in echo.values() if t.nodes == 1], DEFAULT_PLATFORMS["azure-nd-a100-v4"]
+    )
+    return {
+        "echo_all_logs_in_sample_median_abs_error_pct": in_sample,
+        "echo_all_logs_platform": {
+            "base_latency_us": plat.base_latency_s * 1e6,
+            "intra_step_us": plat.intra.latency_s * 1e6,
+            "network_step_us": plat.network.latency_s * 1e6 if plat.network else None,
+            "nic_GBps": plat.network.bandwidth_Bps / 1e9 if plat.network else None,
+            "intra_bus_GBps": {k: v / 1e9 for k, v in plat.intra_by_devices.items()},
+            "launch_us_per_extra_gpu": plat.launch_s * 1e6,
+        },
+        "echo_one_node_launch_us_per_extra_gpu": one_node.launch_s * 1e6,
+    }
+
+
 # --------------------------------------------------------------------------- all cases
 
 # The builders of the public cases, in report order. Each takes the data folder and returns

@@ -61,13 +61,28 @@ def test_parse_counts_ranks_without_device_lines():
     assert t.ranks == 8
 
 
+def test_parse_mpi_run_without_device_lines():
+    """Under MPI the header says nGpus 1 (per process): without the device lines the ranks
+    come from busbw / algbw, not from the header."""
+    rows = [ln for ln in LOG16.read_text().splitlines() if "Rank" not in ln]
+    t = parse_nccl_tests("\n".join(rows), source="mpi")
+    assert t.ranks == 16 and t.devices_per_process == 1
+    # Where the ranks ran is not said: the platform's nodes are filled in order (2 x 8).
+    plat = platform_from_nccl_tests(["\n".join(rows)], base="azure-nd-a100-v4")
+    assert "fitted on" in plat.network.source and "fitted on" not in plat.intra.source
+
+
 def test_parse_rejects_text_without_a_table():
     with pytest.raises(ValueError, match="notes.txt: no nccl-tests table"):
         parse_nccl_tests("hello\nworld\n", source="notes.txt")
 
 
+EXAMPLE = REPO / "docs" / "examples" / "platform_4gpu_nodes.json"
+
+
 def _sweep_platforms():
     yield from DEFAULT_PLATFORMS.values()
+    yield load_platform(EXAMPLE)
     yield platform_from_nccl_tests(
         [LOG2.read_text(), LOG8.read_text(), LOG16.read_text()],
         base="azure-nd-a100-v4",
@@ -132,6 +147,18 @@ def test_ring_links_of_the_dgx1_hybrid_cube_mesh():
     assert "host path" in five.bottleneck or "host" in " ".join(five.assumptions)
 
 
+def test_the_documented_hand_written_platform():
+    """docs/examples/platform_4gpu_nodes.json: NVLink bridges in pairs, so 2 GPUs ride the
+    bridge and 4 cross the host path; 2 nodes are bound by the one NIC."""
+    plat = load_platform(EXAMPLE)
+    pair = nccl_collective_s("allreduce", 1 << 28, 2, plat)
+    four = nccl_collective_s("allreduce", 1 << 28, 4, plat)
+    nodes = nccl_collective_s("allreduce", 1 << 28, 8, plat)
+    assert pair.ceiling_Bps == pytest.approx(100e9) and four.ceiling_Bps == pytest.approx(24e9)
+    assert pair.seconds < four.seconds < nodes.seconds
+    assert "network" in nodes.bottleneck and nodes.ceiling_Bps == pytest.approx(12.5e9)
+
+
 def test_platform_json_round_trip(tmp_path):
     for plat in DEFAULT_PLATFORMS.values():
         doc = json.loads(json.dumps(platform_to_dict(plat)))
@@ -143,6 +170,19 @@ def test_platform_json_round_trip(tmp_path):
     assert load_platform("dgx-a100") is DEFAULT_PLATFORMS["dgx-a100"]
 
 
+def test_fitted_labels_load_and_say_what_they_were_fitted_on():
+    for label in ("ndv4-echo", "a100-vtrain", "dgx1-v100-vtrain"):
+        plat = load_platform(label)
+        assert plat.name == label and "fitted on" in plat.intra.source
+    echo = load_platform("ndv4-echo")
+    assert "fitted on" in echo.network.source and echo.nics_per_node == 8
+    # The 2-node log it was fitted on: 16 GiB at 127.95 GB/s bus bandwidth, against a
+    # datasheet ceiling of 200 GB/s per node.
+    e = nccl_collective_s("allreduce", 16 << 30, 16, echo)
+    assert e.bus_bandwidth_Bps / 1e9 == pytest.approx(127.95, rel=0.05)
+    assert "vtrain" in load_platform("dgx1-v100-vtrain").description.lower()
+
+
 def test_bad_platform_files_name_the_file_and_the_fix(tmp_path):
     f = tmp_path / "old.json"
     f.write_text(json.dumps({"version": 99}))
@@ -151,7 +191,14 @@ def test_bad_platform_files_name_the_file_and_the_fix(tmp_path):
     f.write_text(json.dumps({"version": 1, "devices_per_node": 8, "intra": {"latency_s": 1}}))
     with pytest.raises(ValueError, match=r"old.json: 'intra' needs bandwidth_Bps"):
         load_platform(f)
-    with pytest.raises(ValueError, match="no such file and not a default label"):
+    doc = platform_to_dict(DEFAULT_PLATFORMS["dgx1-v100"])
+    doc["devices_per_node"] = 4
+    f.write_text(json.dumps(doc))
+    with pytest.raises(
+        ValueError, match=r"old.json: platform 'dgx1-v100': nvlinks must be a 4 x 4"
+    ):
+        load_platform(f)
+    with pytest.raises(ValueError, match="no such file and not a known label"):
         load_platform(tmp_path / "missing.json")
 
 
