@@ -85,7 +85,6 @@ class TermValue:
 class _Context:
     job: JobDescription
     target: ClusterTarget
-    source_platform: Platform
     batch: float | None  # per device on the target
     compute_s: float  # compute at the target batch
     compute_band: tuple[float, float]
@@ -401,7 +400,7 @@ def predict(
             batch = b0
         c, band, c_notes = compute_at(job, c_src, batch)
         target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
-        ctx = _Context(job, target, src_p, batch, c, band, c_notes)
+        ctx = _Context(job, target, batch, c, band, c_notes)
         return target, batch, band, tuple(t.value(ctx) for t in TERMS)
 
     def throughput(q: int, batch, step: float) -> float:
