@@ -262,8 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cluster",
         default=None,
         metavar="PLATFORM",
-        help="target platform: a label (dgx1-v100, dgx2-v100, dgx-a100, azure-nd-a100-v4, "
-        "dgx-h100, pcie-node) or a platform JSON (ailens calibrate --from-nccl-tests); "
+        help="target platform: a label (datasheet: dgx1-v100, dgx2-v100, dgx-a100, "
+        "azure-nd-a100-v4, dgx-h100, pcie-node; fitted on public nccl-tests data: ndv4-echo, "
+        "a100-vtrain, dgx1-v100-vtrain) or a platform JSON (ailens calibrate --from-nccl-tests); "
         "default: the job description's 'platform'. --platform given a label or a file with "
         "'devices_per_node' is taken as --cluster",
     )
@@ -465,12 +466,12 @@ def _cmd_whatif(args) -> int:
 def _cluster_platform_flag(args) -> None:
     """--platform given a cluster platform (a default label, or JSON with devices_per_node)
     is --cluster; an `ailens probe` descriptor stays --platform."""
-    from ._platforms import DEFAULT_PLATFORMS
+    from ._platforms import platform_labels
 
     p = args.platform
     if p is None:
         return
-    cluster = str(p) in DEFAULT_PLATFORMS
+    cluster = str(p) in platform_labels()
     if not cluster and p.is_file():
         try:
             doc = json.loads(p.read_text())
