@@ -256,3 +256,29 @@ def test_cli_needs_a_platform_and_finds_one_beside_the_job(tmp_path):
     out = cli("whatif", p, "--ranks", "8", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["platform"] == "dgx-a100"
+
+
+def test_public_scaling_cases_carry_the_issue_keys():
+    """bench_whatif --public's scaling cases: the JSON keys of issue 23, every source."""
+    if not (DATA / "scaling").is_dir():
+        pytest.skip(f"{DATA}: public data not here (set AILENS_SCALING_DATA)")
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import public_scaling
+
+    cases = public_scaling.scaling_cases(DATA)
+    keys = {"source", "kind", "from", "to", "band", "predicted_s", "measured_s", "error_pct",
+            "baseline_error_pct", "over_link_ceiling"}  # fmt: skip
+    assert all(keys <= set(c) and c["kind"] == "scaling" and c["band"] is None for c in cases)
+    sources = {c["source"].split(" ")[0] for c in cases}
+    assert sources == {"pytorch_ddp_benchmark.csv", "pytorch_ddp_bucket_cap.csv",
+                       "gavel_dp_throughputs.csv", "tensorflow_benchmarks_dgx1_p100_nccl.csv",
+                       "dle_training_perf_dgx1_dgx2.csv"}  # fmt: skip
+    # Gavel's noisy V100 rows are kept, apart from P100.
+    assert {c["source"] for c in cases if "gavel" in c["source"]} == {
+        "gavel_dp_throughputs.csv P100", "gavel_dp_throughputs.csv V100"}  # fmt: skip
+    # From the smallest configuration to larger ones only.
+    assert all(c["to"]["gpus"] > c["from"]["gpus"] for c in cases)
+    goals = public_scaling.scaling_goals(cases)
+    assert goals["scaling"]["cases"] == len(cases) and goals["ordering"]["pairs"] > 0
