@@ -250,6 +250,8 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
     rpn = _num(doc, "ranks_per_node", where, integer=True, default=min(ranks, 8))
     if rpn > ranks:
         rpn = ranks
+    if ranks > 1 and "ranks_per_node" not in doc:
+        notes.append(f"source: {rpn} devices per node assumed (give ranks_per_node)")
     bf = _num(doc, "backward_fraction", where, default=None)
     if bf is None:
         bf = DEFAULT_BACKWARD_FRACTION
