@@ -276,8 +276,9 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             description="NVIDIA DGX-1 with 8 x V100: NVLink hybrid cube mesh, 4 x 100 Gb/s IB",
             notes=(
-                "NVLink pairs of the hybrid cube mesh as nvidia-smi topo -m prints them on a "
-                "DGX-1V (NV1/NV2); check yours with nvidia-smi topo -m",
+                "NVLink pairs of the hybrid cube mesh (NV1/NV2) as `nvidia-smi topo -m` prints "
+                "them in pytorch/pytorch:benchmarks/distributed/ddp/README.md@bf69c14 (a DGX-1 "
+                "with 8 x V100); check yours with nvidia-smi topo -m",
             ),
         ),
         Platform(
