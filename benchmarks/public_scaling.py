@@ -16,6 +16,9 @@ Sources (``scaling/`` of the data folder; its README says how each figure was de
   records no server or network: ``pcie-node`` assumed (8 GPUs on PCIe, one 100 Gb/s NIC).
   V100 rows are noisy (README: per-step time drops by > 5 % when workers are added for 14 of
   19 job types); they are kept and summarised apart (``source`` ends in "V100").
+  Strong scaling (``_gavel_strong_cases``): one worker at a job's largest batch B -> q
+  workers at B/q where measured; the compute at B/q from the one-worker rows at every batch
+  (the job's measured curve).
   Transformer: the README gives no parameter count, only "about 44.1 M + 512 x (V_src +
   V_tgt)"; 44.1 M is used (a lower bound, said in the case).
 * ``tensorflow_benchmarks_dgx1_p100_nccl.csv``: 1 -> 2, 4, 8 GPUs per (model, data, batch)
@@ -249,6 +252,56 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
                     float(r["per_step_s_derived"]),
                     p,
                 )
+            )
+    return cases
+
+
+def _gavel_strong_cases(rows: list[dict]) -> list[dict]:
+    """Strong scaling from Gavel's rows: one worker at its largest batch B is the source,
+    and q workers at B/q (a global batch of B) the targets, where Gavel measured that batch.
+    The compute at B/q comes from the source's own curve: the same job type at one worker
+    and every batch Gavel ran (no multi-worker row is used)."""
+    p = DEFAULT_PLATFORMS["pcie-node"]
+    cases = []
+    by: dict[tuple, dict[tuple[int, int], dict]] = {}
+    for r in rows:
+        fam = (r["worker_type"], r["model"])
+        by.setdefault(fam, {})[(int(r["batch_per_worker"]), int(r["workers"]))] = r
+    for (wt, model), cells in sorted(by.items()):
+        curve = tuple(sorted((float(b), float(r["per_step_s_derived"]))
+                             for (b, w), r in cells.items() if w == 1))  # fmt: skip
+        if len(curve) < 2:
+            continue
+        big = int(curve[-1][0])
+        src = cells[(big, 1)]
+        params = int(src["parameters"]) if src["parameters"] else 44_100_000
+        job = _job(
+            f"{model} (global batch {big})",
+            4 * params,
+            float(src["per_step_s_derived"]),
+            big,
+            curve=curve,
+            scaling="strong",
+            global_batch=float(big),
+            platform=p.name,
+            source=f"gavel {wt} {model} strong",
+            assumptions=("Gavel records no server or network: pcie-node assumed",),
+        )
+        frm = {"job": f"{model} strong", "worker_type": wt, "gpus": 1, "global_batch": big,
+               "curve_batches": [int(b) for b, _ in curve], "step_s": job.step_s}  # fmt: skip
+        for q in (2, 4, 8):
+            r = cells.get((big // q, q)) if big % q == 0 else None
+            if r is None:
+                continue
+            cases.append(
+                _case(
+                    f"gavel_dp_throughputs.csv {wt} strong",
+                    job,
+                    frm,
+                    {"gpus": q, "batch_per_gpu": big // q},
+                    float(r["per_step_s_derived"]),
+                    p,
+                )  # fmt: skip
             )
     return cases
 
@@ -509,7 +562,9 @@ def scaling_cases(data: Path) -> list[dict]:
         "p75",
         1.0,
     )
-    cases += _gavel_cases(_read(s / "gavel_dp_throughputs.csv"))
+    gavel = _read(s / "gavel_dp_throughputs.csv")
+    cases += _gavel_cases(gavel)
+    cases += _gavel_strong_cases(gavel)
     cases += _tf_cases(_read(s / "tensorflow_benchmarks_dgx1_p100_nccl.csv"))
     dle = _read(s / "dle_training_perf_dgx1_dgx2.csv")
     cases += _dle_cases(dle)
@@ -593,7 +648,10 @@ def scaling_goals(cases: list[dict]) -> dict:
     per: dict[str, list[dict]] = {}
     for c in sc:
         per.setdefault(c["source"], []).append(c)
-    strong = [c for c in sc if c.get("scaling") == "strong"]
+    # Strong cases whose compute came from the floor assumption (a band, no measured curve).
+    strong = [
+        c for c in sc if c.get("scaling") == "strong" and c["compute_high_s"] > c["compute_low_s"]
+    ]
     in_band = sum(c["compute_low_s"] <= c["measured_s"] - c["exposed_comm_s"] <= c["compute_high_s"]
                   for c in strong)  # fmt: skip
     return {
