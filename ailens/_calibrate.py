@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -593,7 +594,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ailens calibrate", description=__doc__.split("\n\n")[0])
     default_out = Path(os.environ.get("AILENS_RUN_DIR", ".")) / "calibration.json"
     ap.add_argument(
-        "--out", type=Path, default=default_out, help=f"JSON to write (default {default_out})"
+        "--out",
+        type=Path,
+        default=None,
+        help=f"JSON to write (default {default_out}; platform.json with --from-nccl-tests)",
     )
     ap.add_argument(
         "--transport",
@@ -617,7 +621,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--no-compute", action="store_true", help="skip the thread / node-sharing compute probe"
     )
+    nt = ap.add_argument_group(
+        "from nccl-tests output (no launch: fits a platform description on logs you have)"
+    )
+    nt.add_argument(
+        "--from-nccl-tests",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="LOG",
+        help="fit a platform (ailens/_platforms.py) on these all_reduce_perf outputs: one-node "
+        "logs fit the intra-node link, multi-node logs the network; writes the platform JSON "
+        "to --out (default platform.json)",
+    )
+    nt.add_argument(
+        "--devices-per-node",
+        type=int,
+        default=None,
+        metavar="N",
+        help="devices per node of the platform (default: the base platform's, else the most "
+        "ranks one host had in the logs)",
+    )
+    nt.add_argument(
+        "--platform",
+        default=None,
+        metavar="LABEL|FILE",
+        help="platform whose figures a log does not measure are kept (a default label such "
+        "as dgx-a100, dgx1-v100, or a platform JSON); default: a generic node",
+    )
+    nt.add_argument("--name", default=None, help="name of the fitted platform")
     args = ap.parse_args(argv)
+    if args.from_nccl_tests:
+        return _from_nccl_tests(args)
+    args.out = args.out or default_out
     transport = args.transport or launcher_transport()
     comm = open_comm(transport)
     if comm.size < 2:
@@ -661,6 +697,51 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(f"{k} ranks side by side {v / co['1']:.2f}x slower" for k, v in co.items())
         )
     print(f"ailens calibrate: wrote {args.out}")
+    return 0
+
+
+def _from_nccl_tests(args) -> int:
+    """``ailens calibrate --from-nccl-tests LOG ...``: a platform fitted on the logs."""
+    from ._platforms import load_platform, platform_from_nccl_tests, platform_to_dict
+
+    texts = []
+    for f in args.from_nccl_tests:
+        try:
+            texts.append(f.read_text(errors="replace"))
+        except OSError as e:
+            print(f"ailens calibrate: cannot read {f}: {e}", file=sys.stderr)
+            return 2
+    try:
+        base = load_platform(args.platform) if args.platform else None
+        plat = platform_from_nccl_tests(
+            texts,
+            devices_per_node=args.devices_per_node,
+            base=base,
+            name=args.name,
+            sources=[str(f) for f in args.from_nccl_tests],
+        )
+    except ValueError as e:
+        print(f"ailens calibrate: {e}", file=sys.stderr)
+        return 2
+    out = args.out or Path("platform.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, platform_to_dict(plat))
+    net = plat.network
+    print(
+        f"ailens calibrate: platform {plat.name}: {plat.devices_per_node} devices per node, "
+        f"intra-node {plat.intra.bandwidth_Bps / 1e9:.3g} GB/s bus bandwidth, "
+        f"{plat.intra.latency_s * 1e6:.3g} us per ring step; base latency "
+        f"{plat.base_latency_s * 1e6:.3g} us"
+        + (
+            f"; network {plat.nics_per_node} x {net.bandwidth_Bps / 1e9:.3g} GB/s per node, "
+            f"{net.latency_s * 1e6:.3g} us per step"
+            if net is not None
+            else ""
+        )
+    )
+    for note in plat.notes:
+        print(f"  {note}")
+    print(f"ailens calibrate: wrote {out}")
     return 0
 
 

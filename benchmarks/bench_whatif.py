@@ -2,6 +2,11 @@
 
     python benchmarks/bench_whatif.py --json OUT.json            # everything (~5 min here)
     python benchmarks/bench_whatif.py --examples kmeans --no-links --quick
+    python benchmarks/bench_whatif.py --public --json OUT.json   # public data only (replay)
+
+``--public`` replays the public measurements of ``../shared/scaling-dev`` (``--data``) and
+runs nothing: see ``benchmarks/public_cases.py``. Its cases are reported apart from the local
+ones below.
 
 For each example it runs the real example with ailens attached and predicts one run's step
 time from another's trace (``ailens._whatif.whatif``), calibrated the way a user would:
@@ -37,6 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import netns  # noqa: E402
 
@@ -387,7 +393,21 @@ def main() -> int:
         "e.g. -15 as root: on a machine shared with other jobs the runs then get most of the "
         "CPU time (the load average still counts the others)",
     )
+    ap.add_argument(
+        "--public",
+        action="store_true",
+        help="replay the public measurements (collectives, data-parallel scaling) instead of "
+        "running the local examples",
+    )
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="the public data folder (default: $AILENS_SCALING_DATA or ../shared/scaling-dev)",
+    )
     args = ap.parse_args()
+    if args.public:
+        return public_main(args)
     if args.nice:
         Priority(args.nice).start()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -433,6 +453,37 @@ def main() -> int:
         "nice": args.nice,
     }
     if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    return 0
+
+
+def public_main(args) -> int:
+    """``--public``: the cases of ``public_cases.CASE_BUILDERS``, their summary and goals."""
+    import public_cases as pc
+    import public_scaling as ps
+
+    if ps.scaling_cases not in pc.CASE_BUILDERS:
+        pc.CASE_BUILDERS.append(ps.scaling_cases)
+    t0 = time.perf_counter()
+    data = args.data or pc.default_data_dir()
+    try:
+        cases = pc.public_cases(data)
+    except FileNotFoundError as e:
+        print(f"bench_whatif: {e}", file=sys.stderr)
+        return 2
+    print(pc.table(cases))
+    goals = {**pc.goals(cases), **ps.scaling_goals(cases)}
+    print(json.dumps(goals, indent=2))
+    if args.json:
+        doc = {
+            "public_cases": cases,
+            "summary": pc.summary(cases),
+            "goals": goals,
+            "diagnostics": pc.collective_diagnostics(data),
+            "data": str(data),
+            "seconds": time.perf_counter() - t0,
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        }
         args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
     return 0
 

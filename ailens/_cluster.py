@@ -1,0 +1,438 @@
+"""The cluster what-if: a data-parallel job's step time on GPUs of a described platform.
+
+Step time is a sum of named terms; each returns its seconds and the assumptions it rests
+on, so adding an effect is adding one class to ``TERMS``::
+
+    step = Compute + ExposedGradientSync + SlowestRank
+
+* ``Compute``: forward + backward + optimizer at the target's batch per device: the job's
+  measured compute, moved along its measured curve (log-log interpolation inside it, a
+  per-step overhead + per-sample fit outside), else along a stated assumption with its
+  uncertainty (strong scaling only: weak scaling keeps the batch).
+* ``ExposedGradientSync``: DDP's bucketed allreduces overlapping the backward pass. Bucket
+  i is ready at t_i (backward produces gradients evenly in bytes, last parameters first),
+  buckets are reduced one at a time on one stream: finish_i = max(t_i, finish_{i-1}) +
+  t_comm(bucket i); exposed = max(0, finish_last - backward end). Without overlap the
+  whole reduction is exposed. t_comm comes from the NCCL model (``_nccl``).
+* ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
+  (``step_sd_s``) x E[max of q normals], less the source's own.
+
+The source's compute is the measured step minus what the same model says was exposed
+there: the wait DDP spends outside its recorded collectives is not counted as compute.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ._job import JobDescription
+from ._nccl import nccl_collective_s
+from ._platforms import Platform, load_platform
+from ._whatif import expected_max_normal
+
+__all__ = [
+    "ClusterPrediction",
+    "ClusterTarget",
+    "Compute",
+    "ExposedGradientSync",
+    "SlowestRank",
+    "TERMS",
+    "TermValue",
+    "compute_at",
+    "overlap_exposed",
+    "predict",
+]
+
+# Strong scaling without a measured curve: the share of the step that does not shrink with
+# the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 20 %.
+FLOOR_SHARE = 0.10
+FLOOR_BAND = (0.0, 0.20)
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """Where the job would run: ``ranks`` devices, ``ranks_per_node`` per node (default:
+    the platform's devices per node), ``scaling`` weak (batch per device kept) or strong
+    (``global_batch`` split over the devices)."""
+
+    ranks: int
+    platform: Platform
+    ranks_per_node: int | None = None
+    scaling: str = "weak"
+    global_batch: float | None = None
+
+    @property
+    def per_node(self) -> int:
+        return max(min(self.ranks_per_node or self.platform.devices_per_node, self.ranks), 1)
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.ranks // self.per_node)
+
+
+@dataclass(frozen=True)
+class TermValue:
+    name: str
+    seconds: float
+    assumptions: tuple[str, ...] = ()
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class _Context:
+    job: JobDescription
+    target: ClusterTarget
+    batch: float | None  # per device on the target
+    compute_s: float  # compute at the target batch
+    compute_band: tuple[float, float]
+    compute_notes: list
+
+
+def compute_at(
+    job: JobDescription, compute_src: float, batch: float | None
+) -> tuple[float, tuple[float, float], list[str]]:
+    """Step compute at ``batch`` per device: (seconds, (low, high), assumptions)."""
+    b0 = job.batch_per_device
+    if batch is None or b0 is None or abs(batch - b0) <= 1e-9 * b0:
+        return compute_src, (compute_src, compute_src), []
+    ratio = batch / b0
+    if len(job.curve) >= 2:
+        xs = np.array([b for b, _ in job.curve])
+        ys = np.array([s for _, s in job.curve])
+        # The curve sets the shape; the source measurement sets the level.
+        at = _curve(xs, ys)
+        t = compute_src * at(batch) / at(b0)
+        inside = xs[0] <= batch <= xs[-1]
+        how = "log-log interpolation" if inside else "per-step overhead + per-sample fit"
+        note = (
+            f"compute at batch {batch:g} per device from the measured curve "
+            f"({len(xs)} points, {xs[0]:g}-{xs[-1]:g}): {how}"
+        )
+        return t, (t, t), [note]
+    lo_share, hi_share = FLOOR_BAND
+    t = compute_src * (FLOOR_SHARE + (1 - FLOOR_SHARE) * ratio)
+    band = sorted(compute_src * (s + (1 - s) * ratio) for s in (lo_share, hi_share))
+    note = (
+        f"compute at batch {batch:g} per device (measured at {b0:g}) assumed linear in the "
+        f"batch with a per-step floor of {FLOOR_SHARE:.0%} of the measured compute "
+        f"(uncertainty: floor {lo_share:.0%}-{hi_share:.0%}: {band[0] * 1e3:.4g}-"
+        f"{band[1] * 1e3:.4g} ms); give compute_curve to measure it"
+    )
+    return t, (band[0], band[1]), [note]
+
+
+def _curve(xs: np.ndarray, ys: np.ndarray):
+    """Seconds at a batch: log-log interpolation inside the points, an affine fit
+    a + b * batch (a >= 0) outside them."""
+    A = np.stack([np.ones_like(xs), xs], axis=1)
+    a, b = np.linalg.lstsq(A, ys, rcond=None)[0]
+    if a < 0 or b <= 0:
+        a, b = 0.0, float(np.sum(xs * ys) / np.sum(xs * xs))
+
+    def at(x: float) -> float:
+        if xs[0] <= x <= xs[-1]:
+            return float(np.exp(np.interp(math.log(x), np.log(xs), np.log(ys))))
+        # Outside: the fit, anchored at the nearest measured end.
+        end = 0 if x < xs[0] else -1
+        return float(ys[end] * (a + b * x) / (a + b * xs[end]))
+
+    return at
+
+
+def overlap_exposed(
+    ready_s: list[float], comm_s: list[float], backward_end_s: float
+) -> tuple[float, float]:
+    """Buckets reduced one at a time on one stream, each starting when it is ready and the
+    previous one is done: (finish of the last, exposed = max(0, finish - backward end))."""
+    finish = 0.0
+    for r, c in zip(ready_s, comm_s, strict=True):
+        finish = max(r, finish) + c
+    return finish, max(0.0, finish - backward_end_s)
+
+
+def _sync(job: JobDescription, compute: float, ranks: int, rpn: int, platform: Platform):
+    """(exposed seconds, per-bucket estimates, total comm seconds) of the gradient
+    allreduces of one step."""
+    if ranks <= 1:
+        return 0.0, [], 0.0
+    ests = [nccl_collective_s("allreduce", b, ranks, platform, rpn) for b in job.buckets]
+    comm = [e.seconds for e in ests]
+    total = float(sum(comm))
+    if not job.overlap:
+        return total, ests, total
+    bwd = job.backward_fraction * compute
+    start = compute - bwd
+    ready, cum = [], 0
+    for b in job.buckets:
+        cum += b
+        ready.append(start + bwd * cum / max(sum(job.buckets), 1))
+    _, exposed = overlap_exposed(ready, comm, compute)
+    return exposed, ests, total
+
+
+class Compute:
+    """Forward, backward and optimizer at the target's batch per device."""
+
+    name = "compute"
+    part = "compute"
+
+    def value(self, ctx: _Context) -> TermValue:
+        lo, hi = ctx.compute_band
+        return TermValue(
+            self.name,
+            ctx.compute_s,
+            tuple(ctx.compute_notes),
+            {"batch_per_device": ctx.batch, "low_s": lo, "high_s": hi},
+        )
+
+
+class ExposedGradientSync:
+    """The gradient allreduces' time not hidden under the backward pass."""
+
+    name = "exposed_gradient_sync"
+    part = "comm"
+
+    def value(self, ctx: _Context) -> TermValue:
+        t = ctx.target
+        exposed, ests, total = _sync(ctx.job, ctx.compute_s, t.ranks, t.per_node, t.platform)
+        notes: list[str] = []
+        if t.ranks > 1:
+            algos = sorted({f"{e.algorithm}/{e.protocol}" for e in ests})
+            how = (
+                f"backward = {ctx.job.backward_fraction:.2f} of the compute, gradients "
+                "produced evenly in bytes, buckets reduced in ready order on one stream"
+                if ctx.job.overlap
+                else "no overlap: every bucket waited for after the backward pass"
+            )
+            notes.append(
+                f"{len(ests)} allreduce(s) of {ctx.job.grad_bytes / 1e6:.4g} MB in all "
+                f"({ctx.job.grad_dtype}), NCCL {', '.join(algos)} on {t.ranks} ranks "
+                f"({t.nodes} node(s) x {t.per_node}): {total * 1e3:.3g} ms, "
+                f"{exposed * 1e3:.3g} ms exposed; {how}"
+            )
+            bottleneck = ests[-1].bottleneck if ests else ""
+            if bottleneck:
+                notes.append(f"bottleneck: {bottleneck}")
+            for e in ests[:1]:
+                notes.extend(e.assumptions)
+        over = any(e.bus_bandwidth_Bps > e.ceiling_Bps * (1 + 1e-9) for e in ests)
+        return TermValue(
+            self.name,
+            exposed,
+            tuple(notes),
+            {"comm_total_s": total, "buckets": len(ests), "over_link_ceiling": over},
+        )
+
+
+class SlowestRank:
+    """The step waits for the slowest device at the gradient sync: with independent
+    step-to-step noise of spread sd on each, the slowest of q lags the mean by
+    sd * E[max of q standard normals] (the source's own lag already in its step)."""
+
+    name = "slowest_rank"
+    part = "compute"  # time a device waits for the others' compute, as the run-dir what-if
+
+    def value(self, ctx: _Context) -> TermValue:
+        sd = ctx.job.step_sd_s
+        q, p = ctx.target.ranks, ctx.job.ranks
+        if not sd or q <= 1:
+            why = "one device" if q <= 1 else "no step_sd_s given: not modelled"
+            return TermValue(self.name, 0.0, () if q <= 1 else (why,))
+        lag = sd * (expected_max_normal(q) - expected_max_normal(p))
+        note = (
+            f"slowest of {q} devices: step-to-step spread {sd * 1e3:.3g} ms x "
+            f"(E[max of {q}] - E[max of {p}] normals) = {lag * 1e3:.3g} ms (noise assumed "
+            "independent across devices)"
+        )
+        return TermValue(self.name, lag, (note,), {"step_sd_s": sd})
+
+
+# The step-time model: one instance per named term, summed.
+TERMS = (Compute(), ExposedGradientSync(), SlowestRank())
+
+
+@dataclass(frozen=True)
+class ClusterPrediction:
+    """Predicted step time of the job on one target; ``to_dict()`` is one row of
+    ``ailens whatif --json`` (the run-dir rows' keys, plus ``platform`` and ``terms``)."""
+
+    ranks: int
+    ranks_per_node: int
+    nodes: int
+    platform: str
+    scaling: str
+    batch_per_device: float | None
+    step_time_s: float
+    compute_step_s: float
+    comm_step_s: float
+    compute_low_s: float
+    compute_high_s: float
+    speedup: float
+    efficiency: float
+    terms: tuple[TermValue, ...]
+    over_link_ceiling: bool
+    assumptions: tuple[str, ...]
+
+    @property
+    def links(self) -> str:
+        return "none" if self.ranks == 1 else ("inter" if self.nodes > 1 else "intra")
+
+    def to_dict(self) -> dict:
+        return {
+            "ranks": self.ranks,
+            "step_time_s": self.step_time_s,
+            "total_time_s": None,
+            "speedup": self.speedup,
+            "efficiency": self.efficiency,
+            "comm_pct": 100.0 * self.comm_step_s / self.step_time_s if self.step_time_s else 0.0,
+            "steps": None,
+            "compute_step_s": self.compute_step_s,
+            "comm_step_s": self.comm_step_s,
+            "links": self.links,
+            "measured": False,
+            "phases": [],
+            "ranks_per_node": self.ranks_per_node,
+            "threads_per_rank": None,
+            "cores_per_node": None,
+            "compute_factor": None,
+            "platform": self.platform,
+            "nodes": self.nodes,
+            "scaling": self.scaling,
+            "batch_per_device": self.batch_per_device,
+            "compute_low_s": self.compute_low_s,
+            "compute_high_s": self.compute_high_s,
+            "over_link_ceiling": self.over_link_ceiling,
+            "terms": [
+                {
+                    "name": t.name,
+                    "seconds": t.seconds,
+                    "assumptions": list(t.assumptions),
+                    **t.detail,
+                }
+                for t in self.terms
+            ],
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _platform(p: Platform | str | None, fallback: Platform | None = None) -> Platform | None:
+    if p is None:
+        return fallback
+    return p if isinstance(p, Platform) else load_platform(p)
+
+
+def source_compute(job: JobDescription, platform: Platform) -> tuple[float, list[str]]:
+    """The job's compute per step at its source layout: given, or the measured step minus
+    the exposed gradient sync the model gives there."""
+    if job.compute_s is not None:
+        return job.compute_s, [f"source compute {job.compute_s * 1e3:.4g} ms as given"]
+    if job.ranks <= 1:
+        return job.step_s, [f"source: 1 device, step {job.step_s * 1e3:.4g} ms is all compute"]
+    # Solve c + exposed(c) = step (exposed shrinks as c grows: a few fixed-point rounds).
+    c = job.step_s
+    for _ in range(30):
+        e = _sync(job, c, job.ranks, job.ranks_per_node, platform)[0]
+        c_new = max(job.step_s - e, 1e-9)
+        if abs(c_new - c) <= 1e-12 + 1e-9 * c:
+            break
+        c = c_new
+    return c, [
+        f"source compute {c * 1e3:.4g} ms = measured step {job.step_s * 1e3:.4g} ms minus the "
+        f"modelled exposed sync at {job.ranks} ranks on {platform.name} (DDP's wait outside "
+        "its recorded collectives is not compute)"
+    ]
+
+
+def predict(
+    job: JobDescription,
+    ranks: list[int],
+    platform: Platform | str | None = None,
+    *,
+    ranks_per_node: int | None = None,
+    scaling: str | None = None,
+    global_batch: float | None = None,
+    source_platform: Platform | str | None = None,
+) -> list[ClusterPrediction]:
+    """The job's step time at each rank count on ``platform`` (default: the job's own).
+
+    ``scaling``/``global_batch`` default to the job's; strong scaling splits the global
+    batch (default: the source's batch per device x its ranks) over the target's devices.
+    ``source_platform``: where the job was measured (default: the job's, else the target's)."""
+    tgt_p = _platform(platform) or _platform(job.platform)
+    if tgt_p is None:
+        raise ValueError(
+            f"{job.source}: no platform: give one (a label such as dgx1-v100, or a platform "
+            "JSON from ailens calibrate --from-nccl-tests)"
+        )
+    if source_platform is not None:
+        src_p = _platform(source_platform)
+    elif job.platform in (None, tgt_p.name):
+        src_p = tgt_p
+    else:
+        src_p = _platform(job.platform)
+    scaling = scaling or job.scaling
+    if scaling not in ("weak", "strong"):
+        raise ValueError(f"scaling={scaling!r}: choose weak or strong")
+    c_src, src_notes = source_compute(job, src_p)
+    b0 = job.batch_per_device
+    gb = global_batch or job.global_batch or (b0 * job.ranks if b0 else None)
+    notes = list(job.assumptions) + src_notes
+    if src_p is not tgt_p and src_p.name != tgt_p.name:
+        notes.append(
+            f"compute measured on {src_p.name} carried to {tgt_p.name} unchanged "
+            "(same device speed assumed)"
+        )
+    notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
+
+    def one(q: int):
+        if q < 1:
+            raise ValueError(f"ranks must be >= 1, got {q}")
+        if scaling == "strong":
+            if gb is None:
+                raise ValueError(
+                    f"{job.source}: strong scaling needs batch_per_device (or global_batch)"
+                )
+            batch = gb / q
+        else:
+            batch = b0
+        c, band, c_notes = compute_at(job, c_src, batch)
+        target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
+        ctx = _Context(job, target, batch, c, band, c_notes)
+        return target, batch, band, tuple(t.value(ctx) for t in TERMS)
+
+    def throughput(q: int, batch, step: float) -> float:
+        return q * (batch or 1.0) / step if step > 0 else float("nan")
+
+    _, b1, _, t1 = one(1)  # speedup and efficiency are against the model's own 1 device
+    thr1 = throughput(1, b1, float(sum(t.seconds for t in t1)))
+    out = []
+    for q in sorted({int(r) for r in ranks}):
+        target, batch, band, terms = one(q)
+        step = float(sum(t.seconds for t in terms))
+        comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
+        speedup = throughput(q, batch, step) / thr1
+        term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
+        out.append(
+            ClusterPrediction(
+                ranks=q,
+                ranks_per_node=target.per_node,
+                nodes=target.nodes,
+                platform=tgt_p.name,
+                scaling=scaling,
+                batch_per_device=batch,
+                step_time_s=step,
+                compute_step_s=step - comm,
+                comm_step_s=comm,
+                compute_low_s=band[0],
+                compute_high_s=band[1],
+                speedup=float(speedup),
+                efficiency=float(speedup / q),
+                terms=terms,
+                over_link_ceiling=any(t.detail.get("over_link_ceiling") for t in terms),
+                assumptions=tuple(notes + term_notes),
+            )
+        )
+    return out
