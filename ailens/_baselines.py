@@ -2,11 +2,13 @@
 
 - the **progress bar** (tqdm, Keras' progbar): elapsed + remaining steps x mean step time so
   far (``naive_total_s``, the same function the forecast reports as ``naive_total_s``);
-- **MosaicML Composer's** ``RuntimeEstimator`` (``composer.callbacks``), the best estimate of a
-  mainstream trainer: the training rate leaves the evaluations' wall time out, and each kind of
-  evaluation is added back at its mean time (the first call dropped once there are two: it is
-  the cold one) times the calls still to come at the frequency measured so far. Written from
-  its description; times are the caller's (seconds from the run's start).
+- **MosaicML Composer's** ``RuntimeEstimator`` (``composer.callbacks``), the estimate of a
+  mainstream trainer, as its source computes it (``composer/callbacks/runtime_estimator.py``,
+  default ``skip_batches=1``): the clock starts after the first batch, the training rate leaves
+  the evaluations' wall time out, and each kind of evaluation is added back at its mean time
+  (the first call dropped once there are two: it is the cold one) times the calls still to come
+  at the frequency measured at its last call. Times are the caller's (seconds from the run's
+  start).
 """
 
 from __future__ import annotations
@@ -22,32 +24,44 @@ def composer_total_s(
     elapsed_s: float,
     steps_done: int,
     total_steps: int | None,
-    evaluations: Mapping[str, Sequence[float]] | None = None,
+    evaluations: Mapping[str, Sequence[tuple[int, float]]] | None = None,
     *,
-    train_start_s: float = 0.0,
+    clock_start_s: float,
+    skip_steps: int = 1,
 ) -> float | None:
     """Composer's ``RuntimeEstimator`` forecast of the run's total, in seconds from its start.
 
-    ``evaluations``: for each kind of evaluation (Composer: each evaluator), the wall time of
-    every call finished so far. ``train_start_s``: when training began (Composer's clock starts
-    at fit start, after initialisation)::
+    ``clock_start_s``: when the estimator's clock started, the end of step ``skip_steps``
+    (Composer's ``skip_batches``, default 1: the first batch is slow). ``evaluations``: for each
+    kind of evaluation (Composer: each evaluator label), (steps done when it ended, wall
+    seconds) of every call finished so far; calls that ended before the clock started are
+    ignored, as Composer ignores them. With fractions of the run ``f = steps / total``::
 
-        rate      = (elapsed - train_start - sum of evaluation times) / steps done
-        remaining = rate x remaining steps
+        rate      = (elapsed - clock start - evaluation time since) / (f_now - f_start)
+        remaining = rate x (1 - f_now)
                     + sum over kinds: mean time (first call dropped when >= 2 calls)
-                                      x (int(calls / fraction done) - calls)
+                                      x (calls x (1 - f_start) / (f_last call - f_start) - calls)
 
-    None before the first step or without a total.
+    None until a step after the clock's start is done (Composer logs nothing before) or
+    without a total. A kind whose calls all ended at the clock's start has no frequency yet
+    (Composer would divide by zero there) and adds nothing.
     """
-    if not steps_done or not total_steps or elapsed_s <= train_start_s:
+    if not total_steps or steps_done <= skip_steps:
         return None
-    evals = {k: list(v) for k, v in (evaluations or {}).items() if len(v)}
-    eval_s = sum(sum(v) for v in evals.values())
-    rate = max(elapsed_s - train_start_s - eval_s, 0.0) / steps_done
-    fraction = steps_done / total_steps
-    remaining = rate * max(total_steps - steps_done, 0)
-    for times in evals.values():
+    start = skip_steps / total_steps
+    now = steps_done / total_steps
+    evals = {
+        k: [(int(at), float(s)) for at, s in v if at >= skip_steps]
+        for k, v in (evaluations or {}).items()
+    }
+    evals = {k: v for k, v in evals.items() if v}
+    busy = sum(s for v in evals.values() for _, s in v)
+    remaining = (elapsed_s - clock_start_s - busy) / (now - start) * (1 - now)
+    for calls in evals.values():
+        times = [s for _, s in calls]
         warm = times[1:] if len(times) > 1 else times
-        calls = len(times)
-        remaining += sum(warm) / len(warm) * max(int(calls / fraction) - calls, 0)
+        at = calls[-1][0] / total_steps - start
+        if at <= 0:
+            continue
+        remaining += sum(warm) / len(warm) * (len(times) / at * (1 - start) - len(times))
     return elapsed_s + remaining

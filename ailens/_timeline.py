@@ -282,12 +282,10 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     def batch(lo: int, hi: int, disabled: int):
         return Summed(empty, empty, empty, 0, False, 0), empty, empty
 
-    # Baselines: evaluation times finished by each step end, and when training began.
+    # Baselines: evaluations finished by each step end (with the steps done when each ended),
+    # and when Composer's clock started (the end of the first step).
     evals = [s for s in tl.sections if s.name.lower().startswith("eval")]
     first_end = ends[0] if ends else math.inf
-    train_start = max(
-        (s.end_s for s in tl.sections if s.name == "init" and s.end_s <= first_end), default=0.0
-    )
     rows: list[tuple] = []
 
     def watch(o: OnlineAnalysis) -> None:
@@ -300,11 +298,14 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     sig = oa.signature_step
     out = []
     j = 0
-    done: dict[str, list[float]] = {}
+    done: dict[str, list[tuple[int, float]]] = {}
     for p, n in rows:
         t = p.elapsed_s
         while j < len(evals) and evals[j].end_s <= ends[p.steps_done - 1]:
-            done.setdefault(evals[j].name, []).append(evals[j].end_s - evals[j].begin_s)
+            e = evals[j]
+            done.setdefault(e.name, []).append(
+                (bisect.bisect_right(ends, e.end_s), e.end_s - e.begin_s)
+            )
             j += 1
         out.append(
             StepForecast(
@@ -316,7 +317,7 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
                 components=p.components,
                 progress_bar_total_s=naive_total_s(t, p.steps_done, n),
                 composer_total_s=composer_total_s(
-                    t, p.steps_done, n, done, train_start_s=train_start
+                    t, p.steps_done, n, done, clock_start_s=first_end
                 ),
                 signature_ready=sig is not None and p.steps_done >= sig,
             )

@@ -121,14 +121,19 @@ def _pct(v: float | None, actual: float) -> float | None:
 
 def _watch(oa, seen: dict) -> None:
     p = oa.predict()
-    evals = {
-        k: [x for _, x in v] for k, v in oa.forecaster.sections.items() if k.startswith("eval")
-    }
+    evals = {k: v for k, v in oa.forecaster.sections.items() if k.startswith("eval")}
+    if p.steps_done == 1:  # Composer's clock starts after the first step (skip_batches=1)
+        seen["clock_start_s"] = p.elapsed_s
+    composer = None
+    if "clock_start_s" in seen:
+        composer = composer_total_s(
+            p.elapsed_s, p.steps_done, p.total_steps, evals, clock_start_s=seen["clock_start_s"]
+        )
     seen[p.steps_done] = (
         p.predicted_total_s,
         p.interval_s,
         naive_total_s(p.elapsed_s, p.steps_done, p.total_steps),
-        composer_total_s(p.elapsed_s, p.steps_done, p.total_steps, evals),
+        composer,
     )
 
 
@@ -481,6 +486,9 @@ def summarise(rows: list[dict]) -> dict:
             who: {p: len(_abs_errors(rows, who, p)) for p in SCORED}
             for who in ("ailens", "naive", "composer")
         },
+        # Composer logs nothing before step 2: its medians are over fewer (longer) runs. The
+        # three side by side on the runs where Composer and ailens both have a forecast.
+        "paired_with_composer": {p: _paired(rows, p) for p in SCORED},
         "points": points,
         "closer_than_best_baseline_pct": 100 * closer / points if points else None,
         "worse_than_best_baseline_pct": 100 * worse_best / points if points else None,
@@ -560,6 +568,19 @@ def group_table(title: str, groups: dict[str, dict]) -> str:
     return "\n".join(out)
 
 
+def _paired(rows: list[dict], pct: str) -> dict:
+    both = [
+        r["error_pct"]
+        for r in rows
+        if r["error_pct"]["ailens"].get(pct) is not None
+        and r["error_pct"]["composer"].get(pct) is not None
+    ]
+    out: dict = {"runs": len(both)}
+    for who in ("ailens", "naive", "composer"):
+        out[who] = _median([abs(e[who][pct]) for e in both if e[who].get(pct) is not None])
+    return out
+
+
 def summary_lines(s: dict) -> list[str]:
     m = s["median_abs_error_pct"]
     errs = "; ".join(
@@ -574,6 +595,12 @@ def summary_lines(s: dict) -> list[str]:
         "  ailens forecasts at 5/10/20/50 %: on "
         + "/".join(str(k[p]) for p in SCORED)
         + f" of {s['runs']} runs (the medians are over those)",
+        "  on the runs where Composer has a forecast too (none before step 2): "
+        + "; ".join(
+            f"{p} % ({q['runs']}): ailens {_f(q['ailens'], '.2f')}, bar {_f(q['naive'], '.2f')}, "
+            f"Composer {_f(q['composer'], '.2f')}"
+            for p, q in s["paired_with_composer"].items()
+        ),
         f"closer than the better baseline on {_f(s['closer_than_best_baseline_pct'], '.1f')} % "
         f"of {s['points']} (run, 5/10/20/50 %) points (goal >= 80 %); worse by > 0.25 points on "
         f"{_f(s['worse_than_best_baseline_pct'], '.1f')} % (goal <= 5 %), "

@@ -128,23 +128,36 @@ def test_baselines_beside_every_step():
     got = forecast_timeline(tl)
     s = got.at_step(30)  # after the first evaluation (4 s) at step 25
     assert s.progress_bar_total_s == pytest.approx(s.elapsed_s * 120 / 30)
-    # Composer: the rate leaves the evaluation and the init out.
-    rate = (s.elapsed_s - 2.0 - 4.0) / 30
-    evals = int(1 / (30 / 120)) - 1
-    assert s.composer_total_s == pytest.approx(s.elapsed_s + rate * 90 + 4.0 * evals, rel=1e-9)
+    # Composer (skip_batches=1): the clock starts at the first step's end, so the init and the
+    # first step are out; the rate leaves the evaluation out; one call seen after 25 steps, i.e.
+    # 24 of the 119 steps the clock covers: 119 / 24 calls in all, 119 / 24 - 1 still to come.
+    rate = (s.elapsed_s - tl.step_end_s[0] - 4.0) / 29
+    assert s.composer_total_s == pytest.approx(
+        s.elapsed_s + rate * 90 + 4.0 * (119 / 24 - 1), rel=1e-9
+    )
+    assert got.at_step(1).composer_total_s is None  # Composer logs nothing before step 2
 
 
 def test_composer_hand_computed():
-    """Composer's RuntimeEstimator on a hand-computed case: 100 s elapsed at 40 of 200 steps,
-    evaluations of 12 s (cold), 6 s and 8 s, and one checkpoint kind of 3 s."""
-    total = composer_total_s(100.0, 40, 200, {"eval": [12.0, 6.0, 8.0], "val2": [3.0]})
-    # rate = (100 - 29) / 40 = 1.775 s/step; 160 steps left -> 284 s
-    # eval: mean of [6, 8] = 7 s x (int(3 / 0.2) - 3 = 12) = 84 s
-    # val2: one call, its own mean 3 s x (int(1 / 0.2) - 1 = 4) = 12 s
-    assert total == pytest.approx(100 + 284 + 84 + 12)
-    assert composer_total_s(10.0, 0, 100) is None
-    assert composer_total_s(10.0, 5, None) is None
-    assert composer_total_s(10.0, 5, 10) == pytest.approx(20.0)
+    """Composer's RuntimeEstimator (composer/callbacks/runtime_estimator.py, skip_batches=1) on
+    a hand-computed case: 100 s elapsed at 40 of 200 steps, the clock started at 4 s (the first
+    step's end); evaluations of 12 s (cold), 6 s and 8 s ending after steps 10, 20 and 30, one
+    other kind of 3 s after step 30, and one evaluation before the clock started (ignored)."""
+    evals = {"eval": [(0, 50.0), (10, 12.0), (20, 6.0), (30, 8.0)], "val2": [(30, 3.0)]}
+    total = composer_total_s(100.0, 40, 200, evals, clock_start_s=4.0)
+    # fractions: start 1/200 = 0.005, now 0.2, last calls at 0.15 -> 0.145 since the start
+    # training: (100 - 4 - 29) / (0.2 - 0.005) x (1 - 0.2) = 274.871794... s
+    # eval: mean of [6, 8] = 7 s x (3 / 0.145 x 0.995 - 3 = 17.586206...) = 123.103448... s
+    # val2: its one call 3 s x (1 / 0.145 x 0.995 - 1 = 5.862068...) = 17.586206... s
+    assert total == pytest.approx(100 + 274.871794872 + 123.103448276 + 17.586206897, rel=1e-9)
+    assert composer_total_s(10.0, 0, 100, clock_start_s=0.0) is None
+    assert composer_total_s(10.0, 1, 100, clock_start_s=9.0) is None  # before step 2
+    assert composer_total_s(10.0, 5, None, clock_start_s=1.0) is None
+    # 5 of 10 steps, clock from 2 s: (10 - 2) / 0.4 x 0.5 = 10 s to go
+    assert composer_total_s(10.0, 5, 10, clock_start_s=2.0) == pytest.approx(20.0)
+    # a kind whose only call ended at the clock's start has no frequency yet: adds nothing
+    only = composer_total_s(10.0, 5, 10, {"eval": [(1, 1.0)]}, clock_start_s=2.0)
+    assert only == pytest.approx(10.0 + (10 - 2 - 1) / 0.4 * 0.5)
 
 
 # --------------------------------------------------------------------------- MLPerf readers
