@@ -42,7 +42,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ailens._learn import (  # noqa: E402
+from ailens.tools.learn import (  # noqa: E402
     LEARNERS,
     LearnError,
     _torch,

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from conftest import REPO, run_ranks
 
-from ailens._history import History, HistoryError
-from ailens._learn import (
+from ailens.tools.history import History, HistoryError
+from ailens.tools.learn import (
     config_key,
     fit_learner,
     fit_model,
@@ -27,8 +27,8 @@ from ailens._learn import (
     split_configs,
     target_of_record,
 )
-from ailens._probe import check_platform
-from ailens._signature_record import RECORD_FILE, RecordError, check_record, read_record
+from ailens.tools.probe import check_platform
+from ailens.tools.signature_record import RECORD_FILE, RecordError, check_record, read_record
 
 DATASET = REPO / "benchmarks" / "history" / "records"
 KMEANS = [

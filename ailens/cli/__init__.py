@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 
 __all__ = ["main"]
 
@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from ._trace import load_run
+    from .._trace import load_run
 
     run = load_run(args.run_dir)
     if not any(t.n_events or len(t.steps["step"]) for t in run.ranks):
@@ -356,7 +356,7 @@ def _load(args):
 
 
 def _analyze(args, run):
-    from ._analysis import analyze
+    from .._analysis import analyze
 
     # None keeps the run's own setting (its LensConfig), so the replayed forecast is the online one.
     return analyze(
@@ -382,7 +382,7 @@ def _calibration(args) -> dict | None:
 
 
 def _whatif(args, a, ranks: list[int], *, strict: bool = True):
-    from ._whatif import whatif
+    from .._whatif import whatif
 
     if not a.n_ticks:
         return []
@@ -408,14 +408,14 @@ def _print(text: str) -> None:
 
 
 def _cmd_report(args) -> int:
-    from ._report import default_whatif_ranks, format_report, report_dict
+    from .._report import default_whatif_ranks, format_report, report_dict
 
     args.mode = args.mode or "weak"
     run = _load(args)
     a = _analyze(args, run)
     rows = _whatif(args, a, args.ranks or default_whatif_ranks(a.ranks), strict=False)
     if args.html is not None:
-        from ._html import render_html
+        from .._html import render_html
 
         page = render_html(a, rows, whatif_mode=args.mode, top=args.top)
         _write_text(args.html, page)
@@ -433,7 +433,7 @@ def _write_missing_record(args, run, a) -> None:
     """Write RUN_DIR/signature.json when it is missing and the run allows it (see
     ``record_refusal``). The report is already printed: a record that cannot be made is a
     warning, not a failed report."""
-    from ._signature_record import RECORD_FILE, record_refusal, signature_record, write_record
+    from ..tools.signature_record import RECORD_FILE, record_refusal, signature_record, write_record
 
     path = args.run_dir / RECORD_FILE
     if path.exists():
@@ -443,7 +443,7 @@ def _write_missing_record(args, run, a) -> None:
         print(f"ailens: no {path} ({why})", file=sys.stderr)
         return
     if any(v is not None for v in (args.tolerance, args.min_share, args.phase_key)):
-        from ._analysis import analyze
+        from .._analysis import analyze
 
         a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
     # The record analyses every rank's trace and replays up to 4000 steps per what-if
@@ -461,7 +461,7 @@ def _write_missing_record(args, run, a) -> None:
 
 
 def _cmd_predict(args) -> int:
-    from ._report import format_forecast, predict_dict
+    from .._report import format_forecast, predict_dict
 
     a = _analyze(args, _load(args))
     if args.json:
@@ -474,7 +474,7 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_whatif(args) -> int:
-    from ._report import default_whatif_ranks, format_whatif, whatif_dicts
+    from .._report import default_whatif_ranks, format_whatif, whatif_dicts
 
     _cluster_platform_flag(args)
     job = _job_input(args)
@@ -509,7 +509,7 @@ def _cmd_whatif(args) -> int:
 def _cluster_platform_flag(args) -> None:
     """--platform given a cluster platform (a default label, or JSON with devices_per_node)
     is --cluster; an `ailens probe` descriptor stays --platform."""
-    from ._platforms import platform_labels
+    from .._platforms import platform_labels
 
     p = args.platform
     if p is None:
@@ -529,7 +529,7 @@ def _cluster_platform_flag(args) -> None:
 
 def _job_input(args):
     """The job a signature.json or job description names (None for a run directory)."""
-    from ._job import JobError, job_from_signature, load_job
+    from .._job import JobError, job_from_signature, load_job
 
     path = args.run_dir
     if path.is_dir():
@@ -556,9 +556,9 @@ def _job_input(args):
 def _cmd_whatif_cluster(args, job) -> int:
     """The cluster what-if (ailens/_cluster.py) of a job description, a signature, or a run
     directory's features (--cluster)."""
-    from ._cluster import predict
-    from ._job import JobError, job_from_features
-    from ._platforms import load_platform
+    from .._cluster import predict
+    from .._job import JobError, job_from_features
+    from .._platforms import load_platform
 
     for flag, v in (
         ("--threads-per-rank", args.threads_per_rank),
@@ -571,7 +571,7 @@ def _cmd_whatif_cluster(args, job) -> int:
             raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
                            "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip
     if job is None:
-        from ._whatif import features
+        from .._whatif import features
 
         a = _analyze(args, _load(args))
         try:
@@ -620,8 +620,8 @@ def _format_cluster(job, rows) -> str:
 
 def _learned_inputs(args) -> tuple[dict | None, dict | None]:
     """The --model and --platform files, checked; --platform sets the target's cores."""
-    from ._learn import LearnError, load_model
-    from ._probe import check_platform
+    from ..tools.learn import LearnError, load_model
+    from ..tools.probe import check_platform
 
     model = platform = None
     if args.model is not None:
@@ -645,8 +645,8 @@ def _learned_inputs(args) -> tuple[dict | None, dict | None]:
 
 def _learned(args, a, rows, model: dict, platform: dict | None) -> list[float]:
     """The learned model's step time on each what-if row's target."""
-    from ._learn import predict, target
-    from ._signature_record import signature_record
+    from ..tools.learn import predict, target
+    from ..tools.signature_record import signature_record
 
     src = signature_record(a, mode=args.mode, analytic_grid=False)
     node = (platform or {}).get("node") or {}
@@ -681,7 +681,7 @@ def _format_learned(rows, learned: list[float], model: dict) -> str:
 
 
 def _cmd_export(args) -> int:
-    from ._export import write_chrome_trace
+    from .._export import write_chrome_trace
 
     run = _load(args)
     a = None if args.no_phases else _analyze(args, run)
@@ -795,7 +795,7 @@ def _add_learn_commands(sub) -> None:
 
 
 def _cmd_history(args) -> int:
-    from ._history import History, HistoryError, format_rows
+    from ..tools.history import History, HistoryError, format_rows
 
     try:
         with History(args.history) as hist:
@@ -823,7 +823,7 @@ def _cmd_history(args) -> int:
 def _record_of(path: Path, args) -> dict:
     """The signature record of a run directory (written when missing, or with --rebuild
     or any of --job/--mode/--batch-size/--platform) or of a signature.json file."""
-    from ._signature_record import (
+    from ..tools.signature_record import (
         RECORD_FILE,
         RecordError,
         read_record,
@@ -840,8 +840,8 @@ def _record_of(path: Path, args) -> dict:
             return read_record(path)
         if (path / RECORD_FILE).is_file() and not (given or args.rebuild):
             return read_record(path)
-        from ._analysis import analyze
-        from ._trace import load_run
+        from .._analysis import analyze
+        from .._trace import load_run
 
         a = analyze(load_run(path))
         rec = signature_record(
@@ -859,7 +859,7 @@ def _record_of(path: Path, args) -> dict:
 
 
 def _cmd_probe(args) -> int:
-    from ._probe import probe
+    from ..tools.probe import probe
 
     desc = probe(seconds=args.seconds, name=args.name)
     if desc is None:  # a rank other than 0 of a launched probe
@@ -874,8 +874,8 @@ def _cmd_probe(args) -> int:
 
 
 def _cmd_fit(args) -> int:
-    from ._history import History, HistoryError
-    from ._learn import LearnError, fit_model, format_fit, save_model
+    from ..tools.history import History, HistoryError
+    from ..tools.learn import LearnError, fit_model, format_fit, save_model
 
     if not args.history.is_file():
         raise CliError(f"{args.history}: no such history (make one with `ailens history add`)")
@@ -958,8 +958,8 @@ def _add_forecast_command(sub) -> None:
 
 
 def _cmd_forecast(args) -> int:
-    from ._logs import LogError, read_timeline
-    from ._timeline import forecast_timeline
+    from .._logs import LogError, read_timeline
+    from .._timeline import forecast_timeline
 
     try:
         tl = read_timeline(
@@ -1000,7 +1000,7 @@ def _cmd_forecast(args) -> int:
 
 
 def _forecast_text(path, tl, result, rows) -> list[str]:
-    from ._online import _fmt
+    from .._online import _fmt
 
     n = tl.total_steps
     what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(tl.source, "log")
@@ -1067,7 +1067,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
 
 def _spent(tl, r) -> list[str]:
     """Time spent so far by part: training steps and each named section."""
-    from ._online import _fmt
+    from .._online import _fmt
 
     t = tl.step_end_s[r.steps_done - 1]
     by: dict[str, list[float]] = {}
@@ -1099,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "calibrate":
         # The calibrator owns its arguments (it may run under mpiexec/torchrun).
         try:
-            from ._calibrate import main as calibrate_main
+            from ..tools.calibrate import main as calibrate_main
         except ImportError as e:
             print(
                 f"ailens: error: calibrate is not available in this installation ({e})",
@@ -1114,8 +1114,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "tolerance", None) is not None and args.tolerance < 0:
         parser.error(f"--tolerance {args.tolerance}: must be >= 0")
-    from ._html import PlotUnavailable
-    from ._trace import TraceError
+    from .._html import PlotUnavailable
+    from .._trace import TraceError
 
     try:
         return _COMMANDS[args.command](args)

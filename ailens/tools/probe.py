@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from ._platform import describe_node
+from .._platform import describe_node
 
 __all__ = ["PROBE_VERSION", "probe", "usable_cores", "check_platform"]
 
@@ -59,7 +59,7 @@ def _worker(kind: str, seconds: float) -> None:
 
 def _rates(kind: str, workers: int, seconds: float) -> list[float]:
     env = {**os.environ, **_ONE_THREAD}
-    code = f"from ailens._probe import _worker; _worker({kind!r}, {seconds!r})"
+    code = f"from ailens.tools.probe import _worker; _worker({kind!r}, {seconds!r})"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, text=True)
         for _ in range(workers)
@@ -91,7 +91,7 @@ def probe(*, seconds: float = 0.5, name: str | None = None) -> dict | None:
     None after taking part in the collective sweep)."""
     links = None
     if _launched_ranks() > 1:
-        from ._calibrate import calibrate
+        from .calibrate import calibrate
 
         doc = calibrate(max_bytes=1 << 20, reps=5, compute=False)
         if doc is None:

@@ -36,9 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from ._collectives import canonical_op, fit_cost_params
-from ._online import write_json
+from .. import __version__
+from .._collectives import canonical_op, fit_cost_params
+from .._online import write_json
 
 OPS = ("allreduce", "allgather", "broadcast")
 TRANSPORTS = ("mpi", "gloo", "horovod")
@@ -402,7 +402,7 @@ def _fit(rows: list[dict], p: int, source: str, idle_cpu: float = 0.0) -> dict |
 
 def run_sizes(run_dir: str | os.PathLike) -> list[tuple[str, int]]:
     """The (op, bytes) pairs a recorded run's collectives used (ops calibrate can time)."""
-    from ._trace import load_run
+    from .._trace import load_run
 
     run = load_run(run_dir)
     pairs = set()
@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _from_nccl_tests(args) -> int:
     """``ailens calibrate --from-nccl-tests LOG ...``: a platform fitted on the logs."""
-    from ._platforms import load_platform, platform_from_nccl_tests, platform_to_dict
+    from .._platforms import load_platform, platform_from_nccl_tests, platform_to_dict
 
     texts = []
     for f in args.from_nccl_tests:

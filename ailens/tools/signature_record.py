@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._online import write_json
+from .._online import write_json
 
 __all__ = [
     "RECORD_FILE",
@@ -96,7 +96,7 @@ def _analytic_grid(a, prepared) -> dict:
     """The analytic what-if's step time on every grid layout, both scaling modes:
     ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node). The run's
     features are extracted once (``prepared``) and every target evaluated from them."""
-    from ._whatif import whatif
+    from .._whatif import whatif
 
     grid: dict = {"weak": [], "strong": []}
     for mode in grid:
@@ -132,7 +132,7 @@ def signature_record(
     batch fixed, ``strong``: global work split); ``platform`` names the node it ran on
     (default: CPU model, usable cores and memory). ``analytic_grid=False`` leaves out the
     stored what-if grid (when the caller computes the what-if itself)."""
-    from ._whatif import prepare
+    from .._whatif import prepare
 
     prepared = prepare(a)
     f = prepared[0]

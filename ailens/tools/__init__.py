@@ -1,0 +1,7 @@
+"""The tools wing: commands that measure or learn around runs, on top of the core.
+
+``calibrate`` (collective and compute costs on the job's own transport), ``probe`` (a node's
+platform descriptor), ``signature_record`` (a run's ``signature.json``), ``history`` (runs'
+records in SQLite) and ``learn`` (step-time predictors fitted on a history). They import the
+core; nothing in the core imports them.
+"""
