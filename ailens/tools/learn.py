@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .._online import write_json
-from .signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS
+from .signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS, signature_record
 
 __all__ = [
     "MODEL_VERSION",
@@ -45,6 +45,7 @@ __all__ = [
     "fit_learner",
     "fit_model",
     "predict",
+    "learned_step_times",
     "predict_residual",
     "mape",
     "split_configs",
@@ -544,6 +545,29 @@ def predict(model: dict, src: dict, tgt: dict, analytic_s: float) -> float:
     prediction for that target."""
     X = pair_features(src, tgt, analytic_s)[None, :]
     return float(analytic_s * math.exp(float(predict_residual(model["model"], X)[0])))
+
+
+def learned_step_times(
+    model: dict, a, rows, platform: dict | None, *, mode: str, cores_per_node: float | None
+) -> list[float]:
+    """The learned model's step time on each what-if row's target (``ailens whatif --model``):
+    the source is the analysed run ``a``'s record; the target node is ``platform`` (an
+    ``ailens probe`` descriptor), else a node of exactly ``cores_per_node`` cores, else the
+    run's own node."""
+    src = signature_record(a, mode=mode, analytic_grid=False)
+    node = (platform or {}).get("node") or {}
+    out = []
+    for r in rows:
+        if platform is not None:
+            aff, quota = len(node.get("affinity") or []) or None, node.get("cpu_quota")
+        elif cores_per_node is not None:  # a node of exactly that many cores
+            aff, quota = None, None
+        else:  # the run's own node
+            aff, quota = src["platform"]["affinity_cores"], src["platform"]["cpu_quota"]
+        tgt = target(r.ranks, r.ranks_per_node, r.threads_per_rank, r.cores_per_node,
+                     affinity=aff, quota=quota)  # fmt: skip
+        out.append(predict(model, src, tgt, r.step_time_s) if r.step_time_s > 0 else 0.0)
+    return out
 
 
 def save_model(model: dict, path: str | os.PathLike) -> None:
