@@ -18,15 +18,14 @@ from conftest import REPO, run_ranks
 from ailens.tools.history import History, HistoryError
 from ailens.tools.learn import (
     config_key,
-    fit_learner,
     fit_model,
     load_model,
     pairs,
     predict,
-    predict_residual,
     split_configs,
     target_of_record,
 )
+from ailens.tools.learners import fit_learner, predict_residual
 from ailens.tools.probe import check_platform
 from ailens.tools.signature_record import RECORD_FILE, RecordError, check_record, read_record
 
