@@ -42,18 +42,20 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ailens._learn import (  # noqa: E402
-    LEARNERS,
-    LearnError,
-    _torch,
+from ailens.tools.learn import (  # noqa: E402
     config_key,
     configs,
-    fit_learner,
     fit_model,
     mape,
     pairs,
-    predict_residual,
     split_configs,
+)
+from ailens.tools.learners import (  # noqa: E402
+    LEARNERS,
+    LearnError,
+    fit_learner,
+    predict_residual,
+    torch_available,
 )
 
 
@@ -155,7 +157,7 @@ def main() -> int:
     ap.add_argument("--learners", default=",".join(LEARNERS))
     args = ap.parse_args()
     learners = [x for x in args.learners.split(",") if x]
-    if "finet" in learners and _torch() is None:
+    if "finet" in learners and not torch_available():
         print("finet skipped: torch not installed (pip install ailens[learn])")
         learners.remove("finet")
     records = [json.loads(f.read_text()) for f in sorted(args.records.glob("*.json"))]

@@ -409,3 +409,32 @@ def test_report_and_export_of_a_real_mpi_run(tmp_path):
     for rank in (0, 1):
         colls = [e for e in events if e["pid"] == rank and e.get("cat") == "collective"]
         assert len(colls) == 60, rank
+
+
+def test_the_core_imports_no_tool_and_no_command():
+    """Tools (calibrate, probe, history, learn, signature record) and the command line sit on
+    top of the core: no module of ailens outside ailens/tools and ailens/cli (and
+    ``python -m ailens``'s ailens/__main__.py) imports them."""
+    import ast
+
+    root = REPO / "ailens"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).parts
+        if rel[0] in ("tools", "cli", "integrations", "__main__.py"):
+            continue
+        pkg = ["ailens", *rel[:-1]]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = pkg[: len(pkg) - node.level + 1] if node.level else []
+                names = [".".join([*base, *(node.module or "").split(".")]).strip(".")]
+                if not node.module:  # from . import x
+                    names = [".".join([*base, a.name]) for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith(("ailens.tools", "ailens.cli")):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
+    assert not offenders, offenders

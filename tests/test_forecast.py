@@ -503,7 +503,8 @@ def test_calibrate_on_real_ranks_writes_link_parameters(tmp_path):
             "2",
             sys.executable,
             "-m",
-            "ailens._calibrate",
+            "ailens",
+            "calibrate",
             "--out",
             str(out_json),
             "--max-bytes",
@@ -523,8 +524,8 @@ def test_calibrate_on_real_ranks_writes_link_parameters(tmp_path):
 
 
 def test_calibrate_without_mpi4py_says_how_to_install(monkeypatch):
-    from ailens import _calibrate
+    from ailens.cli import main
 
     monkeypatch.setitem(sys.modules, "mpi4py", None)  # makes `import mpi4py` raise ImportError
     with pytest.raises(ImportError, match=r"pip install ailens\[mpi\]"):
-        _calibrate.main(["--out", "unused.json"])
+        main(["calibrate", "--out", "unused.json"])

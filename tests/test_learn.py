@@ -15,20 +15,19 @@ import numpy as np
 import pytest
 from conftest import REPO, run_ranks
 
-from ailens._history import History, HistoryError
-from ailens._learn import (
+from ailens.tools.history import History, HistoryError
+from ailens.tools.learn import (
     config_key,
-    fit_learner,
     fit_model,
     load_model,
     pairs,
     predict,
-    predict_residual,
     split_configs,
     target_of_record,
 )
-from ailens._probe import check_platform
-from ailens._signature_record import RECORD_FILE, RecordError, check_record, read_record
+from ailens.tools.learners import fit_learner, predict_residual
+from ailens.tools.probe import check_platform
+from ailens.tools.signature_record import RECORD_FILE, RecordError, check_record, read_record
 
 DATASET = REPO / "benchmarks" / "history" / "records"
 KMEANS = [

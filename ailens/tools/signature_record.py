@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._online import write_json
+from .._online import write_json
 
 __all__ = [
     "RECORD_FILE",
@@ -39,6 +39,7 @@ __all__ = [
     "read_record",
     "check_record",
     "record_refusal",
+    "run_record",
     "RecordError",
 ]
 
@@ -96,7 +97,7 @@ def _analytic_grid(a, prepared) -> dict:
     """The analytic what-if's step time on every grid layout, both scaling modes:
     ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node). The run's
     features are extracted once (``prepared``) and every target evaluated from them."""
-    from ._whatif import whatif
+    from .._whatif import whatif
 
     grid: dict = {"weak": [], "strong": []}
     for mode in grid:
@@ -113,6 +114,47 @@ def _analytic_grid(a, prepared) -> dict:
                 for r in rows:
                     grid[mode].append([r.ranks, th, c, r.step_time_s])
     return grid
+
+
+def _platform(f, node: dict, name: str) -> dict:
+    """The record's node: its name, CPU, cores and quota, memory, hosts and link fit."""
+    lay, link = f.layout, f.link_fit.params
+    return {
+        "name": name,
+        "cpu_model": f.cpu_model,
+        "cores": node.get("cores"),
+        "affinity_cores": len(node.get("affinity") or []) or None,
+        "cpu_quota": node.get("cpu_quota"),
+        "usable_cores": lay.cores_per_node,
+        "mem_total_bytes": f.mem_total_bytes,
+        "hosts": sorted(set(f.hosts)),
+        "link": {
+            "alpha_s": link.alpha if link else None,
+            "beta_s_per_byte": link.beta if link else None,
+            "gamma_s_per_byte": link.gamma if link else None,
+            "source": link.source if link else "one rank: no collective moved data",
+        },
+    }
+
+
+def _step(f) -> dict:
+    """The record's measured step: time, its split, sections and bytes moved."""
+    comm_bytes = sum(g.nbytes * g.per_step for g in f.groups)
+    return {
+        "step_s": f.step_s,
+        "step_sd_s": f.step_sd_s,
+        "compute_s": f.compute_s,
+        "comm_s": f.comm_s,
+        "imbalance_s": f.imbalance_s,
+        "overlap_s": f.overlap_s,
+        "cpu_s": _finite(f.cpu_s),
+        "parallelism": _finite(f.parallelism),
+        "sections_s": f.sections_s,
+        "steps": f.steps,
+        "warmup_steps": f.warmup_steps,
+        "comm_pct": 100.0 * f.comm_s / f.step_s if f.step_s > 0 else 0.0,
+        "comm_bytes": comm_bytes,
+    }
 
 
 def signature_record(
@@ -132,7 +174,7 @@ def signature_record(
     batch fixed, ``strong``: global work split); ``platform`` names the node it ran on
     (default: CPU model, usable cores and memory). ``analytic_grid=False`` leaves out the
     stored what-if grid (when the caller computes the what-if itself)."""
-    from ._whatif import prepare
+    from .._whatif import prepare
 
     prepared = prepare(a)
     f = prepared[0]
@@ -142,11 +184,9 @@ def signature_record(
     bs = batch_size if batch_size is not None else f.batch_size
     if mode is not None and mode not in ("weak", "strong"):
         raise ValueError(f"mode={mode!r}: choose weak or strong")
-    comm_bytes = sum(g.nbytes * g.per_step for g in f.groups)
     if job is None:
         sizes = ",".join(f"{g.op}:{g.nbytes}" for g in f.groups)
         job = f"{f.framework}|params={f.param_count}|batch={bs}|{sizes}"
-    link = f.link_fit.params
     if platform is None:
         mem = node.get("mem_total_bytes")
         platform = f"{node.get('cpu_model', '?')} x{lay.cores_per_node:g} cores" + (
@@ -171,37 +211,8 @@ def signature_record(
         "param_count": f.param_count,
         "layout": lay.to_dict(),
         "layout_sources": dict(f.layout_sources),
-        "platform": {
-            "name": platform,
-            "cpu_model": f.cpu_model,
-            "cores": node.get("cores"),
-            "affinity_cores": len(node.get("affinity") or []) or None,
-            "cpu_quota": node.get("cpu_quota"),
-            "usable_cores": lay.cores_per_node,
-            "mem_total_bytes": f.mem_total_bytes,
-            "hosts": sorted(set(f.hosts)),
-            "link": {
-                "alpha_s": link.alpha if link else None,
-                "beta_s_per_byte": link.beta if link else None,
-                "gamma_s_per_byte": link.gamma if link else None,
-                "source": link.source if link else "one rank: no collective moved data",
-            },
-        },
-        "step": {
-            "step_s": f.step_s,
-            "step_sd_s": f.step_sd_s,
-            "compute_s": f.compute_s,
-            "comm_s": f.comm_s,
-            "imbalance_s": f.imbalance_s,
-            "overlap_s": f.overlap_s,
-            "cpu_s": _finite(f.cpu_s),
-            "parallelism": _finite(f.parallelism),
-            "sections_s": f.sections_s,
-            "steps": f.steps,
-            "warmup_steps": f.warmup_steps,
-            "comm_pct": 100.0 * f.comm_s / f.step_s if f.step_s > 0 else 0.0,
-            "comm_bytes": comm_bytes,
-        },
+        "platform": _platform(f, node, platform),
+        "step": _step(f),
         "collectives": [
             {
                 "op": g.op,
@@ -279,6 +290,35 @@ def record_refusal(run) -> str | None:
     if (run.meta.get("config") or {}).get("signature_record") is False:
         return "the run set signature_record=False"
     return None
+
+
+def run_record(
+    path: Path,
+    *,
+    job: str | None = None,
+    mode: str | None = None,
+    batch_size: int | None = None,
+    platform: str | None = None,
+    rebuild: bool = False,
+) -> tuple[dict, bool]:
+    """The signature record of a run directory or of a signature.json file (``ailens history
+    add``): (record, made). RUN_DIR/signature.json is read when present, unless ``rebuild``
+    or any of job/mode/batch_size/platform asks for a new one; a made record is built from
+    the traces and not yet written (``write_record``)."""
+    given = any(v is not None for v in (job, mode, batch_size, platform))
+    if path.is_file():
+        if given or rebuild:
+            raise RecordError(f"{path}: --job/--mode/--batch-size/--platform/--rebuild need "
+                              "the run directory, not a record file")  # fmt: skip
+        return read_record(path), False
+    if (path / RECORD_FILE).is_file() and not (given or rebuild):
+        return read_record(path), False
+    from .._analysis import analyze
+    from .._trace import load_run
+
+    a = analyze(load_run(path))
+    rec = signature_record(a, job=job, mode=mode, batch_size=batch_size, platform=platform)
+    return rec, True
 
 
 def read_record(path: str | os.PathLike) -> dict:

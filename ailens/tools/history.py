@@ -14,7 +14,7 @@ import sqlite3
 from contextlib import closing
 from pathlib import Path
 
-from ._signature_record import RecordError, check_record
+from .signature_record import RecordError, check_record
 
 __all__ = ["SCHEMA_VERSION", "DEFAULT_HISTORY", "HistoryError", "History"]
 

@@ -21,9 +21,9 @@ import subprocess
 import sys
 import time
 
-from ._platform import describe_node
+from .._platform import describe_node
 
-__all__ = ["PROBE_VERSION", "probe", "usable_cores", "check_platform"]
+__all__ = ["PROBE_VERSION", "probe", "launched_ranks", "usable_cores", "check_platform"]
 
 PROBE_VERSION = 1
 _ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
@@ -59,7 +59,7 @@ def _worker(kind: str, seconds: float) -> None:
 
 def _rates(kind: str, workers: int, seconds: float) -> list[float]:
     env = {**os.environ, **_ONE_THREAD}
-    code = f"from ailens._probe import _worker; _worker({kind!r}, {seconds!r})"
+    code = f"from ailens.tools.probe import _worker; _worker({kind!r}, {seconds!r})"
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, text=True)
         for _ in range(workers)
@@ -77,7 +77,8 @@ def _rates(kind: str, workers: int, seconds: float) -> list[float]:
     return out
 
 
-def _launched_ranks() -> int:
+def launched_ranks() -> int:
+    """Ranks the launcher started (mpiexec / torchrun / horovodrun), 1 when not launched."""
     for key in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "HOROVOD_SIZE", "WORLD_SIZE"):
         try:
             return int(os.environ[key])
@@ -86,14 +87,15 @@ def _launched_ranks() -> int:
     return 1
 
 
-def probe(*, seconds: float = 0.5, name: str | None = None) -> dict | None:
-    """The platform descriptor of this node (rank 0 of a launched probe; other ranks get
-    None after taking part in the collective sweep)."""
+def probe(*, seconds: float = 0.5, name: str | None = None, transport=None) -> dict | None:
+    """The platform descriptor of this node. With ``transport`` (the world of a launched
+    probe, a ``calibrate.Transport``) the ranks also measure collectives: rank 0 gets the
+    descriptor, other ranks None after taking part in the sweep."""
     links = None
-    if _launched_ranks() > 1:
-        from ._calibrate import calibrate
+    if transport is not None:
+        from .calibrate import calibrate
 
-        doc = calibrate(max_bytes=1 << 20, reps=5, compute=False)
+        doc = calibrate(transport, max_bytes=1 << 20, reps=5, compute=False)
         if doc is None:
             return None
         links = {k: doc.get(k) for k in ("transport", "library", "ranks", "intra", "inter")}

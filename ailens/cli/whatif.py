@@ -1,0 +1,281 @@
+"""``ailens whatif``: step and total time at other layouts, on the run's own node model or on
+GPU platforms (cluster), beside a learned model when one is given."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ._common import (
+    CliError,
+    add_analysis_opts,
+    add_whatif_opts,
+    analyze_args,
+    emit,
+    load_run_dir,
+    positive_float,
+    whatif_rows,
+)
+
+
+def add_whatif(sub) -> None:
+    p = sub.add_parser(
+        "whatif",
+        help="predicted step and total time at other rank counts (or of a job on GPU platforms)",
+        description="Predict step time, total time, speedup, efficiency and % communication "
+        "at other rank counts, ranks per node, cores and threads per rank: compute scaled by "
+        "the cores each rank's threads get, collectives by an alpha-beta model of the run's "
+        "transport (fitted on its own collectives, or measured by `ailens calibrate`). "
+        "Every assumption is listed with the result; see docs/whatif.md. A signature.json or a "
+        "job description (or a run directory with --cluster) is predicted on GPU platforms "
+        "instead: compute at the batch per device, DDP's bucketed allreduces overlapping the "
+        "backward pass (NCCL model), the slowest device.",
+    )
+    p.add_argument(
+        "run_dir",
+        metavar="RUN_DIR|SIGNATURE.json|JOB.json",
+        type=Path,
+        help="a run directory, the signature.json a run wrote, or a job description "
+        "(JSON, docs/whatif.md: gradient bytes, buckets, measured step at a batch per device)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of rows: ranks, step_time_s, total_time_s, "
+        "speedup, efficiency, comm_pct, the target layout and its assumptions "
+        "(cluster rows add platform, nodes, batch_per_device, terms)",
+    )
+    add_whatif_opts(p, ranks_required=False)
+    g = p.add_argument_group(
+        "cluster (GPU platforms, docs/whatif.md)",
+        "A signature.json or a job description is always predicted on a GPU platform; a run "
+        "directory is when --cluster is given.",
+    )
+    g.add_argument(
+        "--cluster",
+        default=None,
+        metavar="PLATFORM",
+        help="target platform: a label (datasheet: dgx1-v100, dgx2-v100, dgx-a100, "
+        "azure-nd-a100-v4, dgx-h100, pcie-node; fitted on public nccl-tests data: ndv4-echo, "
+        "a100-vtrain, dgx1-v100-vtrain) or a platform JSON (ailens calibrate --from-nccl-tests); "
+        "default: the job description's 'platform'. --platform given a label or a file with "
+        "'devices_per_node' is taken as --cluster",
+    )
+    g.add_argument(
+        "--global-batch",
+        type=positive_float,
+        default=None,
+        metavar="N",
+        help="strong scaling: the global batch split over the devices (default: the job's "
+        "batch per device x its ranks)",
+    )
+    g = p.add_argument_group("learned model (docs/learned.md)")
+    g.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="also predict with a model from `ailens fit` (shown beside the analytic one; "
+        "JSON rows get learned_step_time_s and learned_model)",
+    )
+    g.add_argument(
+        "--platform",
+        type=Path,
+        default=None,
+        metavar="P.json",
+        help="target node described by `ailens probe` (its usable cores and CPU quota); a "
+        "cluster platform label or JSON (keys devices_per_node, intra) is used as --cluster",
+    )
+    add_analysis_opts(p)
+
+
+def cmd_whatif(args) -> int:
+    from .._report import default_whatif_ranks, format_whatif, whatif_dicts
+
+    _cluster_platform_flag(args)
+    job = _job_input(args)
+    if job is not None or args.cluster is not None:
+        return cmd_whatif_cluster(args, job)
+    if args.global_batch is not None:
+        raise CliError(
+            "--global-batch applies to cluster what-ifs (a job description, a "
+            "signature.json, or --cluster PLATFORM); use --mode strong here"
+        )
+    args.mode = args.mode or "weak"
+    model, platform = _learned_inputs(args)
+    a = analyze_args(args, load_run_dir(args))
+    if not a.n_ticks:
+        raise CliError(f"{args.run_dir}: no collective recorded on every rank; nothing to scale")
+    rows = whatif_rows(args, a, args.ranks or default_whatif_ranks(a.ranks))
+    learned = None
+    if model is not None:
+        from ..tools.learn import learned_step_times
+
+        learned = learned_step_times(model, a, rows, platform, mode=args.mode,
+                                     cores_per_node=args.cores_per_node)  # fmt: skip
+    if args.json:
+        out = whatif_dicts(rows)
+        for d, v in zip(out, learned or (), strict=False):
+            d.update(learned_step_time_s=v, learned_model=model["best"])
+        emit(json.dumps(out, indent=2))
+    else:
+        for w in a.warnings:
+            print(f"WARNING: {w}", file=sys.stderr)
+        emit(format_whatif(rows, mode=args.mode, ranks_now=a.ranks))
+        if learned is not None:
+            emit(_format_learned(rows, learned, model))
+    return 0
+
+
+def _cluster_platform_flag(args) -> None:
+    """--platform given a cluster platform (a default label, or JSON with devices_per_node)
+    is --cluster; an `ailens probe` descriptor stays --platform."""
+    from .._platforms import platform_labels
+
+    p = args.platform
+    if p is None:
+        return
+    cluster = str(p) in platform_labels()
+    if not cluster and p.is_file():
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            doc = None  # reported by the probe reader below
+        cluster = isinstance(doc, dict) and "devices_per_node" in doc
+    if cluster:
+        if args.cluster is not None and args.cluster != str(p):
+            raise CliError(f"--platform {p} and --cluster {args.cluster}: give one platform")
+        args.cluster, args.platform = str(p), None
+
+
+def _job_input(args):
+    """The job a signature.json or job description names (None for a run directory)."""
+    from .._job import JobError, job_from_signature, load_job
+
+    path = args.run_dir
+    if path.is_dir():
+        return None
+    if not path.exists():
+        raise CliError(f"{path}: no such run directory, signature.json or job description")
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise CliError(f"{path}: cannot read ({e.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise CliError(
+            f"{path}: not a run directory and not JSON ({e}); give a run directory, "
+            "a signature.json or a job description (docs/whatif.md)"
+        ) from None
+    try:
+        if isinstance(doc, dict) and doc.get("format") == "ailens-signature":
+            return job_from_signature(doc, str(path))
+        return load_job(path)
+    except JobError as e:
+        raise CliError(str(e)) from None
+
+
+def cmd_whatif_cluster(args, job) -> int:
+    """The cluster what-if (ailens/_cluster.py) of a job description, a signature, or a run
+    directory's features (--cluster)."""
+    from .._cluster import predict
+    from .._job import JobError, job_from_features
+    from .._platforms import load_platform
+
+    for flag, v in (
+        ("--threads-per-rank", args.threads_per_rank),
+        ("--cores-per-node", args.cores_per_node),
+        ("--model", args.model),
+        ("--calibration", args.calibration),
+        ("--platform", args.platform),
+    ):
+        if v is not None:
+            raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
+                           "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip
+    if job is None:
+        from .._whatif import features
+
+        a = analyze_args(args, load_run_dir(args))
+        try:
+            job = job_from_features(features(a), str(args.run_dir))
+        except (JobError, ValueError) as e:
+            raise CliError(str(e)) from None
+    try:
+        platform = load_platform(args.cluster) if args.cluster is not None else None
+        ranks = args.ranks or sorted({job.ranks, 1, 2, 4, 8, 16, 32, 64})
+        rows = predict(job, ranks, platform, ranks_per_node=args.ranks_per_node,
+                       scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+    except ValueError as e:
+        msg = str(e)
+        raise CliError(msg if str(args.run_dir) in msg else f"{args.run_dir}: {msg}") from None
+    if args.json:
+        emit(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        emit(_format_cluster(job, rows))
+    return 0
+
+
+def _format_cluster(job, rows) -> str:
+    r0 = rows[0]
+    b = f"{job.batch_per_device:g}" if job.batch_per_device else "?"
+    lines = [
+        f"Cluster what-if of {job.name} ({r0.scaling} scaling) on {r0.platform}; measured: "
+        f"{job.step_s * 1e3:.4g} ms per step at {job.ranks} device(s), batch {b} per device",
+        "ranks  nodes  batch/dev   step ms  compute ms  exposed comm ms  speedup  efficiency",
+    ]
+    for r in rows:
+        bd = f"{r.batch_per_device:g}" if r.batch_per_device else "-"
+        lines.append(
+            f"{r.ranks:>5}  {r.nodes:>5}  {bd:>9}  {r.step_time_s * 1e3:>8.2f}  "
+            f"{r.compute_step_s * 1e3:>10.2f}  {r.comm_step_s * 1e3:>15.3f}  "
+            f"{r.speedup:>7.2f}  {r.efficiency:>9.1%}"
+        )
+    lines.append("Step = " + " + ".join(t.name for t in r0.terms) + ". Assumptions:")
+    seen: set = set()
+    for r in rows:
+        for a in r.assumptions:
+            if a not in seen:
+                seen.add(a)
+                lines.append(f"  - {a}")
+    return "\n".join(lines)
+
+
+def _learned_inputs(args) -> tuple[dict | None, dict | None]:
+    """The --model and --platform files, checked; --platform sets the target's cores."""
+    from ..tools.learn import LearnError, load_model
+    from ..tools.probe import check_platform
+
+    model = platform = None
+    if args.model is not None:
+        try:
+            model = load_model(args.model)
+        except LearnError as e:
+            raise CliError(str(e)) from None
+    if args.platform is not None:
+        try:
+            platform = check_platform(json.loads(args.platform.read_text()), str(args.platform))
+        except OSError as e:
+            raise CliError(f"{args.platform}: cannot read platform ({e.strerror})") from None
+        except ValueError as e:
+            raise CliError(
+                str(e) if str(args.platform) in str(e) else f"{args.platform}: {e}"
+            ) from None
+        if args.cores_per_node is None:
+            args.cores_per_node = float(platform["usable_cores"])
+    return model, platform
+
+
+def _format_learned(rows, learned: list[float], model: dict) -> str:
+    t = model["trained_on"]
+    val = model["validation_mape"]
+    lines = [
+        "",
+        f"Learned model ({model['best']}; validation MAPE {val[model['best']]:.1f} % vs "
+        f"analytic {val['analytic']:.1f} %; trained on {t['runs']} runs of "
+        f"{len(t['jobs'])} jobs):",
+        "ranks  threads  cores  analytic step  learned step",
+    ]
+    for r, v in zip(rows, learned, strict=True):
+        lines.append(f"{r.ranks:>5}  {r.threads_per_rank:>7}  {r.cores_per_node:>5g}  "
+                     f"{r.step_time_s * 1e3:>10.2f} ms  {v * 1e3:>9.2f} ms")  # fmt: skip
+    return "\n".join(lines)
