@@ -9,8 +9,6 @@ Importing ailens imports no framework.
 
 __version__ = "0.1.0"
 
-from ._config import LensConfig  # noqa: E402
-from ._lens import Lens, detect_rank_world  # noqa: E402
 from ._logs import LogError, read_timeline  # noqa: E402
 from ._timeline import (  # noqa: E402
     Section,
@@ -19,7 +17,9 @@ from ._timeline import (  # noqa: E402
     TimelineForecast,
     forecast_timeline,
 )
-from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
+from .live.lens import Lens, detect_rank_world  # noqa: E402
+from .record.config import LensConfig  # noqa: E402
+from .record.trace import RankTrace, Run, TraceError, load_run  # noqa: E402
 
 __all__ = [
     "Lens",

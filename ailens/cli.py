@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from ._trace import load_run
+    from .record.trace import load_run
 
     run = load_run(args.run_dir)
     if not any(t.n_events or len(t.steps["step"]) for t in run.ranks):
@@ -841,7 +841,7 @@ def _record_of(path: Path, args) -> dict:
         if (path / RECORD_FILE).is_file() and not (given or args.rebuild):
             return read_record(path)
         from ._analysis import analyze
-        from ._trace import load_run
+        from .record.trace import load_run
 
         a = analyze(load_run(path))
         rec = signature_record(
@@ -1115,7 +1115,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "tolerance", None) is not None and args.tolerance < 0:
         parser.error(f"--tolerance {args.tolerance}: must be >= 0")
     from ._html import PlotUnavailable
-    from ._trace import TraceError
+    from .record.trace import TraceError
 
     try:
         return _COMMANDS[args.command](args)

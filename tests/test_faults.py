@@ -23,8 +23,8 @@ import pytest
 from conftest import REPO, mpiexec, run_ranks, tagged_records
 
 from ailens import Lens, load_run
-from ailens import _writer as writer_module
-from ailens._writer import WriterThread
+from ailens.record import writer as writer_module
+from ailens.record.writer import WriterThread
 
 TRAIN = str(REPO / "tests/parallel/fault_train_mpi.py")
 KILL = str(REPO / "tests/parallel/fault_kill_mpi.py")

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ailens import RankTrace, TraceError, load_run
-from ailens._trace import (
+from ailens.record.trace import (
     EVENT_COLUMNS,
     EVENT_ROW_BYTES,
     MAGIC,

@@ -408,7 +408,7 @@ def read_trace(path: str | os.PathLike) -> RankTrace:
     if len(ev["op"]) and int(ev["op"].max()) >= len(ops):
         problems.append("events reference op ids beyond the op-name list")
         ops = ops + [f"op{i}" for i in range(len(ops), int(ev["op"].max()) + 1)]
-    if info.get("trace_incomplete"):  # the writer lost chunks to a full disk (see _lens.py)
+    if info.get("trace_incomplete"):  # the writer lost chunks to a full disk (see record/writer.py)
         problems.append(f"closed, but {info['trace_incomplete']}")
     complete = not problems and bool(info.get("closed"))
     if not problems and not info.get("closed"):

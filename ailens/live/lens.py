@@ -2,13 +2,13 @@
 
 It ties four parts together:
 
-- the event buffer (``_buffer.py``): ``collective_begin``/``collective_end`` are its methods,
+- the event buffer (``record/buffer.py``): ``collective_begin``/``collective_end`` are its methods,
   bound directly, so the hot path writes integers into preallocated columns;
-- the writer thread (``_writer.py``): completed rows, step ends, exchanges and marks go to
+- the writer thread (``record/writer.py``): completed rows, step ends, exchanges and marks go to
   this rank's trace file off the training thread;
-- the cross-rank exchange (``_exchange.py``): at step ends the per-tick summaries
-  (``_ticks.py``) are summed across ranks through the integration's own collective;
-- the online analysis (``_online.py``): phases, forecast and signature, fed the exchanged
+- the cross-rank exchange (``record/exchange.py``): at step ends the per-tick summaries
+  (``record/ticks.py``) are summed across ranks through the integration's own collective;
+- the online analysis (``OnlineAnalysis``): phases, forecast and signature, fed the exchanged
   batches, step ends and marks — exactly what the trace records, so the offline analysis
   feeds the same class the same data.
 
@@ -34,16 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from ._buffer import EventBuffer
-from ._config import LensConfig
-from ._counters import Counter, open_counter
-from ._exchange import Cadence, Exchange, decode, encode
-from ._online import OnlineAnalysis
-from ._platform import describe_node
-from ._ticks import TickSummary, summarise
-from ._trace import FORMAT_VERSION
-from ._writer import WriterThread
+from .. import __version__
+from .._online import OnlineAnalysis
+from ..record.buffer import EventBuffer
+from ..record.config import LensConfig
+from ..record.counters import Counter, open_counter
+from ..record.exchange import Cadence, Exchange, decode, encode
+from ..record.node import describe_node
+from ..record.ticks import TickSummary, summarise
+from ..record.trace import FORMAT_VERSION
+from ..record.writer import WriterThread
 
 log = logging.getLogger("ailens")
 
@@ -518,7 +518,7 @@ class Lens:
         cols = buf.columns(start, stop)
         open_rows = np.flatnonzero(cols["t_end"] < 0)
         if len(open_rows):
-            # Summarised as ending at their begin (see _ticks.py); the offline side must know.
+            # Summarised as ending at their begin (see record/ticks.py); the offline side must know.
             ticks = (open_rows + self._summarised).tolist()
             self._marks.append({"kind": "open_at_summary", "seq": self._next_seq(), "ticks": ticks})
         summary, self._prev_end = summarise(
