@@ -17,8 +17,9 @@ from ._timeline import (  # noqa: E402
     TimelineForecast,
     forecast_timeline,
 )
-from .live.lens import Lens, detect_rank_world  # noqa: E402
+from .live.lens import Lens  # noqa: E402
 from .record.config import LensConfig  # noqa: E402
+from .record.node import detect_rank_world  # noqa: E402
 from .record.trace import RankTrace, Run, TraceError, load_run  # noqa: E402
 
 __all__ = [

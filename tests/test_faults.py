@@ -298,7 +298,7 @@ def _wait_refused(lens: Lens) -> None:
     real = writer_module._ENCODERS["ops"]
     writer_module._ENCODERS["ops"] = lambda names: (seen.set(), real(names))[1]
     try:
-        lens._writer.put_ops(list(lens._op_names))
+        lens.recorder.writer.put_ops(list(lens.recorder.op_names))
         assert seen.wait(30)
     finally:
         writer_module._ENCODERS["ops"] = real

@@ -216,7 +216,7 @@ def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
         "for _ in range(1000):\n"
         "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
         "lens.step_end(); lens.flush()\n"
-        "while read_trace(lens._writer.path).n_events < 1000: time.sleep(0.01)\n"
+        "while read_trace(lens.recorder.writer.path).n_events < 1000: time.sleep(0.01)\n"
         "print('flushed', flush=True)\n"
         "for _ in range(50):  # recorded, not flushed: lost with the process\n"
         "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
@@ -246,7 +246,7 @@ def test_sigkill_mid_write_keeps_complete_chunks(tmp_path):
         "    if n == 5000:\n"
         "        # The writer thread is asynchronous: go on recording, and say 'go' once the\n"
         "        # file holds at least 1000 events, so the kill lands mid-stream.\n"
-        "        while read_trace(lens._writer.path).n_events < 1000:\n"
+        "        while read_trace(lens.recorder.writer.path).n_events < 1000:\n"
         "            lens.collective_begin('allreduce', 64); lens.collective_end()\n"
         "        print('go', flush=True)\n"
     )

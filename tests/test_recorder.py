@@ -338,7 +338,7 @@ def test_both_implementations_agree_on_random_sessions(seed):
 @pytest.mark.skipif(NativeEventBuffer is None, reason="ailens._recorder not built")
 def test_the_lens_uses_the_compiled_buffer(tmp_path):
     with Lens(run_dir=tmp_path, counter="cpu-ns") as lens:
-        assert isinstance(lens._buf, NativeEventBuffer)
+        assert isinstance(lens.recorder.buf, NativeEventBuffer)
         assert lens.collective_begin("allreduce", 1) == 0
         lens.collective_end()
         lens.step_end()
