@@ -20,7 +20,8 @@ from ._timeline import (  # noqa: E402
 from .live.lens import Lens  # noqa: E402
 from .record.config import LensConfig  # noqa: E402
 from .record.node import detect_rank_world  # noqa: E402
-from .record.trace import RankTrace, Run, TraceError, load_run  # noqa: E402
+from .record.reader import RankTrace, Run, load_run  # noqa: E402
+from .record.trace import TraceError  # noqa: E402
 
 __all__ = [
     "Lens",

@@ -20,8 +20,8 @@ from ._online import OnlineAnalysis, feed_recorded, read_json
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 from .record.config import LensConfig
 from .record.exchange import Summed
+from .record.reader import Run
 from .record.ticks import summarise
-from .record.trace import Run
 
 __all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
 

@@ -345,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args):
-    from .record.trace import load_run
+    from .record.reader import load_run
 
     run = load_run(args.run_dir)
     if not any(t.n_events or len(t.steps["step"]) for t in run.ranks):
@@ -841,7 +841,7 @@ def _record_of(path: Path, args) -> dict:
         if (path / RECORD_FILE).is_file() and not (given or args.rebuild):
             return read_record(path)
         from ._analysis import analyze
-        from .record.trace import load_run
+        from .record.reader import load_run
 
         a = analyze(load_run(path))
         rec = signature_record(

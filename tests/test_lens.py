@@ -211,7 +211,7 @@ def test_unclosed_lens_flushes_at_interpreter_exit(tmp_path):
 def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
     code = (
         "import time, ailens\n"
-        "from ailens.record.trace import read_trace\n"
+        "from ailens.record.reader import read_trace\n"
         f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=100)\n"
         "for _ in range(1000):\n"
         "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
@@ -227,7 +227,7 @@ def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
     assert p.stdout.readline().strip() == "flushed"
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
-    from ailens.record.trace import read_trace
+    from ailens.record.reader import read_trace
 
     r = read_trace(tmp_path / "rank-00000.ailens")
     assert not r.complete and r.n_events == 1000 and len(r.steps["step"]) == 1
@@ -237,7 +237,7 @@ def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
 def test_sigkill_mid_write_keeps_complete_chunks(tmp_path):
     code = (
         "import ailens\n"
-        "from ailens.record.trace import read_trace\n"
+        "from ailens.record.reader import read_trace\n"
         f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=50)\n"
         "n = 0\n"
         "while True:\n"
