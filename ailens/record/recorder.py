@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from .buffer import EventBuffer
 from .config import LensConfig
 from .counters import Counter
