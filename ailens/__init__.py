@@ -7,19 +7,22 @@ phases online and forecasts the total time and other rank counts.
 Importing ailens imports no framework.
 """
 
-__version__ = "0.1.0"
+from ._version import __version__  # first: modules imported below may read it
 
-from ._config import LensConfig  # noqa: E402
-from ._lens import Lens, detect_rank_world  # noqa: E402
-from ._logs import LogError, read_timeline  # noqa: E402
-from ._timeline import (  # noqa: E402
+# isort: split
+from ._logs import LogError, read_timeline
+from ._timeline import (
     Section,
     StepForecast,
     Timeline,
     TimelineForecast,
     forecast_timeline,
 )
-from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
+from .live.lens import Lens
+from .record.config import LensConfig
+from .record.node import detect_rank_world
+from .record.reader import RankTrace, Run, load_run
+from .record.trace import TraceError
 
 __all__ = [
     "Lens",

@@ -1,7 +1,7 @@
 """Offline analysis of a saved run: logical trace across ranks, phases, forecast.
 
 ``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
-the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own definition), the
+the per-tick summaries of every rank (``record.ticks.summarise``, the Lens's own definition), the
 SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
 and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
 and forecast are the ones the run decided. The what-if (``_whatif``) reads this analysis.
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._config import LensConfig
-from ._exchange import Summed
 from ._forecast import Forecast
 from ._online import OnlineAnalysis, feed_recorded, read_json
-from ._ticks import summarise
-from ._trace import Run
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
+from .record.config import LensConfig
+from .record.exchange import Summed
+from .record.reader import Run
+from .record.ticks import summarise
 
 __all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._ticks import partition
+from .record.ticks import partition
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
 
@@ -131,7 +131,7 @@ def chrome_trace_events(run, analysis=None) -> Iterator[dict]:
         for k in range(int(lane.max()) + 1):
             name = "collectives" if k == 0 else f"collectives {k + 1}"
             yield from _thread_meta(pid, _TID_COLL + k, name)
-        # The compute gap before each tick is the Lens's own (see _ticks.py).
+        # The compute gap before each tick is the Lens's own (see record/ticks.py).
         _, gap, _ = partition(begin, end)
         ops = trace.ops
         covered = 0 if phase_ids is None else min(len(phase_ids), n)

@@ -1,4 +1,4 @@
-/* The event buffer's hot path in C: ailens/_buffer.py's EventBuffer, same semantics.
+/* The event buffer's hot path in C: ailens/record/buffer.py's EventBuffer, same semantics.
  *
  * collective_begin/collective_end are bound to Recorder.begin/end. With the Lens's default
  * clock (time.perf_counter_ns) and the cpu-ns counter (time.process_time_ns) both readings
@@ -16,7 +16,7 @@
  * and the tick still counts; the Lens then disables itself. Nothing here raises into training
  * except a wrong call signature or an exception raised by on_fault itself.
  *
- * Bump RECORDER_ABI when the interface to _buffer.py changes: a stale build is then refused
+ * Bump RECORDER_ABI when the interface to record/buffer.py changes: a stale build is then refused
  * there and the Python path is used.
  */
 #define PY_SSIZE_T_CLEAN
@@ -416,7 +416,7 @@ static PyObject *Recorder_ignore(Recorder *self, PyObject *const *args, Py_ssize
 }
 
 /* _append_rows(op, step, nbytes, t_begin, t_end, work): k complete rows from six contiguous
- * buffers (uint16, uint32, int64 x4; record() in _buffer.py builds them). Like begin(), a
+ * buffers (uint16, uint32, int64 x4; record() in record/buffer.py builds them). Like begin(), a
  * full buffer calls on_full first; rows still open at the front then make it grow to fit. */
 static PyObject *Recorder_append_rows(Recorder *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -682,7 +682,7 @@ static PyMethodDef Recorder_methods[] = {
 static PyTypeObject RecorderType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ailens._recorder.Recorder",
-    .tp_doc = "Event columns of one rank with the begin/end hot path (see _buffer.py).",
+    .tp_doc = "Event columns of one rank with the begin/end hot path (see ailens/record/buffer.py).",
     .tp_basicsize = sizeof(Recorder),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -698,7 +698,7 @@ static PyTypeObject RecorderType = {
 static struct PyModuleDef recorder_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ailens._recorder",
-    .m_doc = "The compiled hot path of ailens' event buffer (optional; _buffer.py falls back).",
+    .m_doc = "The compiled hot path of ailens' event buffer (optional; record/buffer.py falls back).",
     .m_size = -1,
 };
 

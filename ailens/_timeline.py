@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ._baselines import composer_total_s, naive_total_s
-from ._config import LensConfig
-from ._exchange import Cadence, Summed
 from ._forecast import Component, Forecast
 from ._online import OnlineAnalysis, feed_recorded
+from .record.config import LensConfig
+from .record.exchange import Cadence, Summed
 
 __all__ = ["Section", "StepForecast", "Timeline", "TimelineForecast", "forecast_timeline"]
 

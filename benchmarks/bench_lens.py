@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 
 from ailens import Lens, _buffer, _lens
-from ailens._buffer import NativeEventBuffer, PyEventBuffer
+from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
 
 
 def loop_pair(n: int, begin: Callable, end: Callable) -> None:

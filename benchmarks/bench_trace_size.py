@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from ailens import Lens, LensConfig
-from ailens._trace import TraceWriter, read_trace
+from ailens.record.reader import read_trace
+from ailens.record.trace import TraceWriter
 
 PER_STEP = 26  # broadcast + 24 buckets + loss allreduce
 

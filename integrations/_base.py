@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ailens import Lens, LensConfig
-from ailens._steps import Agree, StepFinder
+from ailens.record.steps import Agree, StepFinder
 
 log = logging.getLogger("ailens")
 
@@ -114,7 +114,7 @@ class Attachment:
     """An adapter's handle on a Lens: ``.lens``, ``should_stop``, ``step_end()``,
     ``set_total_steps()``, ``close()``, ``detach()``; a context manager that closes on exit.
 
-    ``infer_steps``: steps are inferred from the collectives (``ailens._steps``) until the
+    ``infer_steps``: steps are inferred from the collectives (``ailens.record.steps``) until the
     script marks one itself; ``agree`` is the cross-rank int64 sum the votes use.
     """
 

@@ -26,8 +26,8 @@ after ``hvd.init()``. ``lens.close()`` (collective) ends the run; without it the
 ``hvd.shutdown()`` or, without the last cross-rank exchange, at interpreter exit.
 
 Steps: ``optimizer=`` (torch): each ``optimizer.step()`` call on that object. Otherwise they
-are inferred from the repeating collectives (``ailens._steps``; TensorFlow graphs: the calls of
-the function) until the script calls ``lens.step_end()`` itself.
+are inferred from the repeating collectives (``ailens.record.steps``; TensorFlow graphs: the
+calls of the function) until the script calls ``lens.step_end()`` itself.
 
 What is recorded, once per call, on every rank:
 

@@ -38,7 +38,7 @@ Persistent (``*_init``) and point-to-point operations are not recorded.
 Step boundaries (``steps=``):
 
 - ``"infer"`` (default): a plain mpi4py loop has no step boundary, so steps are inferred from
-  the repeating collectives (``ailens._steps``), keyed by op, bytes and the calling line: the
+  the repeating collectives (``ailens.record.steps``), keyed by op, bytes and the calling line: the
   loop body is found at its second iteration, so even a 4-iteration loop records its 4
   steps, and the last one is ended when the run ends. Until found, the ranks vote through a
   small ``Allreduce`` on the real communicator (not recorded). Iterations that ran before a

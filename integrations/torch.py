@@ -39,7 +39,7 @@ What is recorded, on every rank:
   calls the private ``torch.distributed._broadcast_coalesced`` every forward; it is wrapped
   too (as ``broadcast``, bytes = the buffers' total): DDP offers no public hook there.
 - **Steps** end at ``optimizer.step()`` (``register_step_post_hook``) when an optimizer is
-  given; otherwise they are inferred from the repeating collectives (``ailens._steps``)
+  given; otherwise they are inferred from the repeating collectives (``ailens.record.steps``)
   until the script calls ``lens.step_end()`` itself.
 - **Run facts**: threads, parameter count, and the batch size of the model's first forward.
 

@@ -2,7 +2,7 @@
 
 ``write_run(path, ...)`` simulates a data-parallel job on a global clock and writes what the
 Lens would have written: one ``rank-NNNNN.ailens`` per rank through
-``ailens._trace.TraceWriter`` (header metadata exactly as ``ailens/_lens.py`` writes it,
+``ailens.record.trace.TraceWriter`` (header metadata exactly as ``ailens/live/lens.py`` writes it,
 ``OPS``/``EVTS``/``STEP`` chunks, a closing ``INFO`` record) and rank 0's
 ``phases-online.json``. Everything is controllable and reproducible from ``seed``.
 
@@ -39,17 +39,17 @@ from pathlib import Path
 import numpy as np
 
 import ailens
-from ailens._config import LensConfig
 from ailens._online import write_json
-from ailens._ticks import partition
-from ailens._trace import (
+from ailens.phases import OnlinePhases, magnitude
+from ailens.record.config import LensConfig
+from ailens.record.ticks import partition
+from ailens.record.trace import (
     FORMAT_VERSION,
     TraceWriter,
     encode_events,
     encode_exchanges,
     encode_json,
 )
-from ailens.phases import OnlinePhases, magnitude
 
 
 @dataclass(frozen=True)

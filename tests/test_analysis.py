@@ -130,7 +130,7 @@ def test_missing_rank_file_is_a_warning(tmp_path):
 
 
 def test_run_without_steps_has_no_forecast(tmp_path):
-    from ailens._trace import TraceWriter
+    from ailens.record.trace import TraceWriter
 
     meta = {
         "format_version": 1,

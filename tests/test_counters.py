@@ -1,4 +1,5 @@
-"""Tests of ailens._counters: real cpu-ns and perf plumbing, plus the thread logic with a fake."""
+"""Tests of ailens.record.counters: real cpu-ns and perf plumbing, plus the thread logic with a
+fake."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import time
 
 import pytest
 
-from ailens import _counters as C
-from ailens._counters import (
+from ailens.record import counters as C
+from ailens.record.counters import (
     COUNTER_KINDS,
     CounterUnavailable,
     open_counter,

@@ -23,8 +23,8 @@ import pytest
 from conftest import REPO, mpiexec, run_ranks, tagged_records
 
 from ailens import Lens, load_run
-from ailens import _writer as writer_module
-from ailens._writer import WriterThread
+from ailens.record import writer as writer_module
+from ailens.record.writer import WriterThread
 
 TRAIN = str(REPO / "tests/parallel/fault_train_mpi.py")
 KILL = str(REPO / "tests/parallel/fault_kill_mpi.py")
@@ -298,7 +298,7 @@ def _wait_refused(lens: Lens) -> None:
     real = writer_module._ENCODERS["ops"]
     writer_module._ENCODERS["ops"] = lambda names: (seen.set(), real(names))[1]
     try:
-        lens._writer.put_ops(list(lens._op_names))
+        lens.recorder.writer.put_ops(list(lens.recorder.op_names))
         assert seen.wait(30)
     finally:
         writer_module._ENCODERS["ops"] = real

@@ -278,7 +278,7 @@ def _cfg(**kw):
 
 
 def test_signature_is_the_first_evaluation_within_the_tolerance():
-    from ailens._exchange import Summed
+    from ailens.record.exchange import Summed
 
     oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"], live=False)
     oa.on_mark({"kind": "schedule", "total_steps": 2000})
@@ -301,7 +301,7 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
 
 
 def test_online_state_stays_small():
-    from ailens._exchange import Summed
+    from ailens.record.exchange import Summed
 
     oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"], live=False)
     oa.on_mark({"kind": "schedule", "total_steps": 100_000})

@@ -211,12 +211,12 @@ def test_unclosed_lens_flushes_at_interpreter_exit(tmp_path):
 def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
     code = (
         "import time, ailens\n"
-        "from ailens._trace import read_trace\n"
+        "from ailens.record.reader import read_trace\n"
         f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=100)\n"
         "for _ in range(1000):\n"
         "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
         "lens.step_end(); lens.flush()\n"
-        "while read_trace(lens._writer.path).n_events < 1000: time.sleep(0.01)\n"
+        "while read_trace(lens.recorder.writer.path).n_events < 1000: time.sleep(0.01)\n"
         "print('flushed', flush=True)\n"
         "for _ in range(50):  # recorded, not flushed: lost with the process\n"
         "    lens.collective_begin('allreduce', 64); lens.collective_end()\n"
@@ -227,7 +227,7 @@ def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
     assert p.stdout.readline().strip() == "flushed"
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
-    from ailens._trace import read_trace
+    from ailens.record.reader import read_trace
 
     r = read_trace(tmp_path / "rank-00000.ailens")
     assert not r.complete and r.n_events == 1000 and len(r.steps["step"]) == 1
@@ -237,7 +237,7 @@ def test_sigkilled_writer_reads_back_to_last_flushed_chunk(tmp_path):
 def test_sigkill_mid_write_keeps_complete_chunks(tmp_path):
     code = (
         "import ailens\n"
-        "from ailens._trace import read_trace\n"
+        "from ailens.record.reader import read_trace\n"
         f"lens = ailens.Lens(run_dir={str(tmp_path)!r}, chunk_events=50)\n"
         "n = 0\n"
         "while True:\n"
@@ -246,7 +246,7 @@ def test_sigkill_mid_write_keeps_complete_chunks(tmp_path):
         "    if n == 5000:\n"
         "        # The writer thread is asynchronous: go on recording, and say 'go' once the\n"
         "        # file holds at least 1000 events, so the kill lands mid-stream.\n"
-        "        while read_trace(lens._writer.path).n_events < 1000:\n"
+        "        while read_trace(lens.recorder.writer.path).n_events < 1000:\n"
         "            lens.collective_begin('allreduce', 64); lens.collective_end()\n"
         "        print('go', flush=True)\n"
     )

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ailens import RankTrace, TraceError, load_run
-from ailens._trace import (
+from ailens.record.reader import read_trace
+from ailens.record.trace import (
     EVENT_COLUMNS,
     EVENT_ROW_BYTES,
     MAGIC,
@@ -26,7 +27,6 @@ from ailens._trace import (
     STEP_COLUMNS,
     TraceWriter,
     encode_json,
-    read_trace,
 )
 
 CHUNK_HEAD = struct.Struct("<4sIII")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from ailens import Lens, _buffer
-from ailens._buffer import NativeEventBuffer, PyEventBuffer
+from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMPLS = [
@@ -338,7 +338,7 @@ def test_both_implementations_agree_on_random_sessions(seed):
 @pytest.mark.skipif(NativeEventBuffer is None, reason="ailens._recorder not built")
 def test_the_lens_uses_the_compiled_buffer(tmp_path):
     with Lens(run_dir=tmp_path, counter="cpu-ns") as lens:
-        assert isinstance(lens._buf, NativeEventBuffer)
+        assert isinstance(lens.recorder.buf, NativeEventBuffer)
         assert lens.collective_begin("allreduce", 1) == 0
         lens.collective_end()
         lens.step_end()
@@ -363,8 +363,8 @@ def test_missing_or_stale_extension_falls_back_to_python_with_one_info_line():
         "    sys.modules['ailens._recorder'] = types.SimpleNamespace(ABI=-1, __file__='x.so')\n"
         "else:\n"
         "    sys.modules['ailens._recorder'] = None  # import fails\n"
-        "from ailens import _buffer\n"
-        "print('IMPL', _buffer.IMPLEMENTATION, _buffer.EventBuffer.__name__)\n"
+        "from ailens.record import buffer\n"
+        "print('IMPL', buffer.IMPLEMENTATION, buffer.EventBuffer.__name__)\n"
     )
     for mode, says in (("missing", "unavailable"), ("stale", "stale")):
         proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True,
@@ -373,9 +373,8 @@ def test_missing_or_stale_extension_falls_back_to_python_with_one_info_line():
         assert "IMPL python PyEventBuffer" in proc.stdout
         info = [ln for ln in proc.stderr.splitlines() if "hot path" in ln]
         assert len(info) == 1 and info[0].startswith("INFO") and says in info[0], proc.stderr
-    proc = _import_in_child(
-        "from ailens import _buffer; print(_buffer.IMPLEMENTATION)", {"AILENS_PURE_PYTHON": "1"}
-    )
+    code = "from ailens.record import buffer; print(buffer.IMPLEMENTATION)"
+    proc = _import_in_child(code, {"AILENS_PURE_PYTHON": "1"})
     assert proc.stdout.strip() == "python" and "hot path" not in proc.stderr
 
 
@@ -402,5 +401,5 @@ def test_the_package_builds_with_or_without_a_working_compiler(tmp_path, cc):
     (wheel,) = tmp_path.glob("ailens-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     built = [n for n in names if n.startswith("ailens/_recorder") and n.endswith(".so")]
-    assert "ailens/_buffer.py" in names
+    assert "ailens/record/buffer.py" in names
     assert bool(built) == (cc == "gcc"), names

@@ -1,4 +1,4 @@
-"""ailens._steps: where steps end in a sequence of collectives, on one rank and on two ranks
+"""ailens.record.steps: where steps end in a sequence of collectives, on one rank and on two ranks
 that must agree (two threads summing their votes, as the Lens's exchange does)."""
 
 import threading
@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from ailens._steps import GIVE_UP, StepFinder
+from ailens.record.steps import GIVE_UP, StepFinder
 
 P, E = ("bcast", 0), ("barrier", 0)
 A, B, C = ("allreduce", 8), ("allgather", 256), ("alltoall", 16)

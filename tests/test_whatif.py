@@ -20,8 +20,6 @@ import ailens
 from ailens import load_run
 from ailens._analysis import analyze
 from ailens._collectives import CostParams, collective_time, transport_of
-from ailens._config import LensConfig
-from ailens._trace import TraceWriter
 from ailens._whatif import (
     Layout,
     expected_max_normal,
@@ -31,6 +29,8 @@ from ailens._whatif import (
     scaling_model,
     whatif,
 )
+from ailens.record.config import LensConfig
+from ailens.record.trace import TraceWriter
 
 NODE2 = {"hostname": "n", "cores": 2, "affinity": [0, 1], "cpu_quota": None, "thread_env": {}}
 
@@ -300,7 +300,7 @@ def test_sections_are_left_out_of_the_measured_step(tmp_path):
     t = a.run.ranks[0].steps["t_ns"]
     mark = {"kind": "section", "name": "eval", "step": 10, "t_begin_ns": int(t[9]),
             "t_end_ns": int(t[9]) + 50_000_000}  # fmt: skip
-    from ailens._trace import encode_json
+    from ailens.record.trace import encode_json
 
     with open(f, "ab") as fh:
         fh.write(encode_json(b"MARK", [mark]))

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "tolerance", None) is not None and args.tolerance < 0:
         parser.error(f"--tolerance {args.tolerance}: must be >= 0")
     from .._html import PlotUnavailable
-    from .._trace import TraceError
+    from ..record.trace import TraceError
 
     try:
         return _COMMANDS[args.command](args)

@@ -147,7 +147,7 @@ def add_whatif_opts(p: argparse.ArgumentParser, *, ranks_required: bool) -> None
 
 
 def load_run_dir(args):
-    from .._trace import load_run
+    from ..record.reader import load_run
 
     run = load_run(args.run_dir)
     if not any(t.n_events or len(t.steps["step"]) for t in run.ranks):

@@ -189,7 +189,7 @@ def _fit(rows: list[dict], p: int, source: str, idle_cpu: float = 0.0) -> dict |
 
 def run_sizes(run_dir: str | os.PathLike) -> list[tuple[str, int]]:
     """The (op, bytes) pairs a recorded run's collectives used (ops calibrate can time)."""
-    from .._trace import load_run
+    from ..record.reader import load_run
 
     run = load_run(run_dir)
     pairs = set()

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from .._platform import describe_node
+from ..record.node import describe_node
 
 __all__ = ["PROBE_VERSION", "probe", "launched_ranks", "usable_cores", "check_platform"]
 

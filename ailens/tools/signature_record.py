@@ -314,7 +314,7 @@ def run_record(
     if (path / RECORD_FILE).is_file() and not (given or rebuild):
         return read_record(path), False
     from .._analysis import analyze
-    from .._trace import load_run
+    from ..record.reader import load_run
 
     a = analyze(load_run(path))
     rec = signature_record(a, job=job, mode=mode, batch_size=batch_size, platform=platform)

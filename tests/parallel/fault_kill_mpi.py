@@ -28,7 +28,7 @@ from ailens.integrations.mpi import wrap
 from mpi4py import MPI
 
 from ailens import TraceError
-from ailens._trace import read_trace
+from ailens.record.reader import read_trace
 
 run_dir, mode = sys.argv[1], sys.argv[2]
 CHUNK, WINDOW, LOCAL = 32, 60, 40

@@ -27,7 +27,7 @@ from ailens.integrations.torch import attach
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ailens import TraceError
-from ailens._trace import read_trace
+from ailens.record.reader import read_trace
 
 CHUNK, WINDOW, LOCAL = 32, 30, 40
 KILL_STEP = WINDOW + 12  # exchange_seconds=0: pending ticks are exchanged at the next step end

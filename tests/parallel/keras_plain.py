@@ -66,7 +66,7 @@ class ForceStop(keras.callbacks.Callback):
     def on_train_batch_begin(self, batch, logs=None):
         lens = self.lens_cb.lens
         if stop_at and lens.steps >= stop_at:
-            lens._stop_agreed = True
+            lens.session.stop_agreed = True
 
 
 plain, _ = fit([])

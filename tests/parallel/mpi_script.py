@@ -109,7 +109,7 @@ def main() -> None:
             table=lens.online.table().to_dict() if lens.online else None,
         )
         if lens.disabled is None:
-            from ailens._trace import read_trace
+            from ailens.record.reader import read_trace
 
             tr = read_trace(os.path.join(args.run_dir, f"rank-{rank:05d}.ailens"))
             by_op: dict[str, int] = {}

@@ -120,7 +120,7 @@ def main() -> None:
         result["table"] = lens.online.table().to_dict() if lens.online else None
         result["restored"] = not hasattr(dist.all_reduce, "_ailens_owner")
         if lens.disabled is None:
-            from ailens._trace import read_trace
+            from ailens.record.reader import read_trace
 
             tr = read_trace(os.path.join(args.run_dir, f"rank-{rank:05d}.ailens"))
             ops = [tr.ops[i] for i in tr.events["op"]]

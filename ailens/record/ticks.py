@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .phases import magnitude, phase_key
+from ..phases import magnitude, phase_key
 
 __all__ = ["TickSummary", "partition", "summarise"]
 

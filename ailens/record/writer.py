@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from ._trace import TraceWriter, encode_events, encode_exchanges, encode_json, encode_steps
+from .trace import TraceWriter, encode_events, encode_exchanges, encode_json, encode_steps
 
 log = logging.getLogger("ailens")
 

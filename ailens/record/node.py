@@ -1,5 +1,6 @@
-"""What a rank computes on: the node's cores, the cores and CPU quota this process may use,
-memory, and the thread settings the usual libraries read. Written into every trace header
+"""Where a rank runs: its rank and world size as the launcher says (``detect_rank_world``), and
+what it computes on: the node's cores, the cores and CPU quota this process may use, memory,
+and the thread settings the usual libraries read. Written into every trace header
 (``meta["node"]``) so the what-if and the learned predictor know the layout a run had.
 
 Stdlib only; every probe tolerates a missing file and says ``None`` rather than guess.
@@ -12,7 +13,7 @@ import platform
 import socket
 from pathlib import Path
 
-__all__ = ["describe_node", "cgroup_cpu_quota"]
+__all__ = ["describe_node", "cgroup_cpu_quota", "detect_rank_world"]
 
 THREAD_ENV = (
     "OMP_NUM_THREADS",
@@ -89,3 +90,18 @@ def describe_node() -> dict:
         "mem_total_bytes": _mem_total_bytes(),
         "thread_env": {k: os.environ[k] for k in THREAD_ENV if k in os.environ},
     }
+
+
+def _env_int(*names: str) -> int | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def detect_rank_world() -> tuple[int, int]:
+    """Rank and world size from the launcher's environment (torchrun, MPI, Horovod), else (0, 1)."""
+    rank = _env_int("RANK", "HOROVOD_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+    world = _env_int("WORLD_SIZE", "HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+    return (rank or 0, world or 1)

@@ -274,7 +274,7 @@ def _load_native() -> type | None:
     if os.environ.get("AILENS_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from . import _recorder
+        from .. import _recorder
     except ImportError as e:
         log.info("ailens: compiled hot path unavailable (%s); using the Python one", e)
         return None

@@ -22,7 +22,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from ._ticks import TickSummary
+from .ticks import TickSummary
 
 __all__ = ["Cadence", "Header", "Summed", "decode", "encode"]
 

@@ -1,0 +1,427 @@
+"""The Lens: the framework-free front every integration drives.
+
+It composes three parts and only wires them:
+
+- the recorder (``record/recorder.py``): the event buffer, whose ``begin``/``end`` are bound
+  directly as ``collective_begin``/``collective_end`` (the hot path writes integers into
+  preallocated columns), the writer thread, and the run's log of step ends, marks and
+  exchanges;
+- the exchange session (``record/session.py``): at step ends the per-tick summaries
+  (``record/ticks.py``) are summed across ranks through the integration's own collective;
+- the run model (``OnlineAnalysis``): phases, forecast and signature, fed the exchanged
+  batches, step ends and marks, exactly what the recorder logs, so the offline analysis
+  feeds the same class the same data. Its live outputs (progress line, ``forecast.json``,
+  the :attr:`Lens.forecast` numbers progress bars read) come from it.
+
+Fail open: any exception inside ailens is logged once, the Lens disables itself on that rank
+and training goes on. A disabled Lens still counts ticks and steps and still joins the
+exchange (flagged as disabled), so no rank waits on a collective that never comes.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from .._online import OnlineAnalysis
+from ..record.config import LensConfig
+from ..record.counters import Counter, open_counter
+from ..record.exchange import Exchange, Summed
+from ..record.node import detect_rank_world
+from ..record.recorder import Recorder, WriterFactory, schedule_mark
+from ..record.session import ExchangeSession
+from ..record.ticks import TickSummary
+from ..record.writer import WriterThread
+
+log = logging.getLogger("ailens")
+
+
+class Lens:
+    """Records collectives and steps on one rank and condenses them into phases online.
+
+    Use as ``with Lens(run_dir="runs/x") as lens: ...``, or call ``close()``; at interpreter
+    exit an unclosed Lens closes itself. ``close()`` is collective when an ``exchange`` is
+    given and world size > 1: every rank calls it at the same point.
+
+    Keyword arguments are LensConfig fields, or pass ``config=LensConfig(...)``.
+    ``rank``/``world_size`` default to the launcher's environment; ``exchange`` (supplied by
+    the integration) sums a small int64 array across ranks. ``meta``: what the integration
+    knows of the run (threads per rank, batch size, parameter count), kept in the trace
+    header under ``"run"``. ``clock`` (ns), ``counter`` and ``writer`` replace the monotonic
+    clock, the work counter and the trace writer (tests inject fakes). Its parts:
+    ``recorder`` (None until recording), ``session`` (the exchange) and ``online`` (the run
+    model, None until recording).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: LensConfig | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        exchange: Exchange | None = None,
+        meta: dict | None = None,
+        clock: Callable[[], int] | None = None,
+        work_counter: Counter | None = None,
+        writer: WriterFactory | None = None,
+        **settings,
+    ) -> None:
+        cfg = config or LensConfig()
+        self.config = cfg = cfg.replace(**settings) if settings else cfg
+        env_rank, env_world = detect_rank_world()
+        self.rank = env_rank if rank is None else int(rank)
+        self.world_size = env_world if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} does not fit world size {self.world_size}")
+        self._clock = clock = clock or time.perf_counter_ns
+        self.disabled: str | None = None
+        self.closed = self._crashed = self._disk_warned = False
+        self._steps = 0
+        self._close_hooks: list[Callable[[], None]] = []
+        self.recorder: Recorder | None = None
+        self.online: OnlineAnalysis | None = None
+        self.session = ExchangeSession(cfg, self.rank, self.world_size, exchange, clock=clock,
+                                       fault=self._fault, disabled=self._is_disabled)  # fmt: skip
+        self._buf = self.session.buf  # until the Lens runs, it counts ticks (disabled path)
+        self._install_disabled_methods()
+        if not cfg.enabled:
+            self.disabled = "disabled by configuration"
+            return
+        self.counter = work_counter if work_counter is not None else open_counter(cfg.counter)
+        if self.counter.fallback_reason and self.rank == 0:  # a notice per job, not per rank
+            log.info("ailens: counter=%s (%s)", self.counter.kind, self.counter.fallback_reason)
+        run_id = self.session.agree_run_id()
+        try:
+            self._start(cfg, run_id, dict(meta or {}), writer or WriterThread)
+        except OSError as e:  # an unwritable, read-only or full run directory
+            self._fault(e, disk=True)
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    def _start(self, cfg: LensConfig, run_id: str, run_meta: dict, writer: WriterFactory) -> None:
+        self.recorder = rec = Recorder(cfg, rank=self.rank, world_size=self.world_size,
+                                       run_id=run_id, run_meta=run_meta, counter=self.counter,
+                                       clock=self._clock, summarise=self.session.summarise,
+                                       fault=self._fault)  # fmt: skip
+        self.run_dir, self.start_wall_ns, self.meta = rec.run_dir, rec.start_wall_ns, rec.meta
+        self._buf = self.session.buf = rec.buf
+        self.online = OnlineAnalysis(cfg, self.world_size, self.rank, rec.op_names)
+        proc = self.meta["process_start_wall_ns"]
+        if proc and proc <= self.start_wall_ns:
+            self.online.process_start_wall_ns = proc
+            self.online.job_offset_s = (self.start_wall_ns - proc) / 1e9
+        rec.open(writer, self._fault_from_writer, self._disk_trouble)
+        self._install_live_methods()
+        atexit.register(self._atexit)
+        if cfg.total_steps or cfg.steps_per_epoch:
+            self.set_schedule(total_steps=cfg.total_steps, steps_per_epoch=cfg.steps_per_epoch)
+
+    # ------------------------------------------------------------ hot path
+
+    def collective_begin(self, op: str, nbytes: int) -> int:  # replaced per instance
+        """Mark the start of a collective; returns its tick number (pass it to
+        collective_end when collectives overlap)."""
+        raise NotImplementedError
+
+    def collective_end(self, tick: int | None = None) -> None:  # replaced per instance
+        """Mark the end of a collective: the oldest open one, or ``tick`` when given."""
+        raise NotImplementedError
+
+    def record_collectives(
+        self,
+        ops: list[str],
+        nbytes: list[int],
+        t_begin: list[int],
+        t_end: list[int],
+        steps: list[int] | None = None,
+    ) -> None:  # replaced per instance
+        """Record collectives that already ran, in tick order, with their begin and end times
+        taken elsewhere (e.g. inside a TF graph) on this Lens's clock (ns), and the step each
+        ran in (default: the current one)."""
+        raise NotImplementedError
+
+    def step_end(self) -> None:
+        """Mark the end of a training step (the same step on every rank)."""
+        if self.disabled is None:
+            try:
+                self.online.on_step(self._steps, self.recorder.log_step(self._steps))
+            except Exception as e:  # noqa: BLE001
+                self._fault(e)
+        self._steps += 1
+        self._buf.step = self._steps
+        session = self.session
+        if session.cadence.due(self._buf.ticks, self._steps, alone=session.alone):
+            self._exchange(evaluate=session.alone)
+
+    # ------------------------------------------------------------ public state
+
+    @property
+    def ticks(self) -> int:
+        return self._buf.ticks
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    @property
+    def total_steps(self) -> int | None:
+        """The run's total steps as known now (schedule, set_total_steps), or None."""
+        return None if self.online is None else self.online.total_steps
+
+    @property
+    def flushed_ticks(self) -> int:
+        """Ticks handed to the writer so far: once it has written them, a rank killed with
+        SIGKILL keeps at least these in its trace."""
+        return self._buf.base
+
+    @property
+    def exchanged_ticks(self) -> int:
+        """Ticks summed across ranks so far (the online phase table covers these)."""
+        return self.session.cadence.ticks_done
+
+    def flush(self) -> int:
+        """Hand every completed collective, step end and mark to the writer now (it writes
+        them off the training thread); returns :attr:`flushed_ticks`."""
+        rec = self.recorder
+        if self.disabled is None and rec is not None and rec.writer is not None:
+            try:
+                rec.flush()
+            except Exception as e:  # noqa: BLE001
+                self._fault(e)
+        return self._buf.base
+
+    @property
+    def should_stop(self) -> bool:
+        """True once early stop is on and every rank agreed the signature is ready."""
+        return self.session.stop_agreed
+
+    @property
+    def forecast(self):
+        """The current forecast (``LiveForecast``: predicted total, interval, ETA), or None
+        before the first steps after warm-up. Cheap: read it every step."""
+        if self.online is None or self.disabled is not None:
+            return None
+        return self.online.live_forecast()
+
+    def set_total_steps(self, total_steps: int) -> None:
+        """Tell the forecast how many steps the whole run has (integrations call this)."""
+        if total_steps and total_steps > 0:
+            self._add_mark({"kind": "schedule", "total_steps": int(total_steps)})
+
+    # ------------------------------------------------------------ run structure
+
+    def section_begin(self, name: str) -> None:
+        """Time from here to :meth:`section_end` is a part of the run other than training
+        steps (``"eval"``, ``"checkpoint"``, ...): the forecast times and schedules it apart."""
+        if self.disabled is None:
+            self.recorder.section_begin(name, self._steps)
+
+    def section_end(self) -> None:
+        """End the section opened by :meth:`section_begin`."""
+        if self.recorder is not None:
+            mark = self.recorder.section_end(keep=self.disabled is None)
+            if mark is not None:
+                self._add_mark(mark)
+
+    @contextlib.contextmanager
+    def section(self, name: str):
+        """``with lens.section("eval"): ...`` — see :meth:`section_begin`."""
+        self.section_begin(name)
+        try:
+            yield self
+        finally:
+            self.section_end()
+
+    def set_schedule(
+        self,
+        *,
+        total_steps: int | None = None,
+        steps_per_epoch: int | None = None,
+        epochs: int | None = None,
+        eval_every_epochs: float | None = None,
+        eval_every_steps: int | None = None,
+        eval_steps: int | None = None,
+        checkpoint_every_steps: int | None = None,
+        eval_start_step: int | None = None,
+        eval_start_epoch: float | None = None,
+        eval_at_steps: Sequence[int] | None = None,
+        eval_at_epochs: Sequence[float] | None = None,
+    ) -> None:
+        """What the run will do, as far as the script or framework knows it: total steps
+        (or steps per epoch x epochs), when evaluation comes and how many batches it runs
+        (``eval_steps``), how often checkpoints come. The forecast schedules the remaining
+        occurrences from it. Keys left None stay unknown.
+
+        Evaluation positions count steps done: an evaluation "at step k" runs after the k-th
+        step ends; "at epoch e" after ``e x steps_per_epoch`` steps. Periodic evaluations
+        come every ``eval_every_steps`` steps or ``eval_every_epochs`` epochs (a float: a
+        period that is not a whole number of steps lands on the nearest step), from
+        ``eval_start_step`` / ``eval_start_epoch`` (default: one period in); listed ones at
+        ``eval_at_steps`` / ``eval_at_epochs``. Both may be given: the union is scheduled."""
+        mark = schedule_mark(total_steps=total_steps, steps_per_epoch=steps_per_epoch,
+                             epochs=epochs, eval_every_epochs=eval_every_epochs,
+                             eval_every_steps=eval_every_steps, eval_steps=eval_steps,
+                             checkpoint_every_steps=checkpoint_every_steps,
+                             eval_start_step=eval_start_step, eval_start_epoch=eval_start_epoch,
+                             eval_at_steps=eval_at_steps,
+                             eval_at_epochs=eval_at_epochs)  # fmt: skip
+        if mark is not None:
+            self._add_mark(mark)
+
+    def describe(self, **info) -> None:
+        """Facts about the run learned after the start (batch size, parameter count, threads):
+        recorded as an ``info`` mark; JSON-serialisable values."""
+        if info:
+            self._add_mark({"kind": "info", **info})
+
+    # ------------------------------------------------------------ fail open (public)
+
+    def disable(self, reason: BaseException | str) -> None:
+        """Turn ailens off on this rank (one warning; what was recorded is kept). For
+        integrations whose own code failed: the Lens keeps counting ticks and steps and keeps
+        joining the exchange, so no rank waits on a collective that never comes."""
+        exc = reason if isinstance(reason, BaseException) else RuntimeError(str(reason))
+        self._fault(exc)
+
+    def add_close_hook(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` at the start of :meth:`close` (also at interpreter exit), before the
+        last exchange: an integration ends its last inferred step there."""
+        self._close_hooks.append(fn)
+
+    # ------------------------------------------------------------ close
+
+    def close(self) -> None:
+        """Exchange what is pending, write results and close the trace. Idempotent."""
+        if self.closed:
+            return
+        hooks, self._close_hooks = self._close_hooks, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                self._fault(e)
+        self._exchange()
+        self.closed = True
+        try:
+            if self.disabled is None:
+                end_ns = self.recorder.now()
+                self.online.on_close(end_ns, crashed=self._crashed)
+                self.recorder.flush(final=True)
+                self.recorder.write_exit(end_ns, self._exit_state())
+                self.online.finish(self.run_dir)
+        except OSError as e:
+            # A full or read-only disk is not an internal error; the trace is unaffected.
+            self._disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+        self._shutdown()
+
+    def __enter__(self) -> Lens:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ wiring
+
+    def _install_live_methods(self) -> None:
+        # Instance attributes shadow the class methods: a collective costs one call each way.
+        self.collective_begin = self._buf.begin
+        self.collective_end = self._buf.end
+        self.record_collectives = self._buf.record
+
+    def _install_disabled_methods(self) -> None:
+        self.collective_begin = self._buf.count
+        self.collective_end = self._buf.ignore
+        self.record_collectives = self._buf.count_many
+
+    def _add_mark(self, mark: dict) -> None:
+        if self.disabled is not None or self.online is None:
+            return
+        try:
+            self.online.on_mark(self.recorder.log_mark(mark, self._steps))
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+
+    def _exchange(self, *, evaluate: bool = False) -> None:
+        rec = self.recorder
+        rest = rec.summarise_rest if rec else None
+        self.session.run(self._steps, vote=self._stop_vote, on_batch=self._on_batch,
+                         summarise_rest=rest, evaluate=evaluate)  # fmt: skip
+
+    def _stop_vote(self) -> bool:
+        return bool(self.config.early_stop and self.online and self.online.signature_ready)
+
+    def _on_batch(self, summed: Summed, batch: TickSummary, tick_steps, ticks: int) -> None:
+        self.recorder.log_exchange(self._steps, ticks, summed)
+        self.online.on_batch(summed, batch.key, tick_steps)
+
+    def _exit_state(self) -> dict:
+        return {"closed": self.closed, "crashed": self._crashed, "disabled": self.disabled,
+                "ticks": self._buf.ticks, "steps": self._steps}  # fmt: skip
+
+    def _is_disabled(self) -> bool:
+        return self.disabled is not None
+
+    # ------------------------------------------------------------ fail open
+
+    def _fault(self, exc: BaseException, disk: bool = False) -> None:
+        if self.disabled is not None:
+            return
+        self.disabled = f"{type(exc).__name__}: {exc}"
+        # An unusable run directory is not a bug in ailens: say so, without a traceback.
+        log.warning(
+            "ailens: %s on rank %d, instrumentation disabled on this rank; training continues (%s)",
+            "cannot write to the run directory" if disk else "internal error",
+            self.rank,
+            self.disabled,
+            exc_info=None if disk else exc,
+        )
+        self._install_disabled_methods()
+        if self.recorder is not None:
+            self.recorder.keep(self._exit_state())  # what was recorded, with the reason
+
+    def _fault_from_writer(self, exc: BaseException) -> None:
+        # Runs on the writer thread: only mark disabled; the training thread owns the buffers.
+        if self.disabled is None:
+            self.disabled = f"trace file {self.recorder.writer.path}: {type(exc).__name__}: {exc}"
+            log.warning(
+                "ailens: cannot write the trace on rank %d, instrumentation disabled on "
+                "this rank; training continues (%s)",
+                self.rank,
+                self.disabled,
+            )
+            self._install_disabled_methods()
+
+    def _disk_trouble(self, message: str) -> None:
+        # The first disk problem on this rank is a warning, later ones (the same full disk
+        # seen by another file) only info: one clear warning, not one per chunk.
+        level = logging.INFO if self._disk_warned else logging.WARNING
+        self._disk_warned = True
+        log.log(level, "ailens: rank %d: %s", self.rank, message)
+        if self.online is not None:
+            self.online.io_failed = True  # the live forecast.json would hit the same disk
+
+    def _shutdown(self) -> None:
+        if self.recorder is not None and self.recorder.writer is not None:
+            self.recorder.writer.stop()
+        counter = getattr(self, "counter", None)
+        if counter is not None:
+            counter.close()
+
+    def _atexit(self) -> None:
+        # At interpreter exit frameworks may already be finalised: close locally, no exchange.
+        if not self.closed:
+            self.session.exchange_fn = None
+            # An uncaught exception ends the script: the run did not finish its steps.
+            self._crashed = getattr(sys, "last_value", None) is not None
+            self.close()
+        if self.online is not None and self.disabled is None:
+            try:
+                self.online.on_exit(time.time_ns())  # the job's end, for its wall time
+            except Exception:  # noqa: BLE001 - at exit: nothing left to protect but quiet
+                pass

@@ -1,0 +1,297 @@
+"""The recorder of one rank: the trace in the making.
+
+It owns the event buffer (whose ``begin``/``end`` the Lens binds as its hot path), the
+writer thread, and the run's log of step ends, marks, sections and exchange rounds, handed
+to the writer in chunks off the training thread. It records; it never analyses: what the
+Lens feeds the run model is exactly what this log writes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .._version import __version__
+from .buffer import EventBuffer
+from .config import LensConfig
+from .counters import Counter
+from .exchange import Summed
+from .node import describe_node
+from .trace import FORMAT_VERSION
+from .writer import WriterThread
+
+__all__ = ["Recorder", "WriterFactory", "schedule_mark"]
+
+# Steps buffered before a STEP chunk is written; also flushed on a time basis.
+_STEP_CAP = 1024
+_FLUSH_SECONDS = 10.0
+# A buffer whose oldest collective never ends grows to this many chunks before giving up.
+_MAX_GROWTH = 64
+_EXCHANGE_COLUMNS = ("seq", "step", "ticks", "live", "disabled", "stop", "t_ns")
+
+WriterFactory = Callable[..., WriterThread]
+"""``(run_dir, rank, meta, on_error, on_disk) -> writer`` with put_events/steps/ops/info/marks/
+exchanges and stop(); the default is the trace writer thread."""
+
+
+class Recorder:
+    """Starts this rank's trace in ``cfg.run_dir`` and logs into it.
+
+    ``summarise(stop)``: called under the buffer's lock before rows [.., stop) leave the
+    buffer (the exchange session's summaries); returns the ticks still open then. ``fault``:
+    the Lens's fail-open, told of trouble here. The trace file opens with :meth:`open`."""
+
+    def __init__(
+        self,
+        cfg: LensConfig,
+        *,
+        rank: int,
+        world_size: int,
+        run_id: str,
+        run_meta: dict,
+        counter: Counter,
+        clock: Callable[[], int],
+        summarise: Callable[[int], list[int]],
+        fault: Callable[[BaseException], None],
+    ) -> None:
+        self.cfg, self.counter, self._clock, self._summarise_rows = cfg, counter, clock, summarise
+        self.rank, self.run_dir = rank, Path(cfg.run_dir)
+        self.start_wall_ns = time.time_ns()
+        self.t0 = clock()
+        self.work0 = counter.read()
+        self.meta = {
+            "format_version": FORMAT_VERSION,
+            "ailens_version": __version__,
+            "run_id": run_id,
+            "rank": rank,
+            "world_size": world_size,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "framework": cfg.framework,
+            "backend": cfg.backend,
+            "counter": counter.kind,
+            "counter_unit": counter.unit,
+            "counter_fallback": counter.fallback_reason,
+            "start_wall_ns": self.start_wall_ns,
+            "process_start_wall_ns": _process_start_wall_ns(),
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "config": cfg.to_dict(),
+            "node": describe_node(),
+            "run": run_meta,
+        }
+        self.op_names: list[str] = []
+        self.writer: WriterThread | None = None
+        self.buf = EventBuffer(
+            cfg.chunk_events,
+            clock=clock,
+            read_work=counter.read,
+            t0=self.t0,
+            work0=self.work0,
+            intern=self._intern,
+            on_fault=fault,
+        )
+        self.buf.on_full = self.flush
+        self._seq = 0  # orders marks and exchanges in the trace
+        self._marks: list[dict] = []
+        self._s_step, self._s_t, self._s_work = array("I"), array("q"), array("q")
+        self._x_rows: list[tuple[int, ...]] = []
+        self._section: tuple[str, int, int] | None = None
+        self._last_flush = time.monotonic()
+
+    def open(
+        self,
+        writer: WriterFactory,
+        writer_fault: Callable[[BaseException], None],
+        disk: Callable[[str], None],
+    ) -> None:
+        """Start the writer thread on this rank's trace file (``writer_fault``: called on the
+        writer thread when the file fails; ``disk``: a disk problem worth a message)."""
+        self.writer = writer(self.run_dir, self.rank, self.meta, writer_fault, disk)
+
+    def _intern(self, op: str) -> int:
+        op_id = len(self.op_names)
+        self.op_names.append(op)
+        self.writer.put_ops(list(self.op_names))
+        return op_id
+
+    def now(self) -> int:
+        """Nanoseconds since the recording started, on the Lens's clock."""
+        return self._clock() - self.t0
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # ------------------------------------------------------------ the run's log
+
+    def log_step(self, step: int) -> int:
+        """Step ``step`` ended now; returns when (ns since the start). Flushes when enough
+        steps are buffered or the last flush is old."""
+        t = self._clock() - self.t0
+        self._s_step.append(step)
+        self._s_t.append(t)
+        self._s_work.append(self.counter.read() - self.work0)
+        if len(self._s_step) >= _STEP_CAP or time.monotonic() - self._last_flush > _FLUSH_SECONDS:
+            self.flush()
+        return t
+
+    def log_mark(self, mark: dict, steps: int) -> dict:
+        """Log a mark (schedule, section, info) at ``steps`` steps done; returns it as logged."""
+        mark = {
+            **mark,
+            "seq": self._next_seq(),
+            "step": mark.get("step", steps),
+            "at_step": steps,  # where it comes among the step ends (offline order)
+        }
+        self._marks.append(mark)
+        return mark
+
+    def log_exchange(self, steps: int, ticks: int, summed: Summed) -> None:
+        """Log an exchange round that summed ``ticks`` ticks so far."""
+        row = (self._next_seq(), steps, ticks, 1, summed.disabled_ranks, int(summed.stop))
+        self._x_rows.append((*row, self._clock() - self.t0))
+
+    def section_begin(self, name: str, steps: int) -> None:
+        if self._section is None:
+            self._section = (str(name), steps, self._clock() - self.t0)
+
+    def section_end(self, keep: bool) -> dict | None:
+        """The mark of the section that ends now (not logged yet); None when none is open
+        or not ``keep``."""
+        sec, self._section = self._section, None
+        if sec is None or not keep:
+            return None
+        name, step, t0 = sec
+        end = self._clock() - self.t0
+        return {"kind": "section", "name": name, "step": step, "t_begin_ns": t0, "t_end_ns": end}
+
+    # ------------------------------------------------------------ to the writer
+
+    def summarise_rest(self) -> None:
+        """Summarise every row still in the buffer (the exchange takes more than is flushed)."""
+        with self.buf.lock:
+            self._summarise(self.buf.n)
+
+    def _summarise(self, stop: int) -> None:
+        open_ticks = self._summarise_rows(stop)
+        if open_ticks:
+            mark = {"kind": "open_at_summary", "seq": self._next_seq(), "ticks": open_ticks}
+            self._marks.append(mark)
+
+    def flush(self, final: bool = False) -> None:
+        """Hand completed rows, step ends, exchanges and marks to the writer."""
+        buf = self.buf
+        with buf.lock:
+            stop = buf.complete_rows(final, _MAX_GROWTH * self.cfg.chunk_events)
+            if stop:
+                self._summarise(stop)
+                self.writer.put_events(buf.columns(0, stop))
+                buf.drop_front(stop)
+        self._last_flush = time.monotonic()
+        if len(self._s_step):
+            self.writer.put_steps(
+                {
+                    "step": np.frombuffer(self._s_step, np.uint32).copy(),
+                    "t_ns": np.frombuffer(self._s_t, np.int64).copy(),
+                    "work": np.frombuffer(self._s_work, np.int64).copy(),
+                }
+            )
+            del self._s_step[:], self._s_t[:], self._s_work[:]
+        if self._x_rows:
+            cols = np.array(self._x_rows, dtype=np.int64).T
+            self.writer.put_exchanges(dict(zip(_EXCHANGE_COLUMNS, cols, strict=True)))
+            self._x_rows = []
+        if self._marks:
+            self.writer.put_marks(self._marks)
+            self._marks = []
+
+    def keep(self, state: dict) -> None:
+        """After a fault: completed rows and the exit record (``state``) go to disk."""
+        if self.writer is None:
+            return
+        try:
+            self.flush(final=True)
+            self.write_exit(self.now(), state)
+        except Exception:  # noqa: BLE001 - already failing: keep what can be kept
+            pass
+
+    def write_exit(self, end_ns: int, state: dict) -> None:
+        """The exit record: ``state`` (closed, crashed, disabled, ticks, steps) and the end."""
+        try:
+            work = self.counter.read() - self.work0
+        except Exception:  # noqa: BLE001 - a broken counter may be why we are closing
+            work = None
+        info = {**state, "end_ns": end_ns, "end_wall_ns": time.time_ns(), "work_total": work}
+        self.writer.put_info(info)
+
+
+def _process_start_wall_ns() -> int | None:
+    """When this process started (wall clock), so the forecast can count the time before
+    the Lens started as well."""
+    try:
+        import psutil
+
+        return int(psutil.Process().create_time() * 1e9)
+    except Exception:  # noqa: BLE001 - psutil missing or /proc unreadable: unknown
+        return None
+
+
+def schedule_mark(
+    *,
+    total_steps: int | None = None,
+    steps_per_epoch: int | None = None,
+    epochs: int | None = None,
+    eval_every_epochs: float | None = None,
+    eval_every_steps: int | None = None,
+    eval_steps: int | None = None,
+    checkpoint_every_steps: int | None = None,
+    eval_start_step: int | None = None,
+    eval_start_epoch: float | None = None,
+    eval_at_steps: Sequence[int] | None = None,
+    eval_at_epochs: Sequence[float] | None = None,
+) -> dict | None:
+    """The schedule mark of :meth:`ailens.Lens.set_schedule` (None when every key is None);
+    raises ValueError naming a bad value."""
+    if total_steps is None and steps_per_epoch and epochs:
+        total_steps = int(steps_per_epoch) * int(epochs)
+    counts = {
+        "total_steps": total_steps,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": epochs,
+        "eval_every_steps": eval_every_steps,
+        "eval_steps": eval_steps,
+        "checkpoint_every_steps": checkpoint_every_steps,
+    }
+    sched: dict = {k: int(v) for k, v in counts.items() if v}
+    if eval_every_epochs:
+        sched["eval_every_epochs"] = _number("eval_every_epochs", eval_every_epochs)
+    for key, value in (
+        ("eval_start_step", eval_start_step),
+        ("eval_start_epoch", eval_start_epoch),
+    ):
+        if value is not None:
+            sched[key] = _number(key, value, whole=key.endswith("step"))
+    for key, values in (("eval_at_steps", eval_at_steps), ("eval_at_epochs", eval_at_epochs)):
+        if values is not None:
+            whole = key.endswith("steps")
+            sched[key] = sorted({_number(key, v, whole=whole) for v in values})
+    return {"kind": "schedule", **sched} if sched else None
+
+
+def _number(key: str, value, *, whole: bool = False) -> int | float:
+    """A schedule value: a finite number >= 0 (a whole one for step counts), as JSON keeps it."""
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        x = math.nan
+    if not math.isfinite(x) or x < 0 or (whole and x != int(x)):
+        kind = "a whole number" if whole else "a number"
+        raise ValueError(f"set_schedule: {key} must be {kind} >= 0, got {value!r}")
+    return int(x) if whole or x == int(x) else x
