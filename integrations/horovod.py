@@ -62,7 +62,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -195,13 +194,7 @@ class HorovodLens(Attachment):
             real = getattr(ops, name, None) or getattr(self.hvd, name, None)
             if real is not None and (self.kind == "torch" or name == "shutdown"):
                 wrappers[id(real)] = (real, getattr(self, f"_wrap_{name}")(real))
-        # Patch every horovod module that holds one of the originals (looked up there).
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is not None and (mod_name == "horovod" or mod_name.startswith("horovod.")):
-                for attr, value in list(vars(mod).items()):
-                    hit = wrappers.get(id(value))
-                    if hit is not None and hit[0] is value:
-                        self.patches.set(mod, attr, hit[1])
+        self.patches.set_in_package("horovod", wrappers)  # where they are looked up
         _attached[self.kind] = self
         self.patches.on_restore(lambda: _attached.pop(self.kind, None))
         if self.kind == "tensorflow":
@@ -272,20 +265,10 @@ class HorovodLens(Attachment):
         return named_like(poll, real)
 
     def _wrap_barrier(self, real):
-        def barrier(*args, **kwargs):
-            if not self.recording:
-                return real(*args, **kwargs)
-            return self.call(real, "barrier", 0, args, kwargs)
+        return self.recorder(real, "barrier")
 
-        return named_like(barrier, real)
-
-    def _wrap_shutdown(self, real):
-        def shutdown(*args, **kwargs):
-            if self.attached:  # the framework's teardown: end the run while it can exchange
-                self.close()
-            return real(*args, **kwargs)
-
-        return named_like(shutdown, real)
+    def _wrap_shutdown(self, real):  # the framework's teardown: end the run while it can exchange
+        return self.teardown(real)
 
 
 def _run_facts(kind: str, optimizer: Any) -> dict:
