@@ -28,7 +28,6 @@ The goal (issue 14): ``lens/pair cpu-ns [c]`` within 1.25x of ``reads/2x process
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -37,6 +36,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+
+import _harness as harness
 
 from ailens import Lens, _buffer, _lens
 from ailens._buffer import NativeEventBuffer, PyEventBuffer
@@ -155,7 +156,7 @@ def main() -> int:
                 "ratio_max": round(max(ratios), 3),
             }
         )
-    load = os.getloadavg()
+    load = harness.loadavg()
     print(f"{'benchmark':<32} {'ns/iter':>8} {'/ 2 cpu reads':>14} {'(min..max)':>14}")
     for r in rows:
         print(f"{r['name']:<32} {r['ns']:>8.1f} {r['ratio_to_2_cpu_reads']:>14.3f} "
@@ -164,10 +165,9 @@ def main() -> int:
           f"{args.rounds} rounds x {args.loops} iterations; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
-                       "implementation": _buffer.IMPLEMENTATION, "python": sys.version}, f,
-                      indent=1)  # fmt: skip
+        doc = {"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
+               "implementation": _buffer.IMPLEMENTATION, "python": sys.version}  # fmt: skip
+        harness.write_json(args.json, doc, newline=False)
     return 0
 
 
