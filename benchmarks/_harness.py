@@ -139,7 +139,7 @@ def launch(
 
 def launch_all(
     cmds: list[list[str]],
-    env: dict[str, str],
+    env: dict[str, str] | None,
     timeout: float,
     what: str,
     *,
