@@ -52,28 +52,20 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import _harness as harness  # noqa: E402
+
 import ailens  # noqa: E402
-from ailens import load_run  # noqa: E402
-from ailens._analysis import analyze  # noqa: E402
 from ailens._baselines import composer_total_s, naive_total_s  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
 MLPERF = CORPUS / "mlperf"
 FRACTIONS = (1, 5, 10, 20, 50)
 SCORED = ("5", "10", "20", "50")  # the fractions the summaries score
-BIN = Path(sys.executable).parent
 # A recording counts as made on a quiet machine below this 1-minute load average.
 QUIET_LOAD = 0.5
 # The headline figures: real runs on quiet machines (synthetic runs and loaded recordings are
 # reported apart).
 HEADLINE_SOURCES = ("mlperf", "recorded")
-
-
-def loadavg() -> str:
-    try:
-        return "/".join(f"{x:.1f}" for x in os.getloadavg())
-    except OSError:
-        return "?"
 
 
 # --------------------------------------------------------------------------- replay
@@ -83,7 +75,7 @@ def replay(run_dir: Path) -> dict:
     """Score one recorded run: forecast, progress bar and Composer at each fraction of the
     steps."""
     seen: dict[int, tuple] = {}
-    a = analyze(load_run(run_dir), watch=lambda oa: _watch(oa, seen))
+    a = harness.analyze_run(run_dir, watch=lambda oa: _watch(oa, seen))
     f = a.forecast
     if f is None or not f.actual_total_s or not f.total_steps:
         raise ValueError(f"{run_dir}: no finished run with a known total ({a.warnings})")
@@ -386,7 +378,7 @@ def corpus(args) -> int:
             "summary_by_source": by_source,
             "summary_by_family": by_family,
         }
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        harness.write_json(args.json, doc)
     return 0
 
 
@@ -746,7 +738,7 @@ def record(args) -> int:
                 "0",
                 *flags,
             ]
-            before = loadavg()
+            before = harness.loadavg_text()
             print(f"== {name}: {' '.join(cmd[1:])}  (load {before})", flush=True)
             t0 = time.time()
             code = _run_with_slowdown(cmd, run_dir, slow_at)
@@ -767,7 +759,7 @@ def record(args) -> int:
                 "structure": structure,
                 "slowdown_at_fraction": slow_at,
                 "load_before": before,
-                "load_after": loadavg(),
+                "load_after": harness.loadavg_text(),
                 "load_1min_before": round(load, 2),
                 "load_1min_after": round(os.getloadavg()[0], 2),
                 "max_load": args.max_load,
@@ -776,7 +768,7 @@ def record(args) -> int:
                 "recorded": time.strftime("%Y-%m-%d %H:%M:%S%z"),
                 "cores": os.cpu_count(),
             }
-            (out / "case.json").write_text(json.dumps(case, indent=1) + "\n")
+            harness.write_json(out / "case.json", case)
             print(
                 f"   stored in {out} ({case['wall_s']} s, load after {case['load_after']})",
                 flush=True,
@@ -787,7 +779,7 @@ def record(args) -> int:
 def _keep_loaded(out: Path) -> None:
     """A loaded recording stored under ``out`` moves to the first free ``<case>-recN``: the
     robustness set keeps it when the case is recorded again."""
-    case = _read_json(out / "case.json")
+    case = harness.read_json(out / "case.json")
     if case is None or _source(case) != "recorded-loaded":
         return
     n = 0
@@ -802,25 +794,21 @@ def _quiet_load(args, *, wait: float) -> float | None:
     seconds for the previous case's load to decay); None (with the reason printed) when it
     stays above and ``--force`` was not given. Timings recorded beside other work follow the
     neighbours, not the training."""
-    deadline = time.monotonic() + wait
-    while True:
-        load = os.getloadavg()[0]
-        if load <= args.max_load:
-            return load
-        if args.force:
-            print(f"   load {load:.2f} > {args.max_load}: recording anyway (--force); the case "
-                  "is marked forced and stays out of the headline", flush=True)  # fmt: skip
-            return load
-        if time.monotonic() >= deadline:
-            print(
-                f"bench_forecast record: the 1-minute load average is {load:.2f} > "
-                f"{args.max_load}: other work is running on this machine, and recorded step "
-                "times would follow it. Record on a quiet machine (no other jobs, test suites "
-                "or builds), or pass --force to record anyway (cases marked forced).",
-                file=sys.stderr,
-            )
-            return None
-        time.sleep(5)
+    load, quiet = harness.quiet_load(args.max_load, 0 if args.force else wait)
+    if quiet:
+        return load
+    if args.force:
+        print(f"   load {load:.2f} > {args.max_load}: recording anyway (--force); the case "
+              "is marked forced and stays out of the headline", flush=True)  # fmt: skip
+        return load
+    print(
+        f"bench_forecast record: the 1-minute load average is {load:.2f} > "
+        f"{args.max_load}: other work is running on this machine, and recorded step "
+        "times would follow it. Record on a quiet machine (no other jobs, test suites "
+        "or builds), or pass --force to record anyway (cases marked forced).",
+        file=sys.stderr,
+    )
+    return None
 
 
 def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> int:
@@ -835,7 +823,7 @@ def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> 
             time.sleep(0.5)
             if slow_at is None or hogs:
                 continue
-            doc = _read_json(run_dir / "forecast.json")
+            doc = harness.read_json(run_dir / "forecast.json")
             if doc and doc.get("total_steps") and doc["steps_done"] >= slow_at * doc["total_steps"]:
                 hogs = [
                     subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -843,17 +831,10 @@ def _run_with_slowdown(cmd: list[str], run_dir: Path, slow_at: float | None) -> 
                 ]
         return proc.wait()
     finally:
-        for h in hogs:
-            h.kill()
+        for hog in hogs:
+            hog.kill()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 # --------------------------------------------------------------------------- live
@@ -866,23 +847,10 @@ def live(args) -> int:
         script, ranks, flags, structure, _ = CASES[name]
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = Path(tmp) / "run"
-            before = loadavg()
-            code = subprocess.run(
-                [
-                    sys.executable,
-                    str(REPO / script),
-                    "--ranks",
-                    str(ranks),
-                    "--run-dir",
-                    str(run_dir),
-                    "--progress-every",
-                    "0",
-                    *flags,
-                ],
-                cwd=REPO,
-                capture_output=True,
-                timeout=args.timeout,
-            ).returncode
+            before = harness.loadavg_text()
+            cmd = [sys.executable, str(REPO / script), "--ranks", str(ranks),
+                   "--run-dir", str(run_dir), "--progress-every", "0", *flags]  # fmt: skip
+            code = harness.launch(cmd, None, args.timeout)[0]
             if code:
                 print(f"{name}: exit code {code}", file=sys.stderr)
                 continue
@@ -891,7 +859,7 @@ def live(args) -> int:
                     "name": name,
                     "kind": "live",
                     "structure": structure,
-                    "load": [before, loadavg()],
+                    "load": [before, harness.loadavg_text()],
                     **replay(run_dir),
                 }
             )
@@ -900,7 +868,7 @@ def live(args) -> int:
     print("\n".join(summary_lines(summary)))
     print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "summary": summary}, indent=1) + "\n")
+        harness.write_json(args.json, {"runs": rows, "summary": summary})
     return 0
 
 

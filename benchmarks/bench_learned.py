@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import _harness as harness  # noqa: E402
 
 from ailens.tools.learn import (  # noqa: E402
     config_key,
@@ -165,7 +166,7 @@ def main() -> int:
         print(f"no records in {args.records}: run python benchmarks/sweep.py first")
         return 2
     t0 = time.perf_counter()
-    load0 = os.getloadavg()[0]
+    load0 = harness.load1()
     print(f"{len(records)} runs, {len(configs(records))} configurations, "
           f"{len({r['job'] for r in records})} jobs, "
           f"{len({r['platform']['name'] for r in records})} platforms")  # fmt: skip
@@ -189,14 +190,14 @@ def main() -> int:
               f"{r['ordering']:.2f} | {b['mape']:.2f} % | {b['r2']:.3f} | "
               f"{b['ordering']:.2f} |")  # fmt: skip
     print(f"\n{time.perf_counter() - t0:.0f} s, load average {load0:.2f} -> "
-          f"{os.getloadavg()[0]:.2f}")  # fmt: skip
+          f"{harness.load1():.2f}")  # fmt: skip
     doc = {
         "runs": len(records),
         "held_out": ho,
         "platform_out": [{k: r[k] for k in ("platform", "mape", "r2", "ordering")} for r in po],
     }
     if args.json is not None:
-        args.json.write_text(json.dumps(doc, indent=2))
+        harness.write_json(args.json, doc, indent=2, newline=False)
         print(f"wrote {args.json}")
     return 0
 

@@ -28,7 +28,6 @@ The goal (issue 14): ``lens/pair cpu-ns [c]`` within 1.25x of ``reads/2x process
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -38,7 +37,11 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from ailens import Lens, _buffer, _lens
+import _harness as harness
+
+from ailens import Lens
+from ailens.record import buffer as _buffer
+from ailens.record import recorder as _recorder
 from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
 
 
@@ -56,11 +59,11 @@ def loop_two(n: int, f: Callable, g: Callable) -> None:
 
 def lens_with(impl: type, run_dir: str, **kw) -> Lens:
     """A Lens whose event buffer is ``impl`` (the module picks one at import; choose here)."""
-    chosen, _lens.EventBuffer = _lens.EventBuffer, impl
+    chosen, _recorder.EventBuffer = _recorder.EventBuffer, impl
     try:
         return Lens(run_dir=run_dir, **kw)
     finally:
-        _lens.EventBuffer = chosen
+        _recorder.EventBuffer = chosen
 
 
 def buffer_with(impl: type, read_work: Callable[[], int] | None):
@@ -155,7 +158,7 @@ def main() -> int:
                 "ratio_max": round(max(ratios), 3),
             }
         )
-    load = os.getloadavg()
+    load = harness.loadavg()
     print(f"{'benchmark':<32} {'ns/iter':>8} {'/ 2 cpu reads':>14} {'(min..max)':>14}")
     for r in rows:
         print(f"{r['name']:<32} {r['ns']:>8.1f} {r['ratio_to_2_cpu_reads']:>14.3f} "
@@ -164,10 +167,9 @@ def main() -> int:
           f"{args.rounds} rounds x {args.loops} iterations; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
-                       "implementation": _buffer.IMPLEMENTATION, "python": sys.version}, f,
-                      indent=1)  # fmt: skip
+        doc = {"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
+               "implementation": _buffer.IMPLEMENTATION, "python": sys.version}  # fmt: skip
+        harness.write_json(args.json, doc, newline=False)
     return 0
 
 

@@ -57,7 +57,6 @@ temporary run directory, removed after each launch.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
@@ -72,10 +71,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-CASES_DIR = HERE / "overhead"
-REPO = HERE.parent
-LAUNCHERS = ("mpiexec", "torchrun", "horovodrun", "python")
+import _harness as harness
+
+CASES_DIR = Path(__file__).resolve().parent / "overhead"
+REPO = harness.REPO
 
 
 # Rank 0's result line; horovodrun prefixes each line with "[rank]<stdout>:".
@@ -86,7 +85,7 @@ OVERHEAD_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?OVERHEAD (\{.*\})$", re.M)
 class Case:
     name: str  # the row's name, unique
     framework: str  # shown in the table
-    launcher: str  # one of LAUNCHERS
+    launcher: str  # one of _harness.LAUNCHERS
     ranks: int  # processes (python: 1)
     script: str  # in benchmarks/overhead/
     requires: tuple[str, ...] = ()  # modules that must import, else the row is skipped
@@ -155,81 +154,23 @@ JOBS = (
 )  # fmt: skip
 
 
-def command(case: Case, script: Path, args: list[str]) -> list[str]:
-    """The launch command of ``case``."""
-    bindir = Path(sys.executable).parent
-    python, n, launcher = sys.executable, str(case.ranks), case.launcher
-    if launcher == "mpiexec":
-        return [str(bindir / "mpiexec"), "-n", n, python, str(script), *args]
-    if launcher == "torchrun":
-        return [str(bindir / "torchrun"), "--standalone", f"--nproc_per_node={n}", str(script),
-                *args]  # fmt: skip
-    if launcher == "horovodrun":
-        return [str(bindir / "horovodrun"), "--gloo", "-np", n, "-H", f"localhost:{n}", python,
-                str(script), *args]  # fmt: skip
-    return [python, str(script), *args]
-
-
-def missing_module(modules: list[str]) -> str | None:
-    """The first of ``modules`` that does not import in this interpreter, with the error."""
-    if not modules:
-        return None
-    code = "import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)"
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code, *modules],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
-    except subprocess.TimeoutExpired:
-        return f"importing {', '.join(modules)} took over 300 s"
-    if proc.returncode == 0:
-        return None
-    last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-    return f"not installed: {last}"
-
-
-def launch(cmd: list[str], env: dict, timeout: float) -> tuple[int, str, str]:
-    """Run a launcher in its own process group: (exit status, stdout, stderr). On a timeout,
-    or when this driver is stopped, the whole group (launcher and ranks) is killed."""
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except BaseException as e:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        if isinstance(e, subprocess.TimeoutExpired):
-            raise subprocess.TimeoutExpired(cmd, timeout, output=out + err) from None
-        raise
-    return proc.returncode, out, err
-
-
 def run_case(case: Case, args: argparse.Namespace) -> dict:
     """One row: the script's OVERHEAD line, or ``skipped`` with the reason."""
     row = {"name": case.name, "framework": case.framework, "ranks": case.ranks}
     script = CASES_DIR / case.script
-    if case.launcher not in LAUNCHERS:
-        return {**row, "skipped": f"launcher {case.launcher!r} is not one of {LAUNCHERS}"}
+    if case.launcher not in harness.LAUNCHERS:
+        return {**row, "skipped": f"launcher {case.launcher!r} is not one of {harness.LAUNCHERS}"}
     if not script.exists():
         return {**row, "skipped": f"{script.relative_to(REPO)} does not exist yet"}
-    why = missing_module(list(case.requires))
+    why = harness.missing_module(list(case.requires))
     if why:
         return {**row, "skipped": why}
-    threads = str(max(1, (os.cpu_count() or 1) // case.ranks))
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": threads,
-        "PYTHONUNBUFFERED": "1",
-        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
-    }
-    cmd = command(case, script, ["--pairs", str(args.pairs), "--block-s", str(args.block_s)])
+    env = harness.launch_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // case.ranks)))
+    argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s)]
+    cmd = harness.launcher_command(case.launcher, case.ranks, argv)
     t0 = time.monotonic()
     try:
-        returncode, out, err = launch(cmd, env, args.timeout)
+        returncode, out, err = harness.launch(cmd, env, args.timeout)
     except subprocess.TimeoutExpired as e:
         tail = (e.output or "")[-2000:]
         return {**row, "skipped": f"timed out after {args.timeout} s", "log_tail": tail}
@@ -260,19 +201,17 @@ def job_command(job: Job, extra: tuple[str, ...], run_dir: str, smoke: bool) -> 
 def run_job(job: Job, args: argparse.Namespace) -> dict:
     """One job row: ``--job-pairs`` interleaved pairs of whole launches, or ``skipped``."""
     row = {"name": job.name, "framework": job.framework}
-    why = missing_module(list(job.requires))
+    why = harness.missing_module(list(job.requires))
     if why:
         return {**row, "skipped": why}
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "AILENS_VENV": str(Path(sys.executable).parent.parent),
-           "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}  # fmt: skip
+    env = harness.launch_env(AILENS_VENV=str(Path(sys.executable).parent.parent))
 
     def once(lensed: bool) -> float:
         run_dir = tempfile.mkdtemp(prefix=f"ailens-{job.name}-")
         cmd = job_command(job, job.lensed if lensed else job.plain, run_dir, args.smoke)
         try:
             t0 = time.monotonic()
-            code, out, err = launch(cmd, env, args.timeout)
+            code, out, err = harness.launch(cmd, env, args.timeout)
             took = time.monotonic() - t0
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
@@ -310,7 +249,7 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
         "job_ratio": round(ratio, 5),
         "job_ci95": [round(ratio - half, 5), round(ratio + half, 5)],
         "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs],
-        "loadavg": list(os.getloadavg()),
+        "loadavg": harness.loadavg(),
         "command": job_command(job, job.lensed, "RUN_DIR", args.smoke)[1:],
     }
 
@@ -368,7 +307,7 @@ def close_times(steps: int, per_step: int, repeats: int) -> dict:
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
     return {"steps": steps, "collectives": steps * per_step, "close_ms": times,
-            "loadavg": list(os.getloadavg())}  # fmt: skip
+            "loadavg": harness.loadavg()}  # fmt: skip
 
 
 def table(rows: list[dict]) -> str:
@@ -433,7 +372,7 @@ def main() -> int:
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)} for --kind {args.kind}; "
                 f"cases: {', '.join(names)}")  # fmt: skip
-    load_before = list(os.getloadavg())
+    load_before = harness.loadavg()
     if load_before[0] > MAX_LOAD and not args.force:
         print(f"bench_overhead: 1-minute load average {load_before[0]:.2f} > {MAX_LOAD}: the "
               "machine is not quiet; run alone, or pass --force", file=sys.stderr)  # fmt: skip
@@ -443,8 +382,8 @@ def main() -> int:
         print(f"Lens.close after {got['collectives']:,} collectives ({got['steps']:,} steps, one "
               f"rank): {got['close_ms']} ms (load {got['loadavg'][0]:.2f})")  # fmt: skip
         if args.json:
-            doc = {"close": got, "load_before": load_before, "load_after": list(os.getloadavg())}
-            Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+            harness.write_json(args.json, {"close": got, "load_before": load_before,
+                                     "load_after": harness.loadavg()})  # fmt: skip
         return 0
     rows, job_rows = [], []
     for items, runner, dest in ((steps, run_case, rows), (jobs, run_job, job_rows)):
@@ -463,8 +402,8 @@ def main() -> int:
         print(job_table(job_rows))
     if args.json:
         doc = {"cases": rows, "jobs": job_rows, "load_before": load_before,
-               "load_after": list(os.getloadavg()), "smoke": args.smoke}  # fmt: skip
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+               "load_after": harness.loadavg(), "smoke": args.smoke}  # fmt: skip
+        harness.write_json(args.json, doc)
     return 0
 
 

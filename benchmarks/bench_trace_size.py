@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ailens import Lens, LensConfig
-from ailens.record.reader import read_trace
+from ailens import Lens, LensConfig, load_run
 from ailens.record.trace import TraceWriter
 
 PER_STEP = 26  # broadcast + 24 buckets + loss allreduce
@@ -100,7 +99,7 @@ def trace_size(events: int, run_dir: Path, counter: str = "cpu-ns", seed: int = 
     write_s = time.perf_counter() - t
     size = path.stat().st_size
     t = time.perf_counter()
-    n_read = read_trace(path).n_events
+    n_read = load_run(path).ranks[0].n_events
     return {
         "events": events,
         "bytes": size,

@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -44,23 +43,16 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import _harness as harness  # noqa: E402
 import netns  # noqa: E402
 
-from ailens import load_run  # noqa: E402
-from ailens._analysis import analyze  # noqa: E402
 from ailens._whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable
 WARMUP = 3
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 LINKS = ((1000.0, 0.2), (100.0, 1.0))  # (Mbit/s, one-way ms)
 _FEATURE_KEYS = ("step_s", "compute_s", "imbalance_s", "comm_s", "overlap_s", "cpu_s",
                  "parallelism", "model_error_pct")  # fmt: skip
-
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
 
 
 # name: run script, size flags (quick, full), mode, transport, launcher, rank script, netns
@@ -117,46 +109,6 @@ class Bench:
 
     # ------------------------------------------------------------ launching
 
-    def _call(self, cmds: list[list[str]], env: dict, what: str) -> str:
-        """Run the commands side by side (one per emulated host) in their own process
-        groups; all must succeed within the timeout."""
-        procs = [
-            subprocess.Popen(
-                c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                cwd=REPO, start_new_session=True,
-            )
-            for c in cmds
-        ]  # fmt: skip
-        deadline = time.monotonic() + self.timeout
-        outs = []
-        for p in procs:
-            try:
-                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 1))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    try:
-                        os.killpg(q.pid, 9)
-                    except ProcessLookupError:
-                        pass
-                raise RuntimeError(f"{what}: timed out after {self.timeout:.0f} s") from None
-            outs.append(out)
-            if p.returncode:
-                for q in procs:
-                    if q.poll() is None:
-                        os.killpg(q.pid, 9)
-                raise RuntimeError(f"{what}: exit {p.returncode}\n{out[-3000:]}")
-        return "\n".join(outs)
-
-    def _env(self, threads: int, extra: dict | None = None) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
-        env.update(
-            PYTHONPATH=str(REPO), AILENS_VENV=str(BIN.parent), PYTHONUNBUFFERED="1",
-            TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS=str(threads),
-            OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-        )  # fmt: skip
-        env.update(extra or {})
-        return env
-
     def run(self, name: str, ranks: int, threads: int, link=None, hosts=None) -> dict:
         """One run of an example; returns its record (run dir, load before/after)."""
         key = f"{name}-r{ranks}-t{threads}-" + ("loopback" if link is None else _link_key(link))
@@ -166,16 +118,16 @@ class Bench:
         d = self.out / key
         shutil.rmtree(d, ignore_errors=True)
         flags = [*ex["flags"], *ex["size"][self.size]]
-        rec = {"key": key, "dir": str(d), "load_before": load()}
+        rec = {"key": key, "dir": str(d), "load_before": harness.load1()}
         t0 = time.perf_counter()
         if link is None:
-            cmd = [PY, str(REPO / ex["run"]), "--ranks", str(ranks), "--threads", str(threads),
-                   "--run-dir", str(d), *flags]  # fmt: skip
-            self._call([cmd], self._env(threads), key)
+            cmd = [harness.PY, str(REPO / ex["run"]), "--ranks", str(ranks), "--threads",
+                   str(threads), "--run-dir", str(d), *flags]  # fmt: skip
+            harness.launch_all([cmd], harness.rank_env(threads), self.timeout, key)
         else:
-            self._call(*self._link_cmds(name, d, threads, flags, hosts), key)
+            harness.launch_all(*self._link_cmds(name, d, threads, flags, hosts), self.timeout, key)
         rec["wall_s"] = time.perf_counter() - t0
-        rec["load_after"] = load()
+        rec["load_after"] = harness.load1()
         self.runs[key] = rec
         print(f"  ran {key}: {rec['wall_s']:.0f} s, load {rec['load_before']} -> "
               f"{rec['load_after']}", flush=True)  # fmt: skip
@@ -187,12 +139,12 @@ class Bench:
         ex = EXAMPLES[name]
         script = str(REPO / ex["rank_script"])
         d.mkdir(parents=True, exist_ok=True)
-        env = self._env(threads, {**hosts.env(), "TF_USE_LEGACY_KERAS": "1"})
+        env = harness.rank_env(threads, {**hosts.env(), "TF_USE_LEGACY_KERAS": "1"})
         if name == "kmeans":
-            argv = [PY, script, "--run-dir", str(d), "--warmup", "2", *flags]
-            return [hosts.mpiexec_cmd(str(BIN / "mpiexec"), argv)], env
+            argv = [harness.PY, script, "--run-dir", str(d), "--warmup", "2", *flags]
+            return [hosts.mpiexec_cmd(str(harness.BIN / "mpiexec"), argv)], env
         argv = [script, "--run-dir", str(d), "--threads", str(threads), "--warmup", "5", *flags]
-        return hosts.torchrun_cmds(str(BIN / "torchrun"), argv), env
+        return hosts.torchrun_cmds(str(harness.BIN / "torchrun"), argv), env
 
     def calibrate(self, name: str, run_dir: str, link=None, hosts=None) -> dict:
         """``ailens calibrate`` on the example's transport, launched like the example, with
@@ -204,24 +156,18 @@ class Bench:
             return self.runs[key]["doc"]
         args = ["-m", "ailens", "calibrate", "--out", str(out), "--sizes-from", run_dir,
                 "--max-bytes", str(4 << 20)]  # fmt: skip
-        rec = {"load_before": load()}
+        rec = {"load_before": harness.load1()}
         if link is None:
-            env = self._env(1)
-            if ex["launcher"] == "mpiexec":
-                cmds = [[str(BIN / "mpiexec"), "-n", "2", PY, *args]]
-            elif ex["launcher"] == "torchrun":
-                cmds = [[str(BIN / "torchrun"), "--standalone", "--nproc-per-node=2", *args]]
-            else:
-                cmds = [[str(BIN / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
-                         PY, *args]]  # fmt: skip
+            env = harness.rank_env(1)
+            cmds = [harness.launcher_command(ex["launcher"], 2, args, python=harness.PY)]
         else:
-            env = self._env(1, hosts.env())
+            env = harness.rank_env(1, hosts.env())
             if ex["launcher"] == "mpiexec":
-                cmds = [hosts.mpiexec_cmd(str(BIN / "mpiexec"), [PY, *args])]
+                cmds = [hosts.mpiexec_cmd(str(harness.BIN / "mpiexec"), [harness.PY, *args])]
             else:
-                cmds = hosts.torchrun_cmds(str(BIN / "torchrun"), args, port=29544)
-        self._call(cmds, env, key)
-        rec.update(doc=json.loads(out.read_text()), load_after=load())
+                cmds = hosts.torchrun_cmds(str(harness.BIN / "torchrun"), args, port=29544)
+        harness.launch_all(cmds, env, self.timeout, key)
+        rec.update(doc=json.loads(out.read_text()), load_after=harness.load1())
         self.runs[key] = rec
         print(f"  calibrated {key}, load {rec['load_before']} -> {rec['load_after']}", flush=True)
         return rec["doc"]
@@ -266,8 +212,8 @@ def _link_key(link) -> str:
 
 def _case(bench: Bench, name: str, src: dict, dst: dict, frm: dict, to: dict, cal: dict) -> dict:
     ex = EXAMPLES[name]
-    a_src = analyze(load_run(src["dir"]))
-    a_dst = analyze(load_run(dst["dir"]))
+    a_src = harness.analyze_run(src["dir"])
+    a_dst = harness.analyze_run(dst["dir"])
     rpn = 1 if to["link"] != "loopback" else to["ranks"]
     (row,) = whatif(
         a_src,
@@ -453,7 +399,7 @@ def main() -> int:
         "nice": args.nice,
     }
     if args.json:
-        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        harness.write_json(args.json, doc, indent=2, default=str)
     return 0
 
 
@@ -484,7 +430,7 @@ def public_main(args) -> int:
             "seconds": time.perf_counter() - t0,
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
         }
-        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        harness.write_json(args.json, doc, indent=2, default=str)
     return 0
 
 

@@ -23,10 +23,8 @@ in the record (``sweep`` key).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,12 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ailens import load_run  # noqa: E402
-from ailens._analysis import analyze  # noqa: E402
+import _harness as harness  # noqa: E402
+
 from ailens.tools.signature_record import signature_record  # noqa: E402
 
-BIN = Path(sys.executable).parent
-PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable
 OUT = REPO / "benchmarks" / "history"
 CGROUP = Path("/sys/fs/cgroup/cpu")
 
@@ -78,10 +74,6 @@ PLATFORMS = {
 PERIOD_US = 100_000
 
 
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
 def cgroup_for(name: str, quota: float | None) -> Path | None:
     """The cpu-controller child group of a quota platform (created and set)."""
     if quota is None:
@@ -107,29 +99,8 @@ def _enter(group: Path | None, cpus: list[int] | None):
 
 def call(cmd: list[str], env: dict, platform: str, timeout: float) -> str:
     quota, cpus = PLATFORMS[platform]
-    p = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
-        start_new_session=True, preexec_fn=_enter(cgroup_for(platform, quota), cpus),
-    )  # fmt: skip
-    try:
-        out, _ = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        p.communicate()
-        raise RuntimeError(f"timed out after {timeout:.0f} s: {' '.join(cmd)}") from None
-    if p.returncode:
-        raise RuntimeError(f"exit {p.returncode}: {' '.join(cmd)}\n{out[-2000:]}")
-    return out
-
-
-def env_for(threads: int) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AILENS_")}
-    env.update(
-        PYTHONPATH=str(REPO), AILENS_VENV=str(BIN.parent), PYTHONUNBUFFERED="1",
-        TF_CPP_MIN_LOG_LEVEL="2", OMP_NUM_THREADS=str(threads),
-        OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-    )  # fmt: skip
-    return env
+    enter = _enter(cgroup_for(platform, quota), cpus)
+    return harness.launch_all([cmd], env, timeout, " ".join(cmd), preexec_fn=enter)
 
 
 def probe_platform(name: str, timeout: float) -> None:
@@ -137,8 +108,8 @@ def probe_platform(name: str, timeout: float) -> None:
     if dest.exists():
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [PY, "-m", "ailens", "probe", "--seconds", "1.0", "--name", name, "-o", str(dest)]
-    call(cmd, env_for(1), name, timeout)
+    cmd = [harness.PY, "-m", "ailens", "probe", "--seconds", "1.0", "--name", name, "-o", str(dest)]
+    call(cmd, harness.rank_env(1), name, timeout)
     print(f"probed {name}: {dest}", flush=True)
 
 
@@ -155,20 +126,21 @@ def run_one(example: str, size: str, platform: str, ranks: int, threads: int, ti
     script, flags, sizes, mode = EXAMPLES[example]
     d = tmp / key
     shutil.rmtree(d, ignore_errors=True)
-    cmd = [PY, str(REPO / script), "--ranks", str(ranks), "--threads", str(threads),
+    cmd = [harness.PY, str(REPO / script), "--ranks", str(ranks), "--threads", str(threads),
            "--run-dir", str(d), *flags, *sizes[size]]  # fmt: skip
-    before, t0 = load(), time.perf_counter()
-    call(cmd, env_for(threads), platform, timeout)
+    before, t0 = harness.load1(), time.perf_counter()
+    call(cmd, harness.rank_env(threads), platform, timeout)
     wall = time.perf_counter() - t0
     flags_s = sizes[size]
     batch = next((int(v) for k, v in zip(flags_s, flags_s[1:]) if k == "--batch-size"), None)  # noqa: B905
-    rec = signature_record(analyze(load_run(d)), job=job, mode=mode, batch_size=batch,
+    rec = signature_record(harness.analyze_run(d), job=job, mode=mode, batch_size=batch,
                            platform=platform)  # fmt: skip
     rec["run_dir"] = f"(removed) {key}"
     rec["sweep"] = {"key": key, "example": example, "size": size, "wall_s": wall, "repeat": repeat,
-                    "load_before": before, "load_after": load(), "command": cmd[1:]}  # fmt: skip
+                    "load_before": before, "load_after": harness.load1(),
+                    "command": cmd[1:]}  # fmt: skip
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(rec, indent=1, sort_keys=True))
+    harness.write_json(dest, rec, sort_keys=True, newline=False)
     shutil.rmtree(d, ignore_errors=True)
     print(f"{key}: step {rec['step']['step_s'] * 1e3:.2f} ms, wall {wall:.1f} s, "
           f"load {before} -> {rec['sweep']['load_after']}", flush=True)  # fmt: skip

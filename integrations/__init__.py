@@ -9,9 +9,10 @@ Importing this package imports no framework; importing one of its modules is the
 
 Each adapter only translates the framework's hooks into Lens calls. What they share lives in
 private modules: ``_base`` (the attachment: lifecycle, the recorded call, one patch registry,
-fail-open through ``lens.disable``, inferred steps, rank-0 notices), ``_tfhooks`` (recording
-TensorFlow collectives inside ``tf.function`` graphs) and ``_tfdistribute`` (tf.distribute
-strategies). Step inference itself is in the core (``ailens.record.steps``).
+fail-open through ``lens.disable``, inferred steps, rank-0 notices), ``_callbacks`` (what the
+Lightning and Hugging Face callbacks share), ``_tfhooks`` (recording TensorFlow collectives
+inside ``tf.function`` graphs) and ``_tfdistribute`` (tf.distribute strategies). Step inference
+itself is in the core (``ailens.record.steps``).
 
 The one line is enough: where the framework marks no step (a TensorFlow custom loop, a plain
 mpi4py loop) steps are inferred from the repeating collectives; the run ends, its last step

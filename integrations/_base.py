@@ -10,6 +10,7 @@ so the ranks keep issuing the same exchanges.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -65,7 +66,17 @@ def open_lens(**kwargs: Any) -> Lens:
         return Lens(**kwargs)
     except Exception as e:  # noqa: BLE001
         log.warning("ailens: could not start (%s: %s); ailens is off", type(e).__name__, e)
-        return Lens(rank=0, world_size=1, **{**settings, "enabled": False})
+        return disabled_lens(settings)
+
+
+def disabled_lens(settings: dict[str, Any]) -> Lens:
+    """A Lens that records nothing, for a rank where starting ailens failed."""
+    return Lens(rank=0, world_size=1, **{**settings, "enabled": False})
+
+
+def goes_on_without(what: str, e: Exception) -> None:
+    """Warn that ``what`` failed in ailens's own code and training goes on without it."""
+    log.warning("ailens: %s (%s: %s); training goes on without it", what, type(e).__name__, e)
 
 
 def named_like(wrapper: Callable, real: Callable) -> Callable:
@@ -97,6 +108,16 @@ class Patches:
                 setattr(owner, name, old)
 
         self._undo.append(undo)
+
+    def set_in_package(self, package: str, wrappers: dict[int, tuple[Any, Any]]) -> None:
+        """Replace each original (``wrappers[id(original)] == (original, new)``) in every
+        loaded module of ``package`` that holds it, under whatever name."""
+        for mod_name, mod in list(sys.modules.items()):
+            if mod is not None and (mod_name == package or mod_name.startswith(package + ".")):
+                for attr, value in list(vars(mod).items()):
+                    hit = wrappers.get(id(value))
+                    if hit is not None and hit[0] is value:
+                        self.set(mod, attr, hit[1])
 
     def on_restore(self, fn: Callable[[], None]) -> None:
         self._undo.append(fn)
@@ -274,6 +295,36 @@ class Attachment:
         except Exception as e:  # noqa: BLE001
             self.lens.disable(e)
         return result
+
+    def recorder(
+        self,
+        fn: Callable,
+        op: str,
+        nbytes_of: Callable[[tuple, dict], int] | None = None,
+        *,
+        pending: Callable[[Any, Callable[[], None]], Any] | None = None,
+    ) -> Callable:
+        """``fn`` dressed to run through :meth:`call` as ``op`` while :attr:`recording`, with
+        ``nbytes_of(args, kwargs)`` bytes (0 without it)."""
+
+        def wrapper(*args, **kwargs):
+            if not self.recording:
+                return fn(*args, **kwargs)
+            nbytes = 0 if nbytes_of is None else (lambda: nbytes_of(args, kwargs))
+            return self.call(fn, op, nbytes, args, kwargs, pending=pending)
+
+        return named_like(wrapper, fn)
+
+    def teardown(self, fn: Callable, ends_run: Callable[..., bool] | None = None) -> Callable:
+        """The framework's teardown ``fn`` that first closes the Lens while the ranks can
+        still exchange (when ``ends_run(*args, **kwargs)``, default always)."""
+
+        def teardown(*args, **kwargs):
+            if self.attached and (ends_run is None or ends_run(*args, **kwargs)):
+                self.close()
+            return fn(*args, **kwargs)
+
+        return named_like(teardown, fn)
 
     def notice(self, msg: str, *args: Any, level: int = logging.INFO) -> None:
         """A message about the job as a whole: logged by rank 0 only."""

@@ -59,10 +59,10 @@ which is slower.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
-import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -115,13 +115,11 @@ def attach(
         raise TypeError(
             f"attach(hvd): expected horovod.torch or horovod.tensorflow, got {name or repr(hvd)}"
         )
-    if kind in _attached:
-        _attached[kind].notice(
-            "ailens: horovod.%s is already attached; returning that attachment",
-            kind,
-            level=logging.WARNING,
-        )
-        return _attached[kind]
+    attached = _attached.get(kind)
+    if attached is not None:
+        msg = "ailens: horovod.%s is already attached; returning that attachment"
+        attached.notice(msg, kind, level=logging.WARNING)
+        return attached
     return HorovodLens(kind, optimizer, steps, meta, config)
 
 
@@ -132,7 +130,7 @@ class HorovodLens(Attachment):
     def __init__(self, kind: str, optimizer: Any, steps: str | None, meta, config) -> None:
         self.kind = kind
         self.hvd = hvd = importlib.import_module(f"horovod.{kind}")
-        self._handles: dict[int, int] = {}  # torch async handle -> tick
+        self._handles: dict[int, Callable[[], None]] = {}  # torch async handle -> its tick's end
         settings = {"framework": f"horovod.{kind}", **config}
         if not hvd.is_initialized():
             if detect_rank_world()[0] == 0:  # once per job
@@ -191,17 +189,13 @@ class HorovodLens(Attachment):
                 self.notice("ailens: horovod.%s has no %s; not recorded", self.kind, name)
                 continue
             wrappers[id(real)] = (real, self._wrap(real, _op(name)))
-        for name in ("synchronize", "poll", "barrier", "shutdown"):
+        barrier = functools.partial(self.recorder, op="barrier")
+        for name, wrap in (("synchronize", self._wrap_synchronize), ("poll", self._wrap_poll),
+                           ("barrier", barrier), ("shutdown", self.teardown)):  # fmt: skip
             real = getattr(ops, name, None) or getattr(self.hvd, name, None)
             if real is not None and (self.kind == "torch" or name == "shutdown"):
-                wrappers[id(real)] = (real, getattr(self, f"_wrap_{name}")(real))
-        # Patch every horovod module that holds one of the originals (looked up there).
-        for mod_name, mod in list(sys.modules.items()):
-            if mod is not None and (mod_name == "horovod" or mod_name.startswith("horovod.")):
-                for attr, value in list(vars(mod).items()):
-                    hit = wrappers.get(id(value))
-                    if hit is not None and hit[0] is value:
-                        self.patches.set(mod, attr, hit[1])
+                wrappers[id(real)] = (real, wrap(real))
+        self.patches.set_in_package("horovod", wrappers)  # where they are looked up
         _attached[self.kind] = self
         self.patches.on_restore(lambda: _attached.pop(self.kind, None))
         if self.kind == "tensorflow":
@@ -236,29 +230,20 @@ class HorovodLens(Attachment):
 
             return _tfhooks.wrap(tf, "tensorflow", real, op, _tf_payload(real))
 
-        def wrapper(*args, **kwargs):
-            if not self.recording:
-                return real(*args, **kwargs)
-            tick = self.begin(op, lambda: _torch_nbytes(_payload(args, kwargs)))
-            try:
-                with quiet():
-                    handle = real(*args, **kwargs)
-            except BaseException:
-                self.end(tick)
-                raise
-            self._handles[handle] = tick
+        def keep_open(handle, end: Callable[[], None]):  # synchronize/poll end the tick
+            self._handles[handle] = end
             return handle
 
-        return named_like(wrapper, real)
+        return self.recorder(real, op, _torch_payload_nbytes, pending=keep_open)
 
     def _wrap_synchronize(self, real):
         def synchronize(handle):
-            tick = self._handles.pop(handle, None) if self._handles else None
+            end = self._handles.pop(handle, None) if self._handles else None
             try:
                 return real(handle)
             finally:
-                if tick is not None:
-                    self.end(tick)
+                if end is not None:
+                    end()
 
         return named_like(synchronize, real)
 
@@ -266,26 +251,10 @@ class HorovodLens(Attachment):
         def poll(handle):
             done = real(handle)
             if done and handle in self._handles:
-                self.end(self._handles.pop(handle))
+                self._handles.pop(handle)()
             return done
 
         return named_like(poll, real)
-
-    def _wrap_barrier(self, real):
-        def barrier(*args, **kwargs):
-            if not self.recording:
-                return real(*args, **kwargs)
-            return self.call(real, "barrier", 0, args, kwargs)
-
-        return named_like(barrier, real)
-
-    def _wrap_shutdown(self, real):
-        def shutdown(*args, **kwargs):
-            if self.attached:  # the framework's teardown: end the run while it can exchange
-                self.close()
-            return real(*args, **kwargs)
-
-        return named_like(shutdown, real)
 
 
 def _run_facts(kind: str, optimizer: Any) -> dict:
@@ -340,6 +309,10 @@ def _record_at_cond(kwargs: dict) -> tuple[bool, int | None]:
         return False, None
     ps = kwargs.get("process_set", global_process_set)
     return bool(ps.included() and ps.size() > 1), 2 if compression is Compression.fp16 else None
+
+
+def _torch_payload_nbytes(args: tuple, kwargs: dict) -> int:
+    return _torch_nbytes(_payload(args, kwargs))
 
 
 def _torch_nbytes(x) -> int:

@@ -57,7 +57,7 @@ from typing import Any
 from ailens import Lens, LensConfig
 
 from . import _tfdistribute, _tfhooks
-from ._base import Attachment, log, open_lens
+from ._base import Attachment, disabled_lens, goes_on_without, open_lens
 
 __all__ = ["LensCallback"]
 
@@ -67,18 +67,16 @@ PROGBAR_REFRESH_S = 0.5
 
 def _callback_base() -> type:
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
-    if legacy or "tf_keras" in sys.modules:
-        import tf_keras
+    if not legacy and "tf_keras" not in sys.modules:
+        try:
+            import keras
 
-        return tf_keras.callbacks.Callback
-    try:
-        import keras
+            return keras.callbacks.Callback
+        except ImportError:
+            pass
+    import tf_keras
 
-        return keras.callbacks.Callback
-    except ImportError:
-        import tf_keras
-
-        return tf_keras.callbacks.Callback
+    return tf_keras.callbacks.Callback
 
 
 class LensCallback(_callback_base()):
@@ -106,15 +104,9 @@ class LensCallback(_callback_base()):
         try:
             self._start(sys._getframe(1))
         except Exception as e:  # noqa: BLE001 - never break training
-            log.warning(
-                "ailens: LensCallback could not start (%s: %s); training goes on without it",
-                type(e).__name__,
-                e,
-            )
+            goes_on_without("LensCallback could not start", e)
             if self.lens is None:
-                self._att = Attachment(
-                    Lens(rank=0, world_size=1, **{**self._config, "enabled": False})
-                )
+                self._att = Attachment(disabled_lens(self._config))
                 self.lens = self._att.lens
             else:
                 self.lens.disable(e)
@@ -193,10 +185,9 @@ class LensCallback(_callback_base()):
         self._progbar = params.get("verbose") == 1 and _progbar_shows_values(caller)
 
 
-def _fit_arguments(caller) -> dict:
+def _fit_arguments(frame) -> dict:
     """``validation_freq``, whether ``fit`` validates, and ``batch_size``, from the arguments of
     the ``Model.fit`` call that is running (its frame is a few above ``on_train_begin``)."""
-    frame = caller
     for _ in range(6):
         if frame is None:
             break
@@ -218,12 +209,9 @@ def _progbar_shows_values(caller) -> bool:
     as is; tf-keras' averages all but its "stateful metrics", so ours join that set (on the
     ProgbarLogger of the CallbackList calling us). Otherwise we add nothing to the logs."""
     progbar = getattr(caller.f_locals.get("self"), "_progbar", None)
-    if progbar is None:
-        return False
-    if not hasattr(progbar, "stateful_metrics"):
-        return True  # Keras 3
-    progbar.stateful_metrics = set(progbar.stateful_metrics) | set(PROGBAR_KEYS)
-    return True
+    if hasattr(progbar, "stateful_metrics"):  # tf-keras (Keras 3's has none)
+        progbar.stateful_metrics = set(progbar.stateful_metrics) | set(PROGBAR_KEYS)
+    return progbar is not None
 
 
 def _run_facts(model, batch_size: int | None) -> dict:

@@ -51,7 +51,6 @@ goes on.
 
 from __future__ import annotations
 
-import logging
 import math
 import sys
 import time
@@ -59,12 +58,10 @@ from typing import Any
 
 import torch
 
-from ailens import Lens, LensConfig
+from ailens import Lens
 
-from . import torch as ailens_torch
+from ._callbacks import TorchCallback
 from .tqdm import forecast_numbers
-
-log = logging.getLogger("ailens")
 
 __all__ = ["LensCallback"]
 
@@ -87,48 +84,23 @@ def _callback_base() -> type:
         return pytorch_lightning.Callback
 
 
-class LensCallback(_callback_base()):
-    """A Lightning callback driving a Lens; keywords are LensConfig fields."""
+class LensCallback(_callback_base(), TorchCallback):
+    """A Lightning callback driving a Lens; keywords are LensConfig fields. ``.lens`` is the
+    Lens of the last ``fit`` (closed once it ended), else None."""
 
     def __init__(self, *, progress_bar: bool = True, **config: Any) -> None:
         super().__init__()
-        LensConfig(**config)  # a misspelt or invalid setting fails here, at the user's line
-        self._config = config
+        self._configure(config)
         self._progress_bar = progress_bar
-        self._handle = None  # the torch adapter's handle while fit runs
-        self._steps_from_batches = False  # no optimizer hook: steps from global_step
         self._global_step = 0
         self._bar_at = -math.inf
-
-    @property
-    def lens(self) -> Lens | None:
-        """The Lens of the last ``fit`` (closed once it ended), else None."""
-        return None if self._handle is None else self._handle.lens
-
-    @property
-    def _open(self) -> Lens | None:
-        lens = self.lens
-        return None if lens is None or lens.closed else lens
 
     # ------------------------------------------------------------ fit
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        model = trainer.strategy.model
-        config = dict(self._config)
-        is_ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
-        config.setdefault("framework", "lightning-ddp" if is_ddp else "lightning")
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
-        try:
-            self._handle = ailens_torch.attach(model, optimizer, **config)
-        except Exception as e:  # noqa: BLE001 - never break training
-            log.warning(
-                "ailens: LensCallback could not attach (%s: %s); training goes on without it",
-                type(e).__name__,
-                e,
-            )
-            return
-        self._steps_from_batches = optimizer is None
-        self._global_step = trainer.global_step
+        if self._attach("lightning", trainer.strategy.model, optimizer):
+            self._global_step = trainer.global_step
 
     def on_train_start(self, trainer, pl_module) -> None:
         lens = self._open
@@ -154,9 +126,7 @@ class LensCallback(_callback_base()):
         if step == self._global_step:  # accumulating gradients: no optimizer step yet
             return
         self._global_step = step
-        if self._steps_from_batches:
-            self._handle.step_end()
-        if lens.should_stop:
+        if self._step_ended(lens):
             trainer.should_stop = True
         if self._progress_bar and trainer.is_global_zero:
             self._show_forecast(pl_module, lens)

@@ -63,7 +63,7 @@ from mpi4py import MPI
 
 from ailens import Lens
 
-from ._base import Attachment
+from ._base import Attachment, open_lens
 
 __all__ = ["wrap", "LensComm", "TimedRequest"]
 
@@ -166,22 +166,8 @@ _BUFFER_OPS: dict[str, tuple[str, Callable]] = {
 }
 # Buffer collectives whose local count MPI requires to be the same on every rank.
 _EQUAL_COUNTS = frozenset(
-    (
-        "Allreduce",
-        "Iallreduce",
-        "Bcast",
-        "Ibcast",
-        "Allgather",
-        "Iallgather",
-        "Alltoall",
-        "Ialltoall",
-        "Reduce",
-        "Ireduce",
-        "Reduce_scatter_block",
-        "Scan",
-        "Exscan",
-        "Barrier",
-    )
+    "Allreduce Iallreduce Bcast Ibcast Allgather Iallgather Alltoall Ialltoall Reduce Ireduce "
+    "Reduce_scatter_block Scan Exscan Barrier".split()
 )
 _OBJECT_OPS: dict[str, tuple[str, Callable]] = {
     name: (name, _obj("sendobj"))
@@ -326,13 +312,8 @@ def wrap(comm: Any = None, *, steps: str = "infer", **config: Any) -> LensComm:
     config.setdefault("framework", "mpi4py")
     vendor, version = MPI.get_vendor()
     config.setdefault("backend", f"{vendor} {'.'.join(map(str, version))}")
-    lens = Lens(
-        rank=comm.Get_rank(),
-        world_size=comm.Get_size(),
-        exchange=exchange,
-        meta=_run_facts(),
-        **config,
-    )
+    rank, world = comm.Get_rank(), comm.Get_size()
+    lens = open_lens(rank=rank, world_size=world, exchange=exchange, meta=_run_facts(), **config)
     return LensComm(comm, lens, steps, exchange)
 
 

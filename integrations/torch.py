@@ -57,7 +57,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ._base import Attachment, named_like, open_lens, quiet
+from ._base import Attachment, open_lens, quiet
 
 __all__ = ["attach", "TorchLens"]
 
@@ -94,6 +94,10 @@ def _nbytes(x: Any) -> int:
     return int(x.nbytes) if isinstance(x, torch.Tensor) else 0
 
 
+def _payload_nbytes(pos: int, arg: str) -> Callable[[tuple, dict], int]:
+    return lambda args, kwargs: _nbytes(args[pos] if len(args) > pos else kwargs.get(arg))
+
+
 class _TimedWork:
     """Proxy of an async ``Work``: ``wait()`` (or the future's completion) ends the tick."""
 
@@ -123,6 +127,11 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
+def _whole_world(group=None, *args, **kwargs) -> bool:
+    """Whether ``destroy_process_group`` ends the run: the default group, not a subgroup."""
+    return group is None or group is dist.group.WORLD
+
+
 def _timed(result: Any, end: Callable[[], None]) -> _TimedWork | None:
     return _TimedWork(result, end) if result is not None and hasattr(result, "wait") else None
 
@@ -136,25 +145,12 @@ class TorchLens(Attachment):
         for name, (op, pos, arg) in _COLLECTIVES.items():
             fn = getattr(dist, name, None)
             if fn is not None:
-                self.patches.set(dist, name, self._wrap(fn, op, pos, arg))
-        real = dist.destroy_process_group
-
-        def destroy_process_group(group=None, *args, **kwargs):
-            if self.attached and (group is None or group is dist.group.WORLD):
-                self.close()  # the framework's teardown: end the run while it can exchange
-            return real(group, *args, **kwargs)
-
-        self.patches.set(dist, "destroy_process_group", destroy_process_group)
-
-    def _wrap(self, fn: Callable, op: str, pos: int | None, arg: str | None) -> Callable:
-        def wrapper(*args, **kwargs):
-            if not self.recording:
-                return fn(*args, **kwargs)
-            payload = None if pos is None else args[pos] if len(args) > pos else kwargs.get(arg)
-            return self.call(fn, op, lambda: _nbytes(payload), args, kwargs, pending=_timed)
-
-        wrapper._ailens_owner = self
-        return named_like(wrapper, fn)
+                nbytes_of = None if pos is None else _payload_nbytes(pos, arg)
+                wrapper = self.recorder(fn, op, nbytes_of, pending=_timed)
+                wrapper._ailens_owner = self
+                self.patches.set(dist, name, wrapper)
+        teardown = self.teardown(dist.destroy_process_group, _whole_world)
+        self.patches.set(dist, "destroy_process_group", teardown)
 
     def _register_ddp_hook(self, model, comm_hook, state) -> None:
         if getattr(model, "_comm_hooks", None):
@@ -166,7 +162,7 @@ class TorchLens(Attachment):
             return
         group = getattr(model, "process_group", None) or dist.group.WORLD
 
-        def average(_state, bucket, tick):
+        def average(_state, bucket):
             # DDP's built-in arithmetic: it multiplies by 1 / world size while copying into
             # the bucket (Reducer::copy_grad_to_bucket, at::mul_out); a division (what
             # allreduce_hook does) differs in the last bit at world sizes that are not powers
@@ -174,34 +170,27 @@ class TorchLens(Attachment):
             # through dist.all_reduce's Python checks.
             tensor = bucket.buffer()
             tensor.mul_(1.0 / group.size())
-            fut = group.allreduce([tensor]).get_future()
-            if tick is None:
-                return fut.then(lambda f: f.value()[0])
+            return group.allreduce([tensor]).get_future()
 
-            def done(f):  # the tick's end folded into the one completion callback
-                self.end(tick)
-                return f.value()[0]
-
-            return fut.then(done)
-
-        def composed(inner_state, bucket, tick):
+        def composed(inner_state, bucket):
             with quiet():  # what the user's hook calls is inside this bucket's tick
-                fut = comm_hook(inner_state, bucket)
-            if tick is None:
-                return fut
-
-            def done(f):
-                self.end(tick)
-                return f.value()
-
-            return fut.then(done)
+                return comm_hook(inner_state, bucket)
 
         launch = average if comm_hook is None else composed
+        value = (lambda f: f.value()[0]) if comm_hook is None else (lambda f: f.value())
 
         def ailens_comm_hook(state, bucket):
             if not self.recording:
-                return launch(state, bucket, None)
-            return launch(state, bucket, self.begin("allreduce", bucket.buffer().nbytes))
+                fut = launch(state, bucket)
+                return fut.then(value) if comm_hook is None else fut
+            tick = self.begin("allreduce", bucket.buffer().nbytes)
+            fut = launch(state, bucket)
+
+            def done(f):  # the tick's end folded into the one completion callback
+                self.end(tick)
+                return value(f)
+
+            return fut.then(done)
 
         inner = getattr(comm_hook, "__qualname__", "hook") if comm_hook else "allreduce"
         ailens_comm_hook.__qualname__ = f"ailens({inner})"

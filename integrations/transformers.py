@@ -48,50 +48,33 @@ goes on.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
 
-from ailens import Lens, LensConfig
+from ailens import Lens
 
-from . import torch as ailens_torch
+from ._base import log
+from ._callbacks import TorchCallback
 from .tqdm import forecast_numbers
-
-log = logging.getLogger("ailens")
 
 __all__ = ["LensCallback", "attach"]
 
 
-class LensCallback(TrainerCallback):
+class LensCallback(TrainerCallback, TorchCallback):
     """A ``TrainerCallback`` driving a Lens; ``trainer``: the Trainer it is added to, which
     lets it time the DDP gradient buckets (see :func:`attach`). ``.lens`` is the Lens once
     training began."""
 
     def __init__(self, trainer: Any = None, **config: Any) -> None:
-        LensConfig(**config)  # a misspelt or invalid setting fails here, at the user's line
+        self._configure(config)
         self._trainer = trainer
-        self._config = config
-        self._handle = None
-        self._steps_from_optimizer = False
         self._eval_pending = False
-
-    @property
-    def lens(self) -> Lens | None:
-        """The Lens of the last ``train()`` (closed once it ended), else None."""
-        return None if self._handle is None else self._handle.lens
-
-    @property
-    def _open(self) -> Lens | None:
-        lens = self.lens
-        return None if lens is None or lens.closed else lens
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs) -> None:
         wrapped = getattr(self._trainer, "model_wrapped", None) if self._trainer else None
         ddp = wrapped if isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) else None
-        config = dict(self._config)
-        config.setdefault("framework", "transformers-ddp" if ddp is not None else "transformers")
         # The handler's optimizer is the one given to Trainer(optimizers=...), else None; the
         # trainer's is Accelerate's AcceleratedOptimizer, which steps the torch optimizer it
         # holds only on the micro-batch that syncs (not when a GradScaler skips the step).
@@ -100,16 +83,8 @@ class LensCallback(TrainerCallback):
         optimizer = getattr(optimizer, "optimizer", optimizer)
         if not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = None
-        try:
-            self._handle = ailens_torch.attach(ddp, optimizer, **config)
-        except Exception as e:  # noqa: BLE001 - never break training
-            log.warning(
-                "ailens: LensCallback could not attach (%s: %s); training goes on without it",
-                type(e).__name__,
-                e,
-            )
+        if not self._attach("transformers", ddp, optimizer):
             return
-        self._steps_from_optimizer = optimizer is not None
         lens = self._handle.lens
         if ddp is None and lens.world_size > 1 and lens.rank == 0:
             log.warning(
@@ -140,9 +115,7 @@ class LensCallback(TrainerCallback):
         lens = self._open
         if lens is None:
             return
-        if not self._steps_from_optimizer:
-            self._handle.step_end()
-        if lens.should_stop:
+        if self._step_ended(lens):
             control.should_training_stop = True
         self._eval_due(lens, control)
 
