@@ -11,7 +11,6 @@ __version__ = "0.1.0"
 
 from ._config import LensConfig  # noqa: E402
 from ._lens import Lens, detect_rank_world  # noqa: E402
-from ._logs import LogError, read_timeline  # noqa: E402
 from ._timeline import (  # noqa: E402
     Section,
     StepForecast,
@@ -20,6 +19,7 @@ from ._timeline import (  # noqa: E402
     forecast_timeline,
 )
 from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
+from .analysis.logs import LogError, read_timeline  # noqa: E402
 
 __all__ = [
     "Lens",

@@ -356,7 +356,7 @@ def _load(args):
 
 
 def _analyze(args, run):
-    from ._analysis import analyze
+    from .analysis.run_analysis import analyze
 
     # None keeps the run's own setting (its LensConfig), so the replayed forecast is the online one.
     return analyze(
@@ -408,14 +408,14 @@ def _print(text: str) -> None:
 
 
 def _cmd_report(args) -> int:
-    from ._report import default_whatif_ranks, format_report, report_dict
+    from .report.rows import default_whatif_ranks, format_report, report_dict
 
     args.mode = args.mode or "weak"
     run = _load(args)
     a = _analyze(args, run)
     rows = _whatif(args, a, args.ranks or default_whatif_ranks(a.ranks), strict=False)
     if args.html is not None:
-        from ._html import render_html
+        from .report.html import render_html
 
         page = render_html(a, rows, whatif_mode=args.mode, top=args.top)
         _write_text(args.html, page)
@@ -443,7 +443,7 @@ def _write_missing_record(args, run, a) -> None:
         print(f"ailens: no {path} ({why})", file=sys.stderr)
         return
     if any(v is not None for v in (args.tolerance, args.min_share, args.phase_key)):
-        from ._analysis import analyze
+        from .analysis.run_analysis import analyze
 
         a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
     # The record analyses every rank's trace and replays up to 4000 steps per what-if
@@ -461,7 +461,7 @@ def _write_missing_record(args, run, a) -> None:
 
 
 def _cmd_predict(args) -> int:
-    from ._report import format_forecast, predict_dict
+    from .report.rows import format_forecast, predict_dict
 
     a = _analyze(args, _load(args))
     if args.json:
@@ -474,7 +474,7 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_whatif(args) -> int:
-    from ._report import default_whatif_ranks, format_whatif, whatif_dicts
+    from .report.rows import default_whatif_ranks, format_whatif, whatif_dicts
 
     _cluster_platform_flag(args)
     job = _job_input(args)
@@ -681,7 +681,7 @@ def _format_learned(rows, learned: list[float], model: dict) -> str:
 
 
 def _cmd_export(args) -> int:
-    from ._export import write_chrome_trace
+    from .report.export import write_chrome_trace
 
     run = _load(args)
     a = None if args.no_phases else _analyze(args, run)
@@ -840,8 +840,8 @@ def _record_of(path: Path, args) -> dict:
             return read_record(path)
         if (path / RECORD_FILE).is_file() and not (given or args.rebuild):
             return read_record(path)
-        from ._analysis import analyze
         from ._trace import load_run
+        from .analysis.run_analysis import analyze
 
         a = analyze(load_run(path))
         rec = signature_record(
@@ -958,8 +958,8 @@ def _add_forecast_command(sub) -> None:
 
 
 def _cmd_forecast(args) -> int:
-    from ._logs import LogError, read_timeline
     from ._timeline import forecast_timeline
+    from .analysis.logs import LogError, read_timeline
 
     try:
         tl = read_timeline(
@@ -1114,8 +1114,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "tolerance", None) is not None and args.tolerance < 0:
         parser.error(f"--tolerance {args.tolerance}: must be >= 0")
-    from ._html import PlotUnavailable
     from ._trace import TraceError
+    from .report.html import PlotUnavailable
 
     try:
         return _COMMANDS[args.command](args)

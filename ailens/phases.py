@@ -471,7 +471,7 @@ def format_table2(table: PhaseTable, detail: bool = False) -> str:
     ``detail`` adds each phase's op and SIMO representative. The rows are those of the
     report's Table 2 (``ailens report``), without its Share column.
     """
-    from ._report import table2_section, table_text
+    from .report.rows import table2_section, table_text
 
     return table_text(table2_section(table, detail=detail, share=False), rule=False)
 
@@ -494,7 +494,7 @@ def format_table3_row(
     count is ``table.n_phases``; time and percentages are the table's whole-run totals. The
     cells are those of the report's Table 3 (``ailens report``).
     """
-    from ._report import table3_section
+    from .report.rows import table3_section
 
     (row,) = table3_section(table, previous_phases, processes=processes).rows
     return " | ".join((application, *row.cells))

@@ -10,7 +10,7 @@ import pytest
 from synthetic import Collective, write_run
 
 from ailens import load_run
-from ailens._analysis import analyze
+from ailens.analysis.run_analysis import analyze
 from ailens.phases import assign, magnitude, pas2p_assign, phase_table, simo
 
 

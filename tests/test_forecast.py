@@ -15,7 +15,6 @@ from conftest import mpiexec, run_ranks
 
 import ailens
 from ailens import LensConfig, load_run
-from ailens._analysis import analyze
 from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
     Forecaster,
@@ -24,6 +23,7 @@ from ailens._forecast import (
     t_quantile,
 )
 from ailens._online import OnlineAnalysis
+from ailens.analysis.run_analysis import analyze
 
 # --------------------------------------------------------------------------- cost models
 

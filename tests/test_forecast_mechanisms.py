@@ -9,8 +9,8 @@ import pytest
 
 import ailens
 from ailens import load_run
-from ailens._analysis import analyze
 from ailens._forecast import EvalPlan, Forecaster, Schedule
+from ailens.analysis.run_analysis import analyze
 
 
 class Clock:

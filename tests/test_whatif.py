@@ -18,7 +18,6 @@ from synthetic import Collective, write_run
 
 import ailens
 from ailens import load_run
-from ailens._analysis import analyze
 from ailens._collectives import CostParams, collective_time, transport_of
 from ailens._config import LensConfig
 from ailens._trace import TraceWriter
@@ -31,6 +30,7 @@ from ailens._whatif import (
     scaling_model,
     whatif,
 )
+from ailens.analysis.run_analysis import analyze
 
 NODE2 = {"hostname": "n", "cores": 2, "affinity": [0, 1], "cpu_quota": None, "thread_env": {}}
 

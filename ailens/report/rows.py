@@ -4,7 +4,7 @@ Each section (Table 2, Table 3, top phases, skew, forecast, what-if) is a :class
 title, column headers, rows of cell texts, notes, and the section's keys of
 ``ailens report --json``. The builders read results (RunAnalysis, Forecast, what-if rows);
 they never compute them. The renderers only lay sections out: :func:`render_text` (the
-terminal), :func:`render_json` (``--json``) and ``ailens._html.render_html`` (the page).
+terminal), :func:`render_json` (``--json``) and ``ailens.report.html.render_html`` (the page).
 Adding a row or a line to a section is a change in its builder alone.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__
+from .. import __version__
 
 __all__ = [
     "COUNTER_LABELS",

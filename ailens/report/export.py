@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._ticks import partition
+from .._ticks import partition
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
 

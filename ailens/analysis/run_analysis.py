@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ._config import LensConfig
-from ._exchange import Summed
-from ._forecast import Forecast
-from ._online import OnlineAnalysis, feed_recorded, read_json
-from ._ticks import summarise
-from ._trace import Run
-from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
+from .._config import LensConfig
+from .._exchange import Summed
+from .._forecast import Forecast
+from .._online import OnlineAnalysis, feed_recorded, read_json
+from .._ticks import summarise
+from .._trace import Run
+from ..phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 
 __all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
 

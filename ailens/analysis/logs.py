@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._timeline import Section, Timeline
+from .._timeline import Section, Timeline
 
 __all__ = ["read_csv", "read_mlperf", "read_run_dir", "read_timeline"]
 
@@ -107,7 +107,7 @@ def _read_text(p: Path) -> str:
 def read_run_dir(path: str | Path) -> Timeline:
     """Rank 0's step ends, sections and schedule from an ailens run directory (seconds from
     its Lens's start); the run's end when every rank closed."""
-    from ._trace import load_run
+    from .._trace import load_run
 
     run = load_run(path)
     first = run.ranks[0]
