@@ -2,7 +2,8 @@
 
 Attach one line (an integration in ``ailens.integrations``) or drive a :class:`Lens` by hand;
 ailens records every collective with the work done before it, condenses the run into SIMO
-phases online and forecasts the total time and other rank counts.
+phases online and forecasts the total time and other rank counts. ``ailens.analyze(run_dir)``
+reads a saved run back (phases, per-step table, forecast).
 
 Importing ailens imports no framework.
 """
@@ -20,6 +21,7 @@ from ._timeline import (  # noqa: E402
 )
 from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
 from .analysis.logs import LogError, read_timeline  # noqa: E402
+from .analysis.run_analysis import PhaseSkew, RunAnalysis, StepTable, analyze  # noqa: E402
 
 __all__ = [
     "Lens",
@@ -28,6 +30,10 @@ __all__ = [
     "RankTrace",
     "TraceError",
     "load_run",
+    "analyze",
+    "RunAnalysis",
+    "StepTable",
+    "PhaseSkew",
     "Timeline",
     "Section",
     "StepForecast",

@@ -29,6 +29,7 @@ __all__ = [
     "Phase",
     "PhaseTable",
     "SIZE_KEY_FACTOR",
+    "TABLE2_HEAD",
     "TABLE3_HEADER",
     "assign",
     "format_table2",
@@ -38,6 +39,8 @@ __all__ = [
     "phase_key",
     "phase_table",
     "simo",
+    "table2_rows",
+    "table3_cells",
 ]
 
 # phase_key(op, nbytes, use_size=True) == op * SIZE_KEY_FACTOR + magnitude(nbytes); an int64
@@ -461,7 +464,68 @@ def phase_table(
     )
 
 
-# --------------------------------------------------------------------------- formatting
+# --------------------------------------------------------------------------- the paper's tables
+# The cells of Tables 2 and 3 belong to the phase table; ailens.report lays them out in its
+# sections (with titles, notes and JSON), format_table2 / format_table3_row as plain text.
+
+TABLE2_HEAD = ("Phase", "Op", "SIMO", "Time/occurrence (s)", "Weight", "Time×Weight (s)", "Share")
+TABLE3_HEADER = (
+    "Application | Processes | Previous phases | Current phases | AET (s) | % Comm. | % Compute"
+)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.1f}%"
+
+
+def table2_rows(table: PhaseTable) -> list[tuple[tuple[str, ...], int | None]]:
+    """Table 2's rows (cells under :data:`TABLE2_HEAD`, with their phase id): one per kept
+    phase, the dropped phases summed in one row (id None), and a Total row (id None, the
+    last) that the time column adds up to; no rows when there are no phases."""
+    rows: list[tuple[tuple[str, ...], int | None]] = [
+        (
+            (
+                str(p.id),
+                str(p.op),
+                str(p.simo),
+                f"{p.time_per_occurrence_s:.6f}",
+                f"{p.weight:,}",
+                f"{p.total_s:.6f}",
+                _pct(100 * p.share),
+            ),
+            p.id,
+        )
+        for p in table.phases
+    ]
+    if table.dropped:
+        label = f"{len(table.dropped)} dropped (<{100 * table.min_share:g}%)"
+        share_s = _pct(100 * table.dropped_s / table.total_s) if table.total_s > 0 else ""
+        rows.append(((label, "", "", "", "", f"{table.dropped_s:.6f}", share_s), None))
+    if rows:
+        total = ("Total", "", "", "", f"{table.n_ticks:,}", f"{table.total_s:.6f}", "100%")
+        rows.append((total, None))
+    return rows
+
+
+def table3_cells(
+    table: PhaseTable,
+    previous_phases: int,
+    *,
+    processes: int | None = None,
+    aet_s: float | None = None,
+) -> tuple[str, ...]:
+    """Table 3's cells after the application: processes, previous (PAS2P) and current
+    (SIMO) phase counts, execution time (``aet_s``, default the table's total), % comm and
+    % compute."""
+    aet = table.total_s if aet_s is None else aet_s
+    return (
+        "" if processes is None else str(processes),
+        f"{previous_phases:,}",
+        f"{table.n_phases:,}",
+        f"{aet:.2f}",
+        f"{table.comm_pct:.2f}",
+        f"{table.compute_pct:.2f}",
+    )
 
 
 def format_table2(table: PhaseTable, detail: bool = False) -> str:
@@ -471,14 +535,20 @@ def format_table2(table: PhaseTable, detail: bool = False) -> str:
     ``detail`` adds each phase's op and SIMO representative. The rows are those of the
     report's Table 2 (``ailens report``), without its Share column.
     """
-    from .report.rows import table2_section, table_text
+    shown = (True, detail, detail, True, True, True, False)
 
-    return table_text(table2_section(table, detail=detail, share=False), rule=False)
+    def cut(cells: Sequence) -> tuple:
+        return tuple(c for c, keep in zip(cells, shown, strict=True) if keep)
 
-
-TABLE3_HEADER = (
-    "Application | Processes | Previous phases | Current phases | AET (s) | % Comm. | % Compute"
-)
+    lines = [cut(TABLE2_HEAD), *(cut(cells) for cells, _ in table2_rows(table))]
+    right = cut((False, False) + (True,) * 5)
+    widths = [max(len(line[c]) for line in lines) for c in range(len(right))]
+    return "\n".join(
+        "  ".join(
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(line, widths, right, strict=True)
+        ).rstrip()
+        for line in lines
+    )
 
 
 def format_table3_row(
@@ -494,10 +564,8 @@ def format_table3_row(
     count is ``table.n_phases``; time and percentages are the table's whole-run totals. The
     cells are those of the report's Table 3 (``ailens report``).
     """
-    from .report.rows import table3_section
-
-    (row,) = table3_section(table, previous_phases, processes=processes).rows
-    return " | ".join((application, *row.cells))
+    cells = table3_cells(table, previous_phases, processes=processes)
+    return " | ".join((application, *cells))
 
 
 # --------------------------------------------------------------------------- online

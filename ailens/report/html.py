@@ -129,25 +129,31 @@ def _plot_share(plt, a, colors) -> str:
 
 
 def _plot_comm_compute(plt, a) -> str:
-    """Comm vs compute per step (rank-mean seconds), plus the run's overall split."""
-    step = np.asarray(a.tick_step, dtype=np.int64)
-    comm = np.asarray(a.comm_s, dtype=float)
-    comp = np.asarray(a.compute_s, dtype=float)
+    """Compute and exposed communication per step (the analysis's step table, mean over
+    ranks), plus the run's overall split."""
+    table = a.steps
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [4, 1]})
-    if len(step):
-        steps = np.arange(int(step.max()) + 1)
-        c = np.bincount(step, weights=comm, minlength=len(steps)) * 1e3
-        g = np.bincount(step, weights=comp, minlength=len(steps)) * 1e3
+    if a.n_ticks and table.n_steps:
+        steps = np.arange(table.n_steps)
+        c = table.exposed_s.mean(axis=1) * 1e3
+        g = table.compute_s.mean(axis=1) * 1e3
         ax.fill_between(
             steps, 0, g, step="mid", color=_COMPUTE, alpha=0.85, label="compute", linewidth=0
         )
         ax.fill_between(
-            steps, g, g + c, step="mid", color=_COMM, alpha=0.85, label="communication", linewidth=0
+            steps,
+            g,
+            g + c,
+            step="mid",
+            color=_COMM,
+            alpha=0.85,
+            label="exposed communication",
+            linewidth=0,
         )
         ax.set_xlim(steps[0], steps[-1] if len(steps) > 1 else 1)
     ax.set_xlabel("training step")
     ax.set_ylabel("ms per step (mean over ranks)")
-    ax.set_title("Communication vs compute per step")
+    ax.set_title("Compute vs exposed communication per step")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
     ax2.bar([0], [a.compute_pct], color=_COMPUTE, width=0.6)

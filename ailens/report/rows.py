@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
+from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 
 __all__ = [
     "COUNTER_LABELS",
@@ -267,37 +268,14 @@ def header(a) -> Header:
     )
 
 
-_TABLE2_HEAD = ("Phase", "Op", "SIMO", "Time/occurrence (s)", "Weight", "Time×Weight (s)", "Share")
-
-
 def table2_section(
     table, *, tolerance: int | None = None, detail: bool = True, share: bool = True
 ) -> Section:
-    """The paper's Table 2 from a PhaseTable: one row per kept phase, the dropped phases
-    summed in one row, and a Total row the time column adds up to. ``detail`` adds each
-    phase's op and SIMO representative, ``share`` its share of the time."""
-    rows = [
-        Row(
-            (
-                str(p.id),
-                str(p.op),
-                str(p.simo),
-                f"{p.time_per_occurrence_s:.6f}",
-                f"{p.weight:,}",
-                f"{p.total_s:.6f}",
-                _pct(100 * p.share),
-            ),
-            phase=p.id,
-        )
-        for p in table.phases
-    ]
-    if table.dropped:
-        label = f"{len(table.dropped)} dropped (<{100 * table.min_share:g}%)"
-        share_s = _pct(100 * table.dropped_s / table.total_s) if table.total_s > 0 else ""
-        rows.append(Row((label, "", "", "", "", f"{table.dropped_s:.6f}", share_s)))
-    if rows:
-        total = ("Total", "", "", "", f"{table.n_ticks:,}", f"{table.total_s:.6f}", "100%")
-        rows.append(Row(total, kind="total"))
+    """The paper's Table 2 from a PhaseTable (rows: ``ailens.phases.table2_rows``): one row
+    per kept phase, the dropped phases summed in one row, and a Total row the time column
+    adds up to. ``detail`` adds each phase's op and SIMO representative, ``share`` its share
+    of the time."""
+    rows = table2_rows(table)
     shown = (True, detail, detail, True, True, True, share)
 
     def cut(cells: Sequence) -> tuple:
@@ -307,9 +285,12 @@ def table2_section(
     return Section(
         key="table2",
         title="Table 2. Phases" + (f" (SIMO ±{tolerance})" if tolerance is not None else ""),
-        head=cut(_TABLE2_HEAD),
+        head=cut(TABLE2_HEAD),
         right=cut((False, False) + (True,) * 5),
-        rows=tuple(dataclasses.replace(r, cells=cut(r.cells)) for r in rows),
+        rows=tuple(
+            Row(cut(cells), phase=phase, kind="total" if i == len(rows) - 1 else "")
+            for i, (cells, phase) in enumerate(rows)
+        ),
         notes=(
             "Time per occurrence: the mean over ranks of the communication time plus the "
             "compute gap before the collective; weight: the number of occurrences (ticks).",
@@ -328,17 +309,11 @@ def table2_section(
 def table3_section(
     table, previous_phases: int, *, processes: int | None = None, aet_s: float | None = None
 ) -> Section:
-    """The paper's Table 3 row: processes, previous (PAS2P) and current (SIMO) phase counts,
-    execution time (``aet_s``, default the table's total) and the comm/compute split."""
+    """The paper's Table 3 row (cells: ``ailens.phases.table3_cells``): processes, previous
+    (PAS2P) and current (SIMO) phase counts, execution time (``aet_s``, default the table's
+    total) and the comm/compute split."""
     aet = table.total_s if aet_s is None else aet_s
-    cells = (
-        "" if processes is None else str(processes),
-        f"{previous_phases:,}",
-        f"{table.n_phases:,}",
-        f"{aet:.2f}",
-        f"{table.comm_pct:.2f}",
-        f"{table.compute_pct:.2f}",
-    )
+    cells = table3_cells(table, previous_phases, processes=processes, aet_s=aet_s)
     notes = ()
     if table.dropped:
         notes = (
