@@ -408,7 +408,8 @@ def _print(text: str) -> None:
 
 
 def _cmd_report(args) -> int:
-    from .report.rows import default_whatif_ranks, format_report, report_dict
+    from .report.rows import default_whatif_ranks
+    from .report.text import format_report, report_dict
 
     args.mode = args.mode or "weak"
     run = _load(args)
@@ -461,7 +462,8 @@ def _write_missing_record(args, run, a) -> None:
 
 
 def _cmd_predict(args) -> int:
-    from .report.rows import format_forecast, predict_dict
+    from .report.rows import predict_dict
+    from .report.text import format_forecast
 
     a = _analyze(args, _load(args))
     if args.json:
@@ -474,7 +476,8 @@ def _cmd_predict(args) -> int:
 
 
 def _cmd_whatif(args) -> int:
-    from .report.rows import default_whatif_ranks, format_whatif, whatif_dicts
+    from .report.rows import default_whatif_ranks, whatif_dicts
+    from .report.text import format_whatif
 
     _cluster_platform_flag(args)
     job = _job_input(args)

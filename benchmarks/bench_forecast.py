@@ -53,9 +53,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import ailens  # noqa: E402
-from ailens import load_run  # noqa: E402
+from ailens import analyze, load_run  # noqa: E402
 from ailens._baselines import composer_total_s, naive_total_s  # noqa: E402
-from ailens.analysis.run_analysis import analyze  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
 MLPERF = CORPUS / "mlperf"

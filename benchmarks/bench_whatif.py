@@ -46,9 +46,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import netns  # noqa: E402
 
-from ailens import load_run  # noqa: E402
+from ailens import analyze, load_run  # noqa: E402
 from ailens._whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
-from ailens.analysis.run_analysis import analyze  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable

@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ailens.analysis.logs import LogError, read_timeline  # noqa: E402
+from ailens import LogError, read_timeline  # noqa: E402
 
 DST = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 _NODES = (

@@ -35,9 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ailens import analyze  # noqa: E402
 from ailens._signature_record import signature_record  # noqa: E402
 from ailens._trace import load_run  # noqa: E402
-from ailens.analysis.run_analysis import analyze  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable

@@ -127,23 +127,24 @@ def analyze(
     """
     if not isinstance(run, Run):
         run = load_run(run)
-    cfg = own_cfg = _run_config(run.meta)
-    tolerance = cfg.tolerance if tolerance is None else int(tolerance)
-    min_share = cfg.min_phase_share if min_share is None else float(min_share)
-    phase_key_mode = cfg.phase_key if phase_key is None else phase_key
-    cfg = cfg.replace(tolerance=tolerance, min_phase_share=min_share, phase_key=phase_key_mode)
+    own_cfg = _run_config(run.meta)
+    cfg = own_cfg.replace(
+        tolerance=own_cfg.tolerance if tolerance is None else int(tolerance),
+        min_phase_share=own_cfg.min_phase_share if min_share is None else float(min_share),
+        phase_key=own_cfg.phase_key if phase_key is None else phase_key,
+    )
     warnings = list(run.warnings)
     traces = run.ranks
     lt = _logical_trace(traces, warnings)
     n = lt.n
-    mag, comm_r, compute_r, key = _summaries(traces, n, by_size=phase_key_mode == "op+size")
+    mag, comm_r, compute_r, key = _summaries(traces, n, by_size=cfg.phase_key == "op+size")
     comm_s = comm_r.sum(axis=1) / max(len(traces), 1) / 1e9
     compute_s = compute_r.sum(axis=1) / max(len(traces), 1) / 1e9
     work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
     s = simo(work) if n else np.zeros(0, dtype=np.int64)
-    ids = assign(s, tolerance=tolerance, key=key)
+    ids = assign(s, tolerance=cfg.tolerance, key=key)
     table = phase_table(
-        ids, comm_s, compute_s, op=lt.op, simo=s, op_names=lt.names, min_share=min_share
+        ids, comm_s, compute_s, op=lt.op, simo=s, op_names=lt.names, min_share=cfg.min_phase_share
     )
     previous = int(pas2p_assign(lt.op, lt.nbytes, mag).max()) if n else 0
     if run.missing_ranks:
@@ -162,18 +163,8 @@ def analyze(
             run, cfg, lt.names, mag, comm_r, compute_r, key, lt.tick_step, total_steps, watch
         )
         forecast = _forecast(oa, traces[0].meta, online, cfg, len(step_t_ns), warnings)
-        if (
-            online is not None
-            and oa.signature_step != online.get("signature_step")
-            and cfg == own_cfg
-            and not total_steps
-        ):
-            warnings.append(
-                f"offline analysis reached the signature at step {oa.signature_step}, the online "
-                f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
-                "disabled ranks) or the run was recorded by another ailens version"
-            )
-    names = np.asarray(lt.names, dtype=object)
+        if online is not None and cfg == own_cfg and not total_steps:
+            _check_signature(oa.signature_step, online, warnings)
     return RunAnalysis(
         run=run,
         counter=str(run.meta.get("counter", "")),
@@ -202,16 +193,30 @@ def analyze(
         hosts=tuple(str(t.meta.get("host", "")) for t in traces),
         nodes=tuple(dict(t.meta.get("node") or {}) for t in traces),
         work_mean=work.astype(np.float64).mean(1) if n else np.zeros(0),
-        steps=step_table(
-            traces,
-            n,
-            lt.tick_step,
-            names[lt.op] if n else np.zeros(0, dtype=object),
-            world_size=run.world_size,
-            fw=str(run.meta.get("framework", "")),
-            counter=str(run.meta.get("counter", "")),
-        ),
+        steps=_step_table(run, lt),
         online=online,
+    )
+
+
+def _check_signature(step, online: dict, warnings: list[str]) -> None:
+    if step != online.get("signature_step"):
+        warnings.append(
+            f"offline analysis reached the signature at step {step}, the online "
+            f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
+            "disabled ranks) or the run was recorded by another ailens version"
+        )
+
+
+def _step_table(run: Run, lt: _Logical) -> StepTable:
+    names = np.asarray(lt.names, dtype=object)
+    return step_table(
+        run.ranks,
+        lt.n,
+        lt.tick_step,
+        names[lt.op] if lt.n else np.zeros(0, dtype=object),
+        world_size=run.world_size,
+        fw=str(run.meta.get("framework", "")),
+        counter=str(run.meta.get("counter", "")),
     )
 
 

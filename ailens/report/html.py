@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .rows import NO_TICKS, Header, Section, build_report, fmt_s
+from .rows import NO_TICKS, Header, Section, fmt_s
+from .sections import build_report
 
 __all__ = ["PlotUnavailable", "render_html"]
 
@@ -413,7 +414,7 @@ def render_html(
     a, whatif_rows=None, *, whatif_mode: str = "weak", title: str | None = None, top: int = 5
 ) -> str:
     """The report page of analysis ``a`` (a RunAnalysis) with ``whatif_rows`` as one HTML string:
-    the sections of :func:`ailens.report.rows.build_report`, each followed by its plots.
+    the sections of :func:`ailens.report.sections.build_report`, each followed by its plots.
 
     Raises :class:`PlotUnavailable` when matplotlib is not installed.
     """

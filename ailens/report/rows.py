@@ -1,24 +1,21 @@
-"""The report of an analysed run, built once as data and rendered as text, JSON and HTML.
+"""The report as data: rows, sections, the header, and the cell formats they share.
 
-Each section (Table 2, Table 3, top phases, skew, forecast, what-if) is a :class:`Section`:
-title, column headers, rows of cell texts, notes, and the section's keys of
-``ailens report --json``. The builders read results (RunAnalysis, Forecast, what-if rows);
-they never compute them. The renderers only lay sections out: :func:`render_text` (the
-terminal), :func:`render_json` (``--json``) and ``ailens.report.html.render_html`` (the page).
-Adding a row or a line to a section is a change in its builder alone.
+Each section of the report (Table 2, Table 3, top phases, skew, forecast, what-if) is a
+:class:`Section`: title, column headers, rows of cell texts, notes, and the section's keys of
+``ailens report --json``. The builders (``ailens.report.sections``) read results
+(RunAnalysis, Forecast, what-if rows); they never compute them. The renderers only lay
+sections out: ``ailens.report.text`` (the terminal, ``--json``) and
+``ailens.report.html.render_html`` (the page). Adding a row or a line to a section is a
+change in its builder alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from .. import __version__
-from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 
 __all__ = [
     "COUNTER_LABELS",
@@ -27,23 +24,10 @@ __all__ = [
     "Report",
     "Row",
     "Section",
-    "build_report",
     "default_whatif_ranks",
     "fmt_s",
-    "forecast_section",
-    "parts_section",
-    "format_forecast",
-    "format_report",
-    "format_whatif",
-    "grid",
     "predict_dict",
-    "render_json",
-    "render_text",
-    "report_dict",
-    "table2_section",
-    "table3_section",
     "whatif_dicts",
-    "whatif_section",
 ]
 
 COUNTER_LABELS = {
@@ -117,7 +101,7 @@ class Report:
     sections: tuple[Section, ...]
 
 
-def _facts(pairs: Sequence[tuple[str, str]]) -> tuple[Row, ...]:
+def facts(pairs: Sequence[tuple[str, str]]) -> tuple[Row, ...]:
     return tuple(Row((label, value)) for label, value in pairs)
 
 
@@ -148,11 +132,11 @@ def fmt_s(seconds: float | None) -> str:
     return f"{sign}{h} h {rest // 60:02d} min"
 
 
-def _pct(x: float) -> str:
+def percent(x: float) -> str:
     return f"{x:.1f}%"
 
 
-def _as_dict(obj: Any) -> dict:
+def as_dict(obj: Any) -> dict:
     if obj is None:
         return {}
     if hasattr(obj, "to_dict"):
@@ -162,14 +146,14 @@ def _as_dict(obj: Any) -> dict:
     return dict(obj)
 
 
-def _jsonable(x: Any) -> Any:
+def jsonable(x: Any) -> Any:
     """numpy scalars/arrays and tuples to plain JSON types; non-finite floats to None."""
     if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v) for v in x]
     if hasattr(x, "tolist"):
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist())
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
@@ -193,459 +177,16 @@ def default_whatif_ranks(ranks: int) -> list[int]:
 
 def predict_dict(a) -> dict:
     """The forecast as JSON (``ailens predict --json``); every key present, None when unknown."""
-    d = _as_dict(a.forecast)
+    d = as_dict(a.forecast)
     keys = ("predicted_total_s", "interval_s", "signature_step", "signature_fraction")
     out = {k: d.get(k) for k in (*keys, "actual_total_s")}
     out |= {"measured_total_s": float(a.total_s), "warnings": list(a.warnings)}
     out["history"] = d.get("history") or []
     out |= {k: v for k, v in d.items() if k not in out}
-    return _jsonable(out)
+    return jsonable(out)
 
 
 def whatif_dicts(rows) -> list[dict]:
     """What-if rows as JSON dicts (ranks, step_time_s, total_time_s, speedup, efficiency,
     comm_pct, ...)."""
-    return [_jsonable(_as_dict(r)) for r in rows or ()]
-
-
-# --------------------------------------------------------------------------- sections
-
-
-def header(a) -> Header:
-    """Run identity, counter, headline numbers (the page's cards) and warnings."""
-    run, meta, f = a.run, a.run.meta, a.forecast
-    hosts = sorted({str(t.meta.get("host", "?")) for t in run.ranks})
-    backend = f"/{meta['backend']}" if meta.get("backend") else ""
-    counter = COUNTER_LABELS.get(a.counter, a.counter)
-    if meta.get("counter_fallback"):
-        counter += f"; fallback because {meta['counter_fallback']}"
-    figures = [
-        Figure("wall time", fmt_s(a.total_s)),
-        Figure("communication / compute", f"{_pct(a.comm_pct)} / {_pct(a.compute_pct)}"),
-        Figure("phases (SIMO)", f"{a.table.n_phases:,}", f"{a.n_phases_previous:,} PAS2P"),
-        Figure("collectives per rank (ticks)", f"{a.n_ticks:,}"),
-        Figure("steps", f"{len(a.step_end_s):,}"),
-    ]
-    if f is not None and f.predicted_total_s is not None and f.basis != "latest":
-        figures.append(
-            Figure("forecast total", fmt_s(f.predicted_total_s), f"at step {f.made_at_step}")
-        )
-    json = {
-        "ailens_version": __version__,
-        "run_dir": str(run.path),
-        "run_id": meta.get("run_id"),
-        "framework": meta.get("framework"),
-        "backend": meta.get("backend"),
-        "hosts": hosts,
-        "start_time": meta.get("start_time"),
-        "complete": bool(run.complete),
-        "missing_ranks": list(run.missing_ranks),
-        "counter_unit": meta.get("counter_unit"),
-        "counter_fallback": meta.get("counter_fallback"),
-        "ailens_version_recorded": meta.get("ailens_version"),
-        "counter": a.counter,
-        "ranks": int(a.ranks),
-        "op_names": list(a.op_names),
-        "n_ticks": int(a.n_ticks),
-        "steps": int(len(a.step_end_s)),
-        "total_s": float(a.total_s),
-        "comm_pct": float(a.comm_pct),
-        "compute_pct": float(a.compute_pct),
-        "warnings": list(a.warnings),
-    }
-    return Header(
-        title=f"ailens report: {run.path}",
-        about=(
-            f"run {meta.get('run_id')}",
-            f"{a.ranks} ranks on {', '.join(hosts)}",
-            f"framework {meta.get('framework') or '?'}{backend}",
-            f"started {meta.get('start_time', '?')}",
-        ),
-        counter=counter,
-        figures=tuple(figures),
-        warnings=tuple(a.warnings),
-        json=json,
-    )
-
-
-def table2_section(
-    table, *, tolerance: int | None = None, detail: bool = True, share: bool = True
-) -> Section:
-    """The paper's Table 2 from a PhaseTable (rows: ``ailens.phases.table2_rows``): one row
-    per kept phase, the dropped phases summed in one row, and a Total row the time column
-    adds up to. ``detail`` adds each phase's op and SIMO representative, ``share`` its share
-    of the time."""
-    rows = table2_rows(table)
-    shown = (True, detail, detail, True, True, True, share)
-
-    def cut(cells: Sequence) -> tuple:
-        return tuple(c for c, keep in zip(cells, shown, strict=True) if keep)
-
-    td = table.to_dict()
-    return Section(
-        key="table2",
-        title="Table 2. Phases" + (f" (SIMO ±{tolerance})" if tolerance is not None else ""),
-        head=cut(TABLE2_HEAD),
-        right=cut((False, False) + (True,) * 5),
-        rows=tuple(
-            Row(cut(cells), phase=phase, kind="total" if i == len(rows) - 1 else "")
-            for i, (cells, phase) in enumerate(rows)
-        ),
-        notes=(
-            "Time per occurrence: the mean over ranks of the communication time plus the "
-            "compute gap before the collective; weight: the number of occurrences (ticks).",
-        ),
-        empty=f"No phases: {NO_TICKS}",
-        json={
-            "phases": td["phases"],
-            "dropped_phases": td["dropped"],
-            "dropped_s": td["dropped_s"],
-            "phase_total_s": td["total_s"],
-            "min_share": td["min_share"],
-        },
-    )
-
-
-def table3_section(
-    table, previous_phases: int, *, processes: int | None = None, aet_s: float | None = None
-) -> Section:
-    """The paper's Table 3 row (cells: ``ailens.phases.table3_cells``): processes, previous
-    (PAS2P) and current (SIMO) phase counts, execution time (``aet_s``, default the table's
-    total) and the comm/compute split."""
-    aet = table.total_s if aet_s is None else aet_s
-    cells = table3_cells(table, previous_phases, processes=processes, aet_s=aet_s)
-    notes = ()
-    if table.dropped:
-        notes = (
-            f"{table.n_phases - table.n_kept} of {table.n_phases} phases are under "
-            f"{100 * table.min_share:g}% of the time and left out of Table 2's rows.",
-        )
-    return Section(
-        key="table3",
-        title="Table 3. Phase detection and execution time",
-        head=(
-            "Processes",
-            "Previous phases (PAS2P)",
-            "Current phases (SIMO)",
-            "AET (s)",
-            "% Comm.",
-            "% Compute",
-        ),
-        right=(True,) * 6,
-        rows=(Row(cells),),
-        notes=notes,
-        json={
-            "table3": {
-                "processes": processes,
-                "previous_phases": int(previous_phases),
-                "current_phases": int(table.n_phases),
-                "kept_phases": int(table.n_kept),
-                "aet_s": float(aet),
-                "comm_pct": float(table.comm_pct),
-                "compute_pct": float(table.compute_pct),
-            }
-        },
-    )
-
-
-def top_section(a, top: int) -> Section:
-    """The ``top`` phases by total time, each with its comm/compute split."""
-    by_time = sorted(a.table.phases, key=lambda p: p.total_s, reverse=True)
-    rows = []
-    for p in by_time[:top]:
-        per = p.time_per_occurrence_s
-        comm = 100 * p.comm_per_occurrence_s / per if per > 0 else 0.0
-        rows.append(
-            Row(
-                (
-                    str(p.id),
-                    str(p.op),
-                    _pct(100 * p.share),
-                    fmt_s(p.total_s),
-                    fmt_s(per),
-                    f"{comm:.0f}% / {100 - comm:.0f}%",
-                ),
-                phase=p.id,
-            )
-        )
-    return Section(
-        key="top",
-        title=f"Top {len(rows)} phases by time",
-        head=("Phase", "Op", "Share", "Total", "Per occurrence", "Comm / compute"),
-        right=(True, False, True, True, True, True),
-        rows=tuple(rows),
-        json={"top_phases": [p.id for p in by_time[:top]]},
-    )
-
-
-def skew_section(a) -> Section:
-    """Per kept phase: the slowest rank and the spread of the per-rank compute time."""
-    skew = sorted((_as_dict(s) for s in a.skew), key=lambda d: d["phase"])
-    ops = {p.id: p.op for p in a.table.phases}
-    rows = [
-        Row(
-            (str(d["phase"]), str(ops[d["phase"]]), str(d["slowest_rank"]), _pct(d["spread_pct"])),
-            phase=d["phase"],
-        )
-        for d in skew
-        if d["phase"] in ops
-    ]
-    return Section(
-        key="skew",
-        title="Skew across ranks",
-        head=("Phase", "Op", "Slowest rank", "Spread"),
-        right=(True, False, True, True),
-        rows=tuple(rows),
-        notes=(
-            "Spread: (max − min) / mean of the per-rank compute time before the phase's "
-            "collectives (time inside a collective absorbs the waiting, so it is left out).",
-        ),
-        json={"skew": skew},
-    )
-
-
-def forecast_section(a) -> Section:
-    """The forecast as label/value lines. A new line is one more ``(label, value)`` pair
-    appended to ``lines`` where it should show; text, HTML and ``predict`` all follow (the
-    JSON carries every Forecast field already, see :func:`predict_dict`)."""
-    f = a.forecast
-    json = {"forecast": predict_dict(a) if f is not None else None}
-    if f is None or f.predicted_total_s is None:
-        empty = NO_FORECAST + (" See the warnings." if a.warnings else "")
-        return Section(key="forecast", title="Forecast", empty=empty, json=json)
-    n = f.total_steps
-    at = f"step {f.made_at_step:,}" + (
-        f" ({_pct(100 * f.made_at_step / n)} of the steps)" if n else ""
-    )
-    lines: list[tuple[str, str]] = []
-    if f.basis == "latest" and f.actual_total_s:
-        lines.append(
-            (
-                "Predicted total time",
-                "no early forecast: the total number of steps was not known during the run",
-            )
-        )
-    else:
-        lo, hi = f.interval_s
-        interval = f"  ({100 * f.level:.0f}% interval {fmt_s(lo)} – {fmt_s(hi)})"
-        lines.append(("Predicted total time", fmt_s(f.predicted_total_s) + interval))
-        made = {
-            "signature": f"at {at}, where the forecast converged (the signature)",
-            "early": f"at {at}: the signature was not reached, so the forecast made at "
-            "a tenth of the run stands for it",
-            "latest": f"at {at}, the latest (the run has not finished)",
-        }[f.basis]
-        lines.append(("Made", made))
-        if f.naive_total_s is not None:
-            naive = fmt_s(f.naive_total_s)
-            if f.naive_error_pct is not None:
-                naive += f"  (error {f.naive_error_pct:+.1f}%)"
-            lines.append(("A progress bar would say", naive + " at the same step"))
-    if n:
-        lines.append(("Steps", f"{n:,} total, training step {fmt_s(f.step_time_s)}"))
-    if f.signature_step is not None:
-        frac = f.signature_fraction
-        pct = f" = {_pct(100 * frac)} of the run" if frac is not None else ""
-        lines.append(("Signature ready at", f"step {f.signature_step:,}{pct}"))
-    else:
-        tol = f.signature_rel_tol
-        why = f"the interval never came within ±{100 * tol:g}%" if tol else "not converged"
-        lines.append(("Signature ready at", f"not reached ({why})"))
-    if f.actual_total_s:
-        actual = fmt_s(f.actual_total_s)
-        if f.error_pct is not None:
-            where = "" if f.covered is None else (", inside" if f.covered else ", OUTSIDE")
-            actual += (
-                f"  (error {f.error_pct:+.1f}%{where} the interval)"
-                if where
-                else (f"  (error {f.error_pct:+.1f}%)")
-            )
-        lines.append(("Actual total time", actual))
-    else:
-        lines.append(("Actual total time", "unknown (the run has not finished)"))
-    if f.job_offset_s is not None:
-        job = f"{fmt_s(f.job_offset_s)} before ailens attached"
-        if f.predicted_job_total_s is not None and f.basis != "latest":
-            job += f"; predicted job time {fmt_s(f.predicted_job_total_s)}"
-        if f.actual_job_total_s is not None:
-            job += f"; actual {fmt_s(f.actual_job_total_s)}"
-        lines.append(("From process start", job))
-    notes = (
-        "Totals run from the moment ailens attached to the end of training (the Lens's "
-        "close); 'From process start' adds the time before.",
-    )
-    return Section(key="forecast", title="Forecast", rows=_facts(lines), notes=notes, json=json)
-
-
-def parts_section(a) -> Section:
-    """The run as the forecast models it: each part, its schedule and what is left of it."""
-    f = a.forecast
-    if f is None or not f.components:
-        return Section(key="forecast_parts", title="Forecast: the run's parts")
-    rows = [
-        Row(
-            (
-                c.name,
-                c.schedule,
-                c.source,
-                fmt_s(c.per_occurrence_s),
-                f"{c.seen:,}",
-                f"{c.remaining:,}",
-                fmt_s(c.remaining_s),
-            )
-        )
-        for c in f.components
-    ]
-    return Section(
-        key="forecast_parts",
-        title=f"Forecast: the run's parts (as of step {f.made_at_step:,})",
-        head=("Part", "Schedule", "Source", "Per occurrence", "Seen", "Left", "Time left"),
-        right=(False, False, False, True, True, True, True),
-        rows=tuple(rows),
-        notes=(
-            "Predicted total = time so far + the time left of every part. Sources: measured "
-            "in this run, the schedule the framework or script gave, learned from when the "
-            "part recurred, or assumed (said so).",
-        ),
-    )
-
-
-def whatif_section(rows, *, mode: str = "weak", ranks_now: int | None = None) -> Section:
-    """The what-if rows; the run's own rank count is marked with * (kind "this")."""
-    links = any(getattr(r, "links", None) for r in rows or ())
-    out = []
-    for r in rows or ():
-        this = ranks_now is not None and r.ranks == ranks_now
-        cells = (
-            f"{r.ranks}{'*' if this else ''}",
-            fmt_s(r.step_time_s),
-            fmt_s(r.total_time_s),
-            f"{r.speedup:.2f}×",
-            f"{100 * r.efficiency:.0f}%",
-            f"{r.comm_pct:.1f}",
-        )
-        cells += (str(getattr(r, "links", "")),) if links else ()
-        out.append(Row(cells, kind="this" if this else ""))
-    note = f"{mode} scaling, speedup against 1 rank" + ("; * = this run" if ranks_now else "")
-    assumed = list(dict.fromkeys(a for r in rows or () for a in getattr(r, "assumptions", ())))
-    return Section(
-        key="whatif",
-        title="What-if: other rank counts",
-        head=("Ranks", "Step time", "Total time", "Speedup", "Efficiency", "% Comm.")
-        + (("Links",) if links else ()),
-        right=(True,) * 6 + (False,) * links,
-        rows=tuple(out),
-        notes=(note + ".", *(f"Assumption: {x}." for x in assumed)) if out else (),
-        empty=f"No what-if: {NO_TICKS}",
-        json={"whatif_mode": mode, "whatif": whatif_dicts(rows)},
-    )
-
-
-def build_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> Report:
-    """Every section of the report of analysis ``a`` (a RunAnalysis), in order."""
-    return Report(
-        header=header(a),
-        sections=(
-            table2_section(a.table, tolerance=int(a.config.tolerance)),
-            table3_section(a.table, a.n_phases_previous, processes=a.ranks, aet_s=a.total_s),
-            top_section(a, top),
-            skew_section(a),
-            forecast_section(a),
-            parts_section(a),
-            whatif_section(whatif_rows, mode=whatif_mode, ranks_now=a.ranks),
-        ),
-    )
-
-
-# --------------------------------------------------------------------------- text
-
-
-def grid(rows: Sequence[Sequence[str]], right: Sequence[bool], *, rule: bool = True) -> str:
-    """Rows of cells as aligned columns (first row = header, underlined when ``rule``)."""
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = (
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
-        )
-        return "  ".join(cells).rstrip()
-
-    out = [line(rows[0])]
-    if rule:
-        out.append("  ".join("-" * w for w in widths))
-    out += [line(r) for r in rows[1:]]
-    return "\n".join(out)
-
-
-def table_text(s: Section, *, rule: bool = True) -> str:
-    """A section's rows as an aligned grid: under its column headers, or label/value lines."""
-    rows = [r.cells for r in s.rows]
-    if s.head:
-        return grid([s.head, *rows], s.right, rule=rule)
-    return grid(rows, [False, False], rule=False)
-
-
-def section_text(s: Section, *, title: bool = True) -> str:
-    """One section as plain text: title, table (or its empty message), notes; "" when the
-    section has nothing to show."""
-    if not s.rows and not s.empty:
-        return ""
-    out = [s.title, "=" * len(s.title)] if title else []
-    out.append(table_text(s) if s.rows else s.empty)
-    out += [textwrap.fill(n, 100) for n in s.notes]
-    return "\n".join(out)
-
-
-def _wrap_joined(parts: Sequence[str], sep: str = "  ·  ", width: int = 100) -> list[str]:
-    lines: list[str] = []
-    for part in parts:
-        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
-            lines[-1] += sep + part
-        else:
-            lines.append(part)
-    return lines
-
-
-def render_text(report: Report) -> str:
-    """The whole report as the terminal shows it."""
-    h = report.header
-    figures = [f"{f.label} {f.value}" + (f" ({f.detail})" if f.detail else "") for f in h.figures]
-    out = [h.title, "  ·  ".join(h.about), f"Counter: {h.counter}", *_wrap_joined(figures)]
-    if h.warnings:
-        out += ["", *(f"WARNING: {w}" for w in h.warnings)]
-    for s in report.sections:
-        text = section_text(s)
-        if text:
-            out += ["", text]
-    return "\n".join(out) + "\n"
-
-
-def render_json(report: Report) -> dict:
-    """The whole report as plain JSON types: the header's keys, then each section's."""
-    d: dict[str, Any] = dict(report.header.json)
-    for s in report.sections:
-        d.update(s.json)
-    return _jsonable(d)
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-def format_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> str:
-    """The terminal report (``ailens report``)."""
-    return render_text(build_report(a, whatif_rows, whatif_mode=whatif_mode, top=top))
-
-
-def report_dict(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> dict:
-    """Everything the text report shows, as plain JSON types (``ailens report --json``)."""
-    return render_json(build_report(a, whatif_rows, whatif_mode=whatif_mode, top=top))
-
-
-def format_forecast(a) -> str:
-    """The forecast lines (``ailens predict``)."""
-    return section_text(forecast_section(a), title=False)
-
-
-def format_whatif(rows, *, mode: str = "weak", ranks_now: int | None = None) -> str:
-    """The what-if table (``ailens whatif``); the run's own rank count is marked with *."""
-    return section_text(whatif_section(rows, mode=mode, ranks_now=ranks_now), title=False)
+    return [jsonable(as_dict(r)) for r in rows or ()]
