@@ -341,18 +341,7 @@ def read_mlperf(
             (min(e[0], end - _SAME_EVENT_S), *e[1:]) for e in events if run_start <= e[0] <= end
         ]
 
-    named = {
-        key: inside(_dedupe(ev, key))
-        for key in (
-            "epoch_stop",
-            "block_stop",
-            "block_start",
-            "epoch_start",
-            "eval_start",
-            "eval_stop",
-            "eval_accuracy",
-        )
-    }
+    named = {key: inside(_dedupe(ev, key)) for key in _PROGRESS_KEYS}
     progress = _progress(named, run_stop)
     if progress is None:
         raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
@@ -380,15 +369,9 @@ def read_mlperf(
     else:
         status = None
     schedule.update(_eval_schedule(unit, steps, sections))
-    meta_keys = (
-        "submission_benchmark",
-        "submission_org",
-        "submission_platform",
-        "global_batch_size",
-    )
     info = {"file": str(p), "unit": unit, "run_status": status}
     for _, key, value, _ in ev:
-        if key in meta_keys and key not in info and value is not None:
+        if key in _META_KEYS and key not in info and value is not None:
             info[key] = value
     return Timeline(
         step_end_s=tuple(steps),
@@ -401,6 +384,18 @@ def read_mlperf(
         steps_per_epoch=None if not epochs_per_step else 1.0 / epochs_per_step,
         info=info,
     )
+
+
+_PROGRESS_KEYS = (
+    "epoch_stop",
+    "block_stop",
+    "block_start",
+    "epoch_start",
+    "eval_start",
+    "eval_stop",
+    "eval_accuracy",
+)
+_META_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "global_batch_size")
 
 
 def _progress(named: dict, run_stop) -> tuple[str, list, float | None] | None:

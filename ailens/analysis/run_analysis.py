@@ -135,7 +135,7 @@ def analyze(
     )
     warnings = list(run.warnings)
     traces = run.ranks
-    lt = _logical_trace(traces, warnings)
+    lt = _logical_trace(run, warnings)
     n = lt.n
     mag, comm_r, compute_r, key = _summaries(traces, n, by_size=cfg.phase_key == "op+size")
     comm_s = comm_r.sum(axis=1) / max(len(traces), 1) / 1e9
@@ -147,24 +147,9 @@ def analyze(
         ids, comm_s, compute_s, op=lt.op, simo=s, op_names=lt.names, min_share=cfg.min_phase_share
     )
     previous = int(pas2p_assign(lt.op, lt.nbytes, mag).max()) if n else 0
-    if run.missing_ranks:
-        warnings.append(
-            "SIMO sums the ranks present only; rank(s) "
-            f"{', '.join(map(str, run.missing_ranks))} missing, so values differ from the "
-            "online ones"
-        )
-    step_t_ns = traces[0].steps["t_ns"].astype(np.int64)
     online = _read_online(Path(run.path))
-    forecast = None
-    if len(step_t_ns) == 0:
-        warnings.append("no step boundaries recorded (step_end never called): no forecast")
-    else:
-        oa = _feed(
-            run, cfg, lt.names, mag, comm_r, compute_r, key, lt.tick_step, total_steps, watch
-        )
-        forecast = _forecast(oa, traces[0].meta, online, cfg, len(step_t_ns), warnings)
-        if online is not None and cfg == own_cfg and not total_steps:
-            _check_signature(oa.signature_step, online, warnings)
+    fed = (mag, comm_r, compute_r, key)
+    forecast = _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings)
     return RunAnalysis(
         run=run,
         counter=str(run.meta.get("counter", "")),
@@ -178,7 +163,7 @@ def analyze(
         comm_s=comm_s,
         compute_s=compute_s,
         tick_s_by_rank=(comm_r + compute_r) / 1e9,
-        step_end_s=step_t_ns / 1e9,
+        step_end_s=traces[0].steps["t_ns"].astype(np.int64) / 1e9,
         total_s=_wall_total(run),
         comm_pct=table.comm_pct,
         compute_pct=table.compute_pct,
@@ -196,6 +181,20 @@ def analyze(
         steps=_step_table(run, lt),
         online=online,
     )
+
+
+def _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings):
+    """The forecast fed from the trace (``fed``: the per-rank summaries), with the warnings
+    that say why there is none or where it departs from the online run's."""
+    first = run.ranks[0]
+    if len(first.steps["t_ns"]) == 0:
+        warnings.append("no step boundaries recorded (step_end never called): no forecast")
+        return None
+    oa = _feed(run, cfg, lt.names, *fed, lt.tick_step, total_steps, watch)
+    forecast = _forecast(oa, first.meta, online, cfg, len(first.steps["t_ns"]), warnings)
+    if online is not None and cfg == own_cfg and not total_steps:
+        _check_signature(oa.signature_step, online, warnings)
+    return forecast
 
 
 def _check_signature(step, online: dict, warnings: list[str]) -> None:
@@ -231,7 +230,8 @@ class _Logical:
     tick_step: np.ndarray  # (n,) step the tick began in (0-based)
 
 
-def _logical_trace(traces, warnings: list[str]) -> _Logical:
+def _logical_trace(run: Run, warnings: list[str]) -> _Logical:
+    traces = run.ranks
     # One op-name list for the run: the lowest rank's order (= its local ids, which the
     # online key used), names only other ranks saw appended.
     names: list[str] = list(traces[0].ops)
@@ -260,6 +260,12 @@ def _logical_trace(traces, warnings: list[str]) -> _Logical:
                 f"rank {t.rank} issued a different collective than rank {traces[0].rank} at tick "
                 f"{int(bad[0])} ({len(bad)} ticks differ): the logical trace is out of step there"
             )
+    if run.missing_ranks:
+        warnings.append(
+            "SIMO sums the ranks present only; rank(s) "
+            f"{', '.join(map(str, run.missing_ranks))} missing, so values differ from the "
+            "online ones"
+        )
     return _Logical(
         n, names, op, ev0["nbytes"][:n].astype(np.int64), ev0["step"][:n].astype(np.int64)
     )
