@@ -16,21 +16,16 @@ Pipeline::
 with the number of ticks. See docs/phases.md for the rules and the paper's slips.
 """
 
-from .detect import (
-    SIZE_KEY_FACTOR,
+from .detect import SIZE_KEY_FACTOR, assign, magnitude, pas2p_assign, phase_key, simo
+from .online import OnlinePhases
+from .table import (
     TABLE2_HEAD,
     TABLE3_HEADER,
-    OnlinePhases,
     Phase,
     PhaseTable,
-    assign,
     format_table2,
     format_table3_row,
-    magnitude,
-    pas2p_assign,
-    phase_key,
     phase_table,
-    simo,
     table2_rows,
     table3_cells,
 )
