@@ -10,8 +10,7 @@ import pytest
 from synthetic import Collective, write_run
 
 import ailens
-from ailens import load_run
-from ailens.analysis.run_analysis import analyze
+from ailens import analyze, load_run
 from ailens.phases import assign, magnitude, pas2p_assign, phase_table, simo
 
 

@@ -207,10 +207,9 @@ def test_cli_job_description_with_default_platform(tmp_path):
 
 
 def test_cli_one_predictor_for_run_dir_and_signature(tmp_path):
-    from ailens import load_run
+    from ailens import analyze, load_run
     from ailens._signature_record import signature_record, write_record
     from ailens._whatif import features
-    from ailens.analysis.run_analysis import analyze
 
     run = write_run(tmp_path / "run", ranks=4, steps=40, seed=5, framework="torch-ddp")
     a_run = analyze(load_run(run.path))

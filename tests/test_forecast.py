@@ -14,7 +14,7 @@ import pytest
 from conftest import mpiexec, run_ranks
 
 import ailens
-from ailens import LensConfig, load_run
+from ailens import LensConfig, analyze, load_run
 from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
     Forecaster,
@@ -23,7 +23,6 @@ from ailens._forecast import (
     t_quantile,
 )
 from ailens._online import OnlineAnalysis
-from ailens.analysis.run_analysis import analyze
 
 # --------------------------------------------------------------------------- cost models
 

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 import ailens
-from ailens import load_run
+from ailens import analyze, load_run
 from ailens._forecast import EvalPlan, Forecaster, Schedule
-from ailens.analysis.run_analysis import analyze
 
 
 class Clock:

@@ -231,8 +231,8 @@ def plot_problems(browser: Browser, page: Path, shots: Path) -> tuple[int, list[
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
     pytest.importorskip("matplotlib")
+    from ailens import analyze
     from ailens._whatif import whatif
-    from ailens.analysis.run_analysis import analyze
     from ailens.report.html import render_html
     from ailens.report.rows import default_whatif_ranks
 

@@ -65,7 +65,7 @@ def check_html_page(page: str, *, min_images: int) -> None:
 
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory):
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path_factory.mktemp("rep") / "run", ranks=4, steps=60, seed=1)
     return s, analyze(ailens.load_run(s.path))
@@ -147,7 +147,7 @@ def test_report_of_a_run_whose_behaviour_changes(tmp_path):
     s = write_run(
         tmp_path / "run", ranks=2, steps=40, pattern=lambda step: fast if step < 20 else slow
     )
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
 
     a = analyze(ailens.load_run(s.path))
     assert a.table.n_phases >= 2
@@ -158,7 +158,7 @@ def test_report_of_a_run_whose_behaviour_changes(tmp_path):
 
 def test_short_run_reports_without_crashing(tmp_path):
     s = write_run(tmp_path / "run", ranks=2, steps=3)
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
 
     a = analyze(ailens.load_run(s.path))
     text = format_report(a, _rows(a))
@@ -222,7 +222,7 @@ def test_a_row_added_to_the_forecast_section_shows_everywhere(analysis, monkeypa
 
 
 def test_forecast_error_is_the_forecasts_own(tmp_path):
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path / "run", ranks=2, steps=200, noise=0.02)
     f = analyze(ailens.load_run(s.path)).forecast
@@ -267,7 +267,7 @@ def test_html_page_validates(analysis):
 
 def test_html_of_a_partial_run_shows_the_warning(tmp_path):
     pytest.importorskip("matplotlib")
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
     from ailens.report.html import render_html
 
     s = write_run(tmp_path / "run", ranks=2, steps=60, kill_rank=1, kill_step=40)
@@ -279,7 +279,7 @@ def test_html_of_a_partial_run_shows_the_warning(tmp_path):
 
 def test_html_escapes_run_metadata(tmp_path):
     pytest.importorskip("matplotlib")
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
     from ailens.report.html import render_html
 
     s = write_run(
@@ -298,7 +298,7 @@ def test_html_escapes_run_metadata(tmp_path):
 def test_plots_survive_many_ticks(tmp_path):
     """A long run: the SIMO scatter is thinned, the page stays small."""
     pytest.importorskip("matplotlib")
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
     from ailens.report.html import render_html
 
     s = write_run(
@@ -314,7 +314,7 @@ def test_plots_survive_many_ticks(tmp_path):
 
 def test_report_of_a_run_still_going(tmp_path):
     """Read while training goes on (no closing records): forecast of the whole run, no actual."""
-    from ailens.analysis.run_analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path / "run", ranks=2, steps=80, config={"total_steps": 200}, running=True)
     a = analyze(ailens.load_run(s.path))

@@ -17,7 +17,7 @@ from conftest import REPO, mpiexec, run_ranks, venv_tool
 from synthetic import Collective, write_run
 
 import ailens
-from ailens import load_run
+from ailens import analyze, load_run
 from ailens._collectives import CostParams, collective_time, transport_of
 from ailens._config import LensConfig
 from ailens._trace import TraceWriter
@@ -30,7 +30,6 @@ from ailens._whatif import (
     scaling_model,
     whatif,
 )
-from ailens.analysis.run_analysis import analyze
 
 NODE2 = {"hostname": "n", "cores": 2, "affinity": [0, 1], "cpu_quota": None, "thread_env": {}}
 

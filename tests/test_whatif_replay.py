@@ -16,9 +16,8 @@ from test_lens import FakeClock, _record_long_run
 from test_whatif import write_ddp_like
 
 import ailens._whatif as W
-from ailens import Lens, load_run
+from ailens import Lens, analyze, load_run
 from ailens._signature_record import signature_record
-from ailens.analysis.run_analysis import analyze
 
 # A calibration with the transport's CPU, its speed beside computing ranks and idle CPU:
 # the replay's contended paths (fair shares of the cores, measured loaded speed).
