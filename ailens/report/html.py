@@ -157,30 +157,19 @@ def _plot_comm_compute(plt, a) -> str:
     ax.set_title("Compute vs exposed communication per step")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
-    ax2.bar([0], [a.compute_pct], color=_COMPUTE, width=0.6)
-    ax2.bar([0], [a.comm_pct], bottom=[a.compute_pct], color=_COMM, width=0.6)
-    ax2.text(
-        0,
-        a.compute_pct / 2,
-        f"compute\n{a.compute_pct:.1f}%",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
-    ax2.text(
-        0,
-        a.compute_pct + a.comm_pct / 2,
-        f"comm\n{a.comm_pct:.1f}%",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
+    # The same split over all steps (the phase table's comm % counts overlapped collectives).
+    step_s = float(table.wall_s.sum()) if a.n_ticks else 0.0
+    comp_pct = 100 * float(table.compute_s.sum()) / step_s if step_s > 0 else 0.0
+    comm_pct = 100 * float(table.exposed_s.sum()) / step_s if step_s > 0 else 0.0
+    ax2.bar([0], [comp_pct], color=_COMPUTE, width=0.6)
+    ax2.bar([0], [comm_pct], bottom=[comp_pct], color=_COMM, width=0.6)
+    for y, label in ((comp_pct / 2, "compute"), (comp_pct + comm_pct / 2, "comm")):
+        pct = comp_pct if label == "compute" else comm_pct
+        ax2.text(0, y, f"{label}\n{pct:.1f}%", ha="center", va="center", color="white", fontsize=8)
     ax2.set_xlim(-0.6, 0.6)
     ax2.set_ylim(0, 100)
     ax2.set_xticks([])
-    ax2.set_title("whole run")
+    ax2.set_title("all steps")
     return _png(fig)
 
 
