@@ -2,7 +2,8 @@
 
 Attach one line (an integration in ``ailens.integrations``) or drive a :class:`Lens` by hand;
 ailens records every collective with the work done before it, condenses the run into SIMO
-phases online and forecasts the total time and other rank counts.
+phases online and forecasts the total time and other rank counts. ``ailens.analyze(run_dir)``
+reads a saved run back (phases, per-step table, forecast).
 
 Importing ailens imports no framework.
 """
@@ -10,19 +11,38 @@ Importing ailens imports no framework.
 from ._version import __version__  # first: modules imported below may read it
 
 # isort: split
-from ._logs import LogError, read_timeline
-from ._timeline import (
-    Section,
-    StepForecast,
-    Timeline,
-    TimelineForecast,
-    forecast_timeline,
-)
 from .live.lens import Lens
 from .record.config import LensConfig
 from .record.node import detect_rank_world
 from .record.reader import RankTrace, Run, load_run
 from .record.trace import TraceError
+
+# What reads runs and logs back is imported on first use: a training script that only records
+# does not pay for it at start-up.
+_LAZY = {
+    "analyze": "analysis.run_analysis",
+    "RunAnalysis": "analysis.run_analysis",
+    "StepTable": "analysis.run_analysis",
+    "PhaseSkew": "analysis.run_analysis",
+    "read_timeline": "analysis.logs",
+    "LogError": "analysis.logs",
+    "Timeline": "_timeline",
+    "Section": "_timeline",
+    "StepForecast": "_timeline",
+    "TimelineForecast": "_timeline",
+    "forecast_timeline": "_timeline",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Lens",
@@ -31,6 +51,10 @@ __all__ = [
     "RankTrace",
     "TraceError",
     "load_run",
+    "analyze",
+    "RunAnalysis",
+    "StepTable",
+    "PhaseSkew",
     "Timeline",
     "Section",
     "StepForecast",

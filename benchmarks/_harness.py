@@ -200,10 +200,9 @@ def missing_module(modules: list[str]) -> str | None:
 
 def analyze_run(run_dir: str | Path, **kwargs: Any):
     """The offline analysis of a recorded run directory (every rank's trace)."""
-    from ailens import load_run
-    from ailens._analysis import analyze
+    import ailens
 
-    return analyze(load_run(run_dir), **kwargs)
+    return ailens.analyze(run_dir, **kwargs)
 
 
 def read_json(path: Path) -> dict | None:

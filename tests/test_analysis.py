@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from synthetic import Collective, write_run
 
-from ailens import load_run
-from ailens._analysis import analyze
+import ailens
+from ailens import analyze, load_run
 from ailens.phases import assign, magnitude, pas2p_assign, phase_table, simo
 
 
@@ -177,3 +177,92 @@ def test_a_change_of_behaviour_is_adopted_within_a_few_steps(tmp_path):
     assert seen[38].step_time_s == pytest.approx(before, rel=0.03)
     assert seen[50].step_time_s == pytest.approx(after, rel=0.03)  # adopted by step 50
     assert a.forecast.total_steps == 200
+
+
+# --------------------------------------------------------------------------- public API, steps
+
+
+def test_public_analyze_reads_a_directory_or_a_loaded_run(syn, a):
+    by_path = ailens.analyze(syn.path)
+    assert isinstance(by_path, ailens.RunAnalysis) and ailens.analyze is analyze
+    np.testing.assert_array_equal(by_path.phase_ids, a.phase_ids)
+    np.testing.assert_array_equal(by_path.steps.wall_s, a.steps.wall_s)
+    assert by_path.forecast == a.forecast and by_path.warnings == a.warnings
+    with pytest.raises(ailens.TraceError, match="missing: no such run directory"):
+        ailens.analyze(syn.path / "missing")
+
+
+def _rank_clock_s(syn, ns: np.ndarray) -> np.ndarray:
+    return (ns - syn.offsets_ns) / 1e9
+
+
+def test_step_table_splits_each_step_on_each_rank(syn, a):
+    """Blocking collectives (framework "synthetic"): the exposed communication of a step is
+    the time its collectives were in flight, nothing overlaps, compute is the rest."""
+    t = a.steps
+    assert t.wall_s.shape == (syn.steps, 3) and not t.whole_recording
+    ends = _rank_clock_s(syn, syn.step_end_ns)
+    np.testing.assert_allclose(t.wall_s[1:], np.diff(ends, axis=0), atol=1e-9)
+    np.testing.assert_allclose(t.wall_s[0], ends[0], atol=1e-9)
+    flight = (syn.end_ns - syn.begin_ns) / 1e9
+    want = np.zeros((syn.steps, 3))
+    np.add.at(want, syn.step, flight)
+    np.testing.assert_allclose(t.exposed_s, want, atol=1e-9)
+    np.testing.assert_allclose(t.comm_s, want, atol=1e-9)
+    np.testing.assert_array_equal(t.overlap_s, np.maximum(t.comm_s - t.exposed_s, 0.0))
+    assert t.overlap_s.max() < 1e-9 and not t.tick_async.any() and t.async_note == ""
+    np.testing.assert_array_equal(t.compute_s, t.wall_s - t.exposed_s)
+    assert (t.compute_s > 0).all() and not t.sections_s.any() and t.cpu_s is None
+    np.testing.assert_array_equal(t.training_steps(5), np.arange(5, syn.steps))
+    np.testing.assert_array_equal(t.training_steps(0), np.arange(1, syn.steps))
+    np.testing.assert_allclose(a.work_mean, syn.work.mean(axis=1))
+
+
+def test_step_table_groups_ddp_gradient_allreduces(tmp_path):
+    """Under DDP a step's consecutive allreduces are one asynchronous group: only the wait
+    after the last one is exposed, the rest of their flight overlaps compute."""
+    syn = write_run(tmp_path / "ddp", ranks=2, steps=60, seed=4, framework="torch-ddp")
+    t = analyze(syn.path).steps
+    assert "asynchronous group" in t.async_note and t.tick_async.any()
+    flight = (syn.end_ns - syn.begin_ns) / 1e9
+    want = np.zeros((syn.steps, 2))
+    for s in range(syn.steps):
+        ticks = np.flatnonzero(syn.step == s)
+        ar = [k for k in ticks if syn.op_names[syn.op[k]] == "allreduce"]
+        last = ar[-1]
+        want[s] = (syn.end_ns[ar].max(axis=0) - syn.begin_ns[last]) / 1e9
+        want[s] += flight[[k for k in ticks if k not in ar]].sum(axis=0)
+    np.testing.assert_allclose(t.exposed_s, want, atol=1e-9)
+    assert (t.overlap_s > 0).all()
+    np.testing.assert_allclose(t.comm_s - t.overlap_s, t.exposed_s, atol=1e-12)
+
+
+def test_step_table_sections_and_cpu_time(tmp_path):
+    """A Lens-recorded run with an evaluation section: the table holds its seconds in the
+    step it began in, leaves that step out of the training steps, and (counter cpu-ns) the
+    CPU seconds of each step."""
+    with ailens.lens(run_dir=str(tmp_path), counter="cpu-ns", signature_record=False) as lens:
+        for step in range(12):
+            lens.collective_begin("allreduce", 64)
+            lens.collective_end()
+            if step == 6:
+                with lens.section("evaluation"):
+                    sum(range(20000))
+            lens.step_end()
+    a = analyze(tmp_path)
+    t = a.steps
+    assert t.n_steps == 12 and t.sectioned.tolist() == [s == 6 for s in range(12)]
+    assert t.sections_s[6, 0] > 0 and t.sections_s.sum() == t.sections_s[6, 0]
+    assert t.sections_s[6, 0] == t.section_total_s[0] <= t.wall_s[6, 0]
+    assert 6 not in t.training_steps(2).tolist() and 7 in t.training_steps(2).tolist()
+    assert t.cpu_s is not None and np.isnan(t.cpu_s[0, 0]) and (t.cpu_s[1:] >= 0).all()
+
+
+def test_step_table_of_a_run_without_step_ends(tmp_path):
+    with ailens.lens(run_dir=str(tmp_path), signature_record=False) as lens:
+        for _ in range(5):
+            lens.collective_begin("allreduce", 64)
+            lens.collective_end()
+    t = analyze(tmp_path).steps
+    assert t.whole_recording and t.n_steps == 1 and t.training_steps(3).tolist() == [0]
+    assert t.wall_s[0, 0] == pytest.approx(t.tick_end_s[-1, 0]) and "one step" in t.async_note

@@ -207,8 +207,7 @@ def test_cli_job_description_with_default_platform(tmp_path):
 
 
 def test_cli_one_predictor_for_run_dir_and_signature(tmp_path):
-    from ailens import load_run
-    from ailens._analysis import analyze
+    from ailens import analyze, load_run
     from ailens._whatif import features
     from ailens.tools.signature_record import signature_record, write_record
 

@@ -12,8 +12,8 @@ from conftest import REPO
 from synthetic import write_run
 
 import ailens
-from ailens._export import _lanes, write_chrome_trace
 from ailens.phases import assign
+from ailens.report.export import _lanes, write_chrome_trace
 
 
 def export(run_dir, out, *extra):

@@ -14,8 +14,7 @@ import pytest
 from conftest import mpiexec, run_ranks
 
 import ailens
-from ailens import LensConfig, load_run
-from ailens._analysis import analyze
+from ailens import LensConfig, analyze, load_run
 from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
     Forecaster,

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import ailens
-from ailens import load_run
-from ailens._analysis import analyze
+from ailens import analyze, load_run
 from ailens._forecast import EvalPlan, Forecaster, Schedule
 
 

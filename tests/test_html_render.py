@@ -231,10 +231,10 @@ def plot_problems(browser: Browser, page: Path, shots: Path) -> tuple[int, list[
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> Path:
     pytest.importorskip("matplotlib")
-    from ailens._analysis import analyze
-    from ailens._html import render_html
-    from ailens._report import default_whatif_ranks
+    from ailens import analyze
     from ailens._whatif import whatif
+    from ailens.report.html import render_html
+    from ailens.report.rows import default_whatif_ranks
 
     d = tmp_path_factory.mktemp("html")
     s = write_run(d / "run", ranks=4, steps=60, seed=1)

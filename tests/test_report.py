@@ -12,12 +12,11 @@ import pytest
 from synthetic import Collective, write_run
 
 import ailens
-from ailens import _report
-from ailens._report import (
-    Row,
-    build_report,
-    default_whatif_ranks,
-    fmt_s,
+from ailens.phases import assign, format_table2, format_table3_row
+from ailens.report import sections as _report
+from ailens.report.rows import Row, default_whatif_ranks, fmt_s
+from ailens.report.sections import build_report
+from ailens.report.text import (
     format_forecast,
     format_report,
     grid,
@@ -25,7 +24,6 @@ from ailens._report import (
     render_text,
     report_dict,
 )
-from ailens.phases import assign, format_table2, format_table3_row
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -67,7 +65,7 @@ def check_html_page(page: str, *, min_images: int) -> None:
 
 @pytest.fixture(scope="module")
 def analysis(tmp_path_factory):
-    from ailens._analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path_factory.mktemp("rep") / "run", ranks=4, steps=60, seed=1)
     return s, analyze(ailens.load_run(s.path))
@@ -149,7 +147,7 @@ def test_report_of_a_run_whose_behaviour_changes(tmp_path):
     s = write_run(
         tmp_path / "run", ranks=2, steps=40, pattern=lambda step: fast if step < 20 else slow
     )
-    from ailens._analysis import analyze
+    from ailens import analyze
 
     a = analyze(ailens.load_run(s.path))
     assert a.table.n_phases >= 2
@@ -160,7 +158,7 @@ def test_report_of_a_run_whose_behaviour_changes(tmp_path):
 
 def test_short_run_reports_without_crashing(tmp_path):
     s = write_run(tmp_path / "run", ranks=2, steps=3)
-    from ailens._analysis import analyze
+    from ailens import analyze
 
     a = analyze(ailens.load_run(s.path))
     text = format_report(a, _rows(a))
@@ -181,7 +179,7 @@ def test_every_section_reaches_all_three_renderers(analysis):
     """One build, three renderers: each row's cells are in the text and on the page, each
     section's JSON keys in ``report --json``."""
     pytest.importorskip("matplotlib")
-    from ailens._html import render_html
+    from ailens.report.html import render_html
 
     _, a = analysis
     rows = _rows(a)
@@ -206,7 +204,7 @@ def test_every_section_reaches_all_three_renderers(analysis):
 def test_a_row_added_to_the_forecast_section_shows_everywhere(analysis, monkeypatch):
     """The one change a new forecast line needs: a row in ``forecast_section``."""
     pytest.importorskip("matplotlib")
-    from ailens._html import render_html
+    from ailens.report.html import render_html
 
     _, a = analysis
     build = _report.forecast_section
@@ -224,7 +222,7 @@ def test_a_row_added_to_the_forecast_section_shows_everywhere(analysis, monkeypa
 
 
 def test_forecast_error_is_the_forecasts_own(tmp_path):
-    from ailens._analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path / "run", ranks=2, steps=200, noise=0.02)
     f = analyze(ailens.load_run(s.path)).forecast
@@ -255,7 +253,7 @@ def test_phases_tables_are_the_reports_rows(analysis):
 def test_html_page_validates(analysis):
     """The page parses and is self-contained; tests/test_html_render.py opens it in a browser."""
     pytest.importorskip("matplotlib")
-    from ailens._html import render_html
+    from ailens.report.html import render_html
 
     _, a = analysis
     page = render_html(a, _rows(a))
@@ -269,8 +267,8 @@ def test_html_page_validates(analysis):
 
 def test_html_of_a_partial_run_shows_the_warning(tmp_path):
     pytest.importorskip("matplotlib")
-    from ailens._analysis import analyze
-    from ailens._html import render_html
+    from ailens import analyze
+    from ailens.report.html import render_html
 
     s = write_run(tmp_path / "run", ranks=2, steps=60, kill_rank=1, kill_step=40)
     a = analyze(ailens.load_run(s.path))
@@ -281,8 +279,8 @@ def test_html_of_a_partial_run_shows_the_warning(tmp_path):
 
 def test_html_escapes_run_metadata(tmp_path):
     pytest.importorskip("matplotlib")
-    from ailens._analysis import analyze
-    from ailens._html import render_html
+    from ailens import analyze
+    from ailens.report.html import render_html
 
     s = write_run(
         tmp_path / "run",
@@ -300,8 +298,8 @@ def test_html_escapes_run_metadata(tmp_path):
 def test_plots_survive_many_ticks(tmp_path):
     """A long run: the SIMO scatter is thinned, the page stays small."""
     pytest.importorskip("matplotlib")
-    from ailens._analysis import analyze
-    from ailens._html import render_html
+    from ailens import analyze
+    from ailens.report.html import render_html
 
     s = write_run(
         tmp_path / "run", ranks=2, steps=20_000, noise=0.05, online=False, chunk_events=4096
@@ -316,7 +314,7 @@ def test_plots_survive_many_ticks(tmp_path):
 
 def test_report_of_a_run_still_going(tmp_path):
     """Read while training goes on (no closing records): forecast of the whole run, no actual."""
-    from ailens._analysis import analyze
+    from ailens import analyze
 
     s = write_run(tmp_path / "run", ranks=2, steps=80, config={"total_steps": 200}, running=True)
     a = analyze(ailens.load_run(s.path))

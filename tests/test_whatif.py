@@ -17,8 +17,7 @@ from conftest import REPO, mpiexec, run_ranks, venv_tool
 from synthetic import Collective, write_run
 
 import ailens
-from ailens import load_run
-from ailens._analysis import analyze
+from ailens import analyze, load_run
 from ailens._collectives import CostParams, collective_time, transport_of
 from ailens._whatif import (
     Layout,

@@ -16,8 +16,7 @@ from test_lens import FakeClock, _record_long_run
 from test_whatif import write_ddp_like
 
 import ailens._whatif as W
-from ailens import Lens, load_run
-from ailens._analysis import analyze
+from ailens import Lens, analyze, load_run
 from ailens.tools.signature_record import signature_record
 
 # A calibration with the transport's CPU, its speed beside computing ranks and idle CPU:

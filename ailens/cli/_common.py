@@ -158,7 +158,7 @@ def load_run_dir(args):
 
 
 def analyze_args(args, run):
-    from .._analysis import analyze
+    from ..analysis.run_analysis import analyze
 
     # None keeps the run's own setting (its LensConfig), so the replayed forecast is the online one.
     return analyze(

@@ -38,7 +38,7 @@ def add_export(sub) -> None:
 
 
 def cmd_export(args) -> int:
-    from .._export import write_chrome_trace
+    from ..report.export import write_chrome_trace
 
     run = load_run_dir(args)
     a = None if args.no_phases else analyze_args(args, run)

@@ -72,7 +72,7 @@ def add_forecast(sub) -> None:
 
 
 def cmd_forecast(args) -> int:
-    from .._logs import LogError, read_timeline
+    from ..analysis.logs import LogError, read_timeline
     from .._timeline import forecast_timeline
 
     try:

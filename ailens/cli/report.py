@@ -75,14 +75,15 @@ def add_predict(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from .._report import default_whatif_ranks, format_report, report_dict
+    from ..report.rows import default_whatif_ranks
+    from ..report.text import format_report, report_dict
 
     args.mode = args.mode or "weak"
     run = load_run_dir(args)
     a = analyze_args(args, run)
     rows = whatif_rows(args, a, args.ranks or default_whatif_ranks(a.ranks), strict=False)
     if args.html is not None:
-        from .._html import render_html
+        from ..report.html import render_html
 
         page = render_html(a, rows, whatif_mode=args.mode, top=args.top)
         write_text(args.html, page)
@@ -110,7 +111,7 @@ def _write_missing_record(args, run, a) -> None:
         print(f"ailens: no {path} ({why})", file=sys.stderr)
         return
     if any(v is not None for v in (args.tolerance, args.min_share, args.phase_key)):
-        from .._analysis import analyze
+        from ..analysis.run_analysis import analyze
 
         a = analyze(run)  # the record is of the run's own settings, as `history add` makes it
     # The record analyses every rank's trace and replays up to 4000 steps per what-if
@@ -128,7 +129,8 @@ def _write_missing_record(args, run, a) -> None:
 
 
 def cmd_predict(args) -> int:
-    from .._report import format_forecast, predict_dict
+    from ..report.rows import predict_dict
+    from ..report.text import format_forecast
 
     a = analyze_args(args, load_run_dir(args))
     if args.json:

@@ -91,7 +91,8 @@ def add_whatif(sub) -> None:
 
 
 def cmd_whatif(args) -> int:
-    from .._report import default_whatif_ranks, format_whatif, whatif_dicts
+    from ..report.rows import default_whatif_ranks, whatif_dicts
+    from ..report.text import format_whatif
 
     _cluster_platform_flag(args)
     job = _job_input(args)

@@ -24,7 +24,7 @@ import numpy as np
 
 from .ticks import TickSummary
 
-__all__ = ["Cadence", "Header", "Summed", "decode", "encode"]
+__all__ = ["Cadence", "Header", "Summed", "decode", "encode", "summed"]
 
 Exchange = Callable[[np.ndarray], np.ndarray]
 """Sums an int64 array elementwise across all ranks and returns the sum (every rank)."""
@@ -81,15 +81,38 @@ class Summed:
     interval: int
 
 
-def decode(total: np.ndarray, n: int, k: int, world_size: int) -> Summed:
-    """The first ``n`` ticks of a summed payload of ``k`` slots."""
-    disabled = int(total[Header.DISABLED])
+def summed(
+    simo: np.ndarray,
+    comm_ns: np.ndarray,
+    compute_ns: np.ndarray,
+    *,
+    world_size: int,
+    disabled: int,
+    stop: bool = False,
+    interval: int = 0,
+) -> Summed:
+    """The exchange's arithmetic on columns already summed over the live ranks (integers):
+    SIMO stays the sum, comm and compute become the mean over the live ranks. The Lens
+    (``decode``) and the offline analysis (``ailens.analyze``) both use it."""
     live = max(world_size - disabled, 1)
     return Summed(
-        simo=total[HEAD : HEAD + n].copy(),
-        comm_ns=total[HEAD + k : HEAD + k + n] / live,
-        compute_ns=total[HEAD + 2 * k : HEAD + 2 * k + n] / live,
+        simo=simo,
+        comm_ns=comm_ns / live,
+        compute_ns=compute_ns / live,
         disabled_ranks=disabled,
+        stop=stop,
+        interval=interval,
+    )
+
+
+def decode(total: np.ndarray, n: int, k: int, world_size: int) -> Summed:
+    """The first ``n`` ticks of a summed payload of ``k`` slots."""
+    return summed(
+        total[HEAD : HEAD + n].copy(),
+        total[HEAD + k : HEAD + k + n],
+        total[HEAD + 2 * k : HEAD + 2 * k + n],
+        world_size=world_size,
+        disabled=int(total[Header.DISABLED]),
         stop=bool(total[Header.STOP] > 0),
         interval=int(total[Header.INTERVAL]),
     )

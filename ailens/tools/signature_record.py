@@ -313,7 +313,7 @@ def run_record(
         return read_record(path), False
     if (path / RECORD_FILE).is_file() and not (given or rebuild):
         return read_record(path), False
-    from .._analysis import analyze
+    from ..analysis.run_analysis import analyze
     from ..record.reader import load_run
 
     a = analyze(load_run(path))

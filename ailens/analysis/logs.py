@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._timeline import Section, Timeline
+from .._timeline import Section, Timeline
 
 __all__ = ["read_csv", "read_mlperf", "read_run_dir", "read_timeline"]
 
@@ -107,7 +107,7 @@ def _read_text(p: Path) -> str:
 def read_run_dir(path: str | Path) -> Timeline:
     """Rank 0's step ends, sections and schedule from an ailens run directory (seconds from
     its Lens's start); the run's end when every rank closed."""
-    from .record.reader import load_run
+    from ..record.reader import load_run
 
     run = load_run(path)
     first = run.ranks[0]
@@ -341,14 +341,70 @@ def read_mlperf(
             (min(e[0], end - _SAME_EVENT_S), *e[1:]) for e in events if run_start <= e[0] <= end
         ]
 
-    epoch_stop = inside(_dedupe(ev, "epoch_stop"))
-    block_stop = inside(_dedupe(ev, "block_stop"))
-    block_start = inside(_dedupe(ev, "block_start"))
-    epoch_start = inside(_dedupe(ev, "epoch_start"))
-    eval_start = inside(_dedupe(ev, "eval_start"))
-    eval_stop = inside(_dedupe(ev, "eval_stop"))
-    eval_acc = inside(_dedupe(ev, "eval_accuracy"))
+    named = {key: inside(_dedupe(ev, key)) for key in _PROGRESS_KEYS}
+    progress = _progress(named, run_stop)
+    if progress is None:
+        raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
+    unit, step_t, epochs_per_step = progress
 
+    # Per-iteration progress where the log has it: ``tracked_stats`` at a regular step
+    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs.
+    fine = _regular_progress(inside(ev))
+    if fine is not None and len(fine[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS):
+        epochs = len(step_t) * epochs_per_step if epochs_per_step else None
+        step_t, gap = fine
+        unit = f"logged step (+{gap:g} on the log's step counter)"
+        epochs_per_step = epochs / len(step_t) if epochs else None
+
+    pairs = _eval_pairs([e[0] for e in named["eval_start"]], [e[0] for e in named["eval_stop"]])
+    sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
+    if include_init and init is not None and "init_stop" in first and origin == init:
+        sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
+
+    steps = [t - origin for t in step_t]
+    schedule: dict = {}
+    if run_stop is not None:
+        status = next((e[3].get("status") for e in ev if e[1] == "run_stop"), None)
+        schedule["total_steps"] = len(steps)
+    else:
+        status = None
+    schedule.update(_eval_schedule(unit, steps, sections))
+    info = {"file": str(p), "unit": unit, "run_status": status}
+    for _, key, value, _ in ev:
+        if key in _META_KEYS and key not in info and value is not None:
+            info[key] = value
+    return Timeline(
+        step_end_s=tuple(steps),
+        sections=tuple(sections),
+        schedule=schedule,
+        end_s=None if run_stop is None else run_stop - origin,
+        name=str(p),
+        source="mlperf",
+        unit=unit,
+        steps_per_epoch=None if not epochs_per_step else 1.0 / epochs_per_step,
+        info=info,
+    )
+
+
+_PROGRESS_KEYS = (
+    "epoch_stop",
+    "block_stop",
+    "block_start",
+    "epoch_start",
+    "eval_start",
+    "eval_stop",
+    "eval_accuracy",
+)
+_META_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "global_batch_size")
+
+
+def _progress(named: dict, run_stop) -> tuple[str, list, float | None] | None:
+    """What counts as a step: (unit, step end times, epochs per step), or None when the log
+    has too few progress events. Epoch ends first, then block ends, evaluations, and block or
+    epoch starts (each start ends the previous step)."""
+    epoch_stop, block_stop = named["epoch_stop"], named["block_stop"]
+    block_start, epoch_start = named["block_start"], named["epoch_start"]
+    eval_start, eval_acc = named["eval_start"], named["eval_accuracy"]
     epochs_per_step = None
     if len(epoch_stop) >= 2:
         unit, step_t = "epoch", [e[0] for e in epoch_stop]
@@ -379,80 +435,38 @@ def read_mlperf(
             counts = [e[3].get("epoch_count") for e in starts if _num(e[3].get("epoch_count"))]
             epochs_per_step = float(np.median(counts)) if counts else None
     else:
-        raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
+        return None
+    return unit, step_t, epochs_per_step
 
-    # Per-iteration progress where the log has it: ``tracked_stats`` at a regular step
-    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs.
-    fine = _regular_progress(inside(ev))
-    if fine is not None and len(fine[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS):
-        epochs = len(step_t) * epochs_per_step if epochs_per_step else None
-        step_t, gap = fine
-        unit = f"logged step (+{gap:g} on the log's step counter)"
-        epochs_per_step = epochs / len(step_t) if epochs else None
 
-    # Evaluations pair by order when starts and stops match one to one; else each ends at the
-    # first eval_stop after its start and before the next start (logs disagree on the epoch
-    # numbers of a pair, and a TPU's evaluations can overlap).
-    stops = [e[0] for e in eval_stop]
-    starts = [e[0] for e in eval_start]
+def _eval_pairs(starts: list[float], stops: list[float]) -> list[tuple[float, float]]:
+    """Evaluations pair by order when starts and stops match one to one; else each ends at
+    the first eval_stop after its start and before the next start (logs disagree on the
+    epoch numbers of a pair, and a TPU's evaluations can overlap)."""
     if len(starts) == len(stops) and all(b >= a for a, b in zip(starts, stops, strict=True)):
-        pairs = list(zip(starts, stops, strict=True))
-    else:
-        pairs = []
-        for i, t0 in enumerate(starts):
-            nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
-            j = bisect.bisect_left(stops, t0)
-            if j < len(stops) and stops[j] <= nxt:
-                pairs.append((t0, stops[j]))
-    sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
-    if include_init and init is not None and "init_stop" in first and origin == init:
-        sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
+        return list(zip(starts, stops, strict=True))
+    pairs = []
+    for i, t0 in enumerate(starts):
+        nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
+        j = bisect.bisect_left(stops, t0)
+        if j < len(stops) and stops[j] <= nxt:
+            pairs.append((t0, stops[j]))
+    return pairs
 
-    steps = [t - origin for t in step_t]
-    schedule: dict = {}
-    if run_stop is not None:
-        status = next((e[3].get("status") for e in ev if e[1] == "run_stop"), None)
-        schedule["total_steps"] = len(steps)
-    else:
-        status = None
-    # The evaluation schedule the script had, in steps: its period and first evaluation when
-    # the evaluations came regularly, else where each came (an epoch that is not a whole
-    # number of logged steps).
-    if unit != "eval interval":
-        at = sorted(
-            {
-                int(np.searchsorted(steps, s.begin_s, side="right"))
-                for s in sections
-                if s.name == "eval"
-            }
-        )
-        at = [a for a in at if a > 0]
-        gaps = set(np.diff(at).tolist())
-        if len(gaps) == 1 and min(gaps) > 0:
-            schedule["eval_every_steps"] = int(gaps.pop())
-            schedule["eval_start_step"] = at[0]
-        elif len(at) >= 2:
-            schedule["eval_at_steps"] = at
-    else:
-        schedule["eval_every_steps"] = 1
-    meta_keys = (
-        "submission_benchmark",
-        "submission_org",
-        "submission_platform",
-        "global_batch_size",
+
+def _eval_schedule(unit: str, steps: list[float], sections: list[Section]) -> dict:
+    """The evaluation schedule the script had, in steps: its period and first evaluation
+    when the evaluations came regularly, else where each came (an epoch that is not a whole
+    number of logged steps)."""
+    if unit == "eval interval":
+        return {"eval_every_steps": 1}
+    at = sorted(
+        {int(np.searchsorted(steps, s.begin_s, side="right")) for s in sections if s.name == "eval"}
     )
-    info = {"file": str(p), "unit": unit, "run_status": status}
-    for _, key, value, _ in ev:
-        if key in meta_keys and key not in info and value is not None:
-            info[key] = value
-    return Timeline(
-        step_end_s=tuple(steps),
-        sections=tuple(sections),
-        schedule=schedule,
-        end_s=None if run_stop is None else run_stop - origin,
-        name=str(p),
-        source="mlperf",
-        unit=unit,
-        steps_per_epoch=None if not epochs_per_step else 1.0 / epochs_per_step,
-        info=info,
-    )
+    at = [a for a in at if a > 0]
+    gaps = set(np.diff(at).tolist())
+    if len(gaps) == 1 and min(gaps) > 0:
+        return {"eval_every_steps": int(gaps.pop()), "eval_start_step": at[0]}
+    if len(at) >= 2:
+        return {"eval_at_steps": at}
+    return {}

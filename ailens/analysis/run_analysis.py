@@ -1,29 +1,33 @@
-"""Offline analysis of a saved run: logical trace across ranks, phases, forecast.
+"""Offline analysis of a saved run: logical trace across ranks, phases, per-step table,
+forecast. The one reader of rank traces: everything downstream reads a ``RunAnalysis``.
 
-``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
-the per-tick summaries of every rank (``record.ticks.summarise``, the Lens's own definition), the
-SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
-and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
-and forecast are the ones the run decided. The what-if (``_whatif``) reads this analysis.
+``ailens.analyze(run_dir)`` rebuilds what the Lens computed online from the trace files
+alone: the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own
+definition), the SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the
+step ends, marks and exchanged batches the trace recorded (``_online.feed_recorded``), so the
+signature step and forecast are the ones the run decided. It adds the per-step table
+(``analysis.steps``) that the what-if, the signature record and the HTML report read.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ._forecast import Forecast
-from ._online import OnlineAnalysis, feed_recorded, read_json
-from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
-from .record.config import LensConfig
-from .record.exchange import Summed
-from .record.reader import Run
-from .record.ticks import summarise
+from ..record.config import LensConfig
+from ..record.exchange import summed
+from .._forecast import Forecast
+from .._online import OnlineAnalysis, feed_recorded, read_json
+from ..record.ticks import summarise
+from ..record.reader import Run, load_run
+from ..phases import PhaseTable, assign, pas2p_assign, phase_table, simo
+from .steps import StepTable, step_table
 
-__all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
+__all__ = ["PhaseSkew", "RunAnalysis", "StepTable", "analyze"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,9 @@ class PhaseSkew:
 
 @dataclass(frozen=True, eq=False)
 class RunAnalysis:
-    """Everything the report, ``predict`` and ``whatif`` read about one run."""
+    """Everything the report, ``predict``, ``whatif`` and the signature record read about
+    one run (made by :func:`analyze`). Per-tick columns cover the ``n_ticks`` ticks every
+    rank present holds; per-rank columns follow ``run.ranks``."""
 
     run: Run
     counter: str
@@ -72,6 +78,9 @@ class RunAnalysis:
     comm_min_s: np.ndarray  # (n_ticks,) exclusive comm, minimum over ranks (cost-model fit)
     config: LensConfig
     hosts: tuple[str, ...]  # one per rank present
+    nodes: tuple[dict, ...]  # one per rank present: the node it ran on (meta "node")
+    work_mean: np.ndarray  # (n_ticks,) work before each collective, mean over ranks
+    steps: StepTable  # per step and rank: wall, compute, exposed comm, overlap, sections
     online: dict | None = None  # forecast.json as rank 0 wrote it, if present
 
 
@@ -97,7 +106,7 @@ def _open_at_summary(trace) -> np.ndarray:
 
 
 def analyze(
-    run: Run,
+    run: Run | str | os.PathLike,
     *,
     tolerance: int | None = None,
     min_share: float | None = None,
@@ -105,24 +114,124 @@ def analyze(
     total_steps: int | None = None,
     watch=None,
 ) -> RunAnalysis:
-    """Analyse a loaded run (``ailens.load_run``).
+    """Analyse a run: its directory (or one trace file), or a run already loaded with
+    ``ailens.load_run``.
 
     ``tolerance``, ``min_share``, ``phase_key`` default to the run's own settings (its
     LensConfig), so the forecast fed from the trace is the online one. ``total_steps``
     defaults to what the run's schedule said (or, for a run that finished without early
     stop, the steps recorded). Partial runs (a rank missing or cut short) are analysed over
     the ticks every present rank holds, with warnings. ``watch(online_analysis)`` is called
-    after every step end fed to the forecast (benchmarks read it as the run went).
+    after every step end fed to the forecast (benchmarks read it as the run went). Raises
+    ``ailens.TraceError`` (naming the file) for a directory that holds no readable run.
     """
-    cfg = own_cfg = _run_config(run.meta)
-    tolerance = cfg.tolerance if tolerance is None else int(tolerance)
-    min_share = cfg.min_phase_share if min_share is None else float(min_share)
-    phase_key_mode = cfg.phase_key if phase_key is None else phase_key
-    cfg = cfg.replace(tolerance=tolerance, min_phase_share=min_share, phase_key=phase_key_mode)
-    by_size = phase_key_mode == "op+size"
+    if not isinstance(run, Run):
+        run = load_run(run)
+    own_cfg = _run_config(run.meta)
+    cfg = own_cfg.replace(
+        tolerance=own_cfg.tolerance if tolerance is None else int(tolerance),
+        min_phase_share=own_cfg.min_phase_share if min_share is None else float(min_share),
+        phase_key=own_cfg.phase_key if phase_key is None else phase_key,
+    )
     warnings = list(run.warnings)
     traces = run.ranks
+    lt = _logical_trace(run, warnings)
+    n = lt.n
+    mag, comm_r, compute_r, key = _summaries(traces, n, by_size=cfg.phase_key == "op+size")
+    comm_s = comm_r.sum(axis=1) / max(len(traces), 1) / 1e9
+    compute_s = compute_r.sum(axis=1) / max(len(traces), 1) / 1e9
+    work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
+    s = simo(work) if n else np.zeros(0, dtype=np.int64)
+    ids = assign(s, tolerance=cfg.tolerance, key=key)
+    table = phase_table(
+        ids, comm_s, compute_s, op=lt.op, simo=s, op_names=lt.names, min_share=cfg.min_phase_share
+    )
+    previous = int(pas2p_assign(lt.op, lt.nbytes, mag).max()) if n else 0
+    online = _read_online(Path(run.path))
+    fed = (mag, comm_r, compute_r, key)
+    forecast = _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings)
+    return RunAnalysis(
+        run=run,
+        counter=str(run.meta.get("counter", "")),
+        ranks=run.world_size,
+        op_names=tuple(lt.names),
+        n_ticks=n,
+        simo=s,
+        phase_ids=ids,
+        table=table,
+        n_phases_previous=previous,
+        comm_s=comm_s,
+        compute_s=compute_s,
+        tick_s_by_rank=(comm_r + compute_r) / 1e9,
+        step_end_s=traces[0].steps["t_ns"].astype(np.int64) / 1e9,
+        total_s=_wall_total(run),
+        comm_pct=table.comm_pct,
+        compute_pct=table.compute_pct,
+        skew=_skew(ids, table, compute_r, [t.rank for t in traces]),
+        forecast=forecast,
+        warnings=tuple(warnings),
+        tick_op=lt.op,
+        tick_nbytes=lt.nbytes,
+        tick_step=lt.tick_step,
+        comm_min_s=comm_r.min(axis=1) / 1e9 if n else np.zeros(0),
+        config=cfg,
+        hosts=tuple(str(t.meta.get("host", "")) for t in traces),
+        nodes=tuple(dict(t.meta.get("node") or {}) for t in traces),
+        work_mean=work.astype(np.float64).mean(1) if n else np.zeros(0),
+        steps=_step_table(run, lt),
+        online=online,
+    )
 
+
+def _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings):
+    """The forecast fed from the trace (``fed``: the per-rank summaries), with the warnings
+    that say why there is none or where it departs from the online run's."""
+    first = run.ranks[0]
+    if len(first.steps["t_ns"]) == 0:
+        warnings.append("no step boundaries recorded (step_end never called): no forecast")
+        return None
+    oa = _feed(run, cfg, lt.names, *fed, lt.tick_step, total_steps, watch)
+    forecast = _forecast(oa, first.meta, online, cfg, len(first.steps["t_ns"]), warnings)
+    if online is not None and cfg == own_cfg and not total_steps:
+        _check_signature(oa.signature_step, online, warnings)
+    return forecast
+
+
+def _check_signature(step, online: dict, warnings: list[str]) -> None:
+    if step != online.get("signature_step"):
+        warnings.append(
+            f"offline analysis reached the signature at step {step}, the online "
+            f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
+            "disabled ranks) or the run was recorded by another ailens version"
+        )
+
+
+def _step_table(run: Run, lt: _Logical) -> StepTable:
+    names = np.asarray(lt.names, dtype=object)
+    return step_table(
+        run.ranks,
+        lt.n,
+        lt.tick_step,
+        names[lt.op] if lt.n else np.zeros(0, dtype=object),
+        world_size=run.world_size,
+        fw=str(run.meta.get("framework", "")),
+        counter=str(run.meta.get("counter", "")),
+    )
+
+
+@dataclass(frozen=True)
+class _Logical:
+    """The logical trace: tick k is the k-th collective on every rank present."""
+
+    n: int  # ticks every rank present holds
+    names: list[str]  # op names: the lowest rank's order, then names only others saw
+    op: np.ndarray  # (n,) op id into names (the lowest rank's)
+    nbytes: np.ndarray  # (n,)
+    tick_step: np.ndarray  # (n,) step the tick began in (0-based)
+
+
+def _logical_trace(run: Run, warnings: list[str]) -> _Logical:
+    traces = run.ranks
     # One op-name list for the run: the lowest rank's order (= its local ids, which the
     # online key used), names only other ranks saw appended.
     names: list[str] = list(traces[0].ops)
@@ -143,8 +252,6 @@ def analyze(
         )
     ev0 = traces[0].events
     op = remaps[0][ev0["op"][:n].astype(np.int64)] if n else np.zeros(0, dtype=np.int64)
-    nbytes = ev0["nbytes"][:n].astype(np.int64)
-    tick_step = ev0["step"][:n].astype(np.int64)
     for t, remap in zip(traces[1:], remaps[1:], strict=True):
         other = remap[t.events["op"][:n].astype(np.int64)] if n else op
         bad = np.flatnonzero(other != op)
@@ -153,9 +260,21 @@ def analyze(
                 f"rank {t.rank} issued a different collective than rank {traces[0].rank} at tick "
                 f"{int(bad[0])} ({len(bad)} ticks differ): the logical trace is out of step there"
             )
+    if run.missing_ranks:
+        warnings.append(
+            "SIMO sums the ranks present only; rank(s) "
+            f"{', '.join(map(str, run.missing_ranks))} missing, so values differ from the "
+            "online ones"
+        )
+    return _Logical(
+        n, names, op, ev0["nbytes"][:n].astype(np.int64), ev0["step"][:n].astype(np.int64)
+    )
 
-    # Per rank, the summary the Lens sent into the exchange (same function, same rule for
-    # ticks that were still open when summarised).
+
+def _summaries(traces, n: int, *, by_size: bool):
+    """Per rank, the summary the Lens sent into the exchange (same function, same rule for
+    ticks that were still open when summarised): magnitude, comm ns, compute ns per tick and
+    rank, and the lowest rank's phase key per tick."""
     ranks_n = len(traces)
     mag = np.zeros((n, ranks_n), dtype=np.int64)
     comm_r = np.zeros((n, ranks_n), dtype=np.int64)
@@ -178,90 +297,33 @@ def analyze(
         mag[:, j], comm_r[:, j], compute_r[:, j] = summary.mag, summary.comm_ns, summary.compute_ns
         if j == 0:
             key = summary.key
-    comm_s = comm_r.sum(axis=1) / max(ranks_n, 1) / 1e9
-    compute_s = compute_r.sum(axis=1) / max(ranks_n, 1) / 1e9
-    work = np.stack([t.events["work"][:n] for t in traces], axis=1).astype(np.int64)
-    s = simo(work) if n else np.zeros(0, dtype=np.int64)
-    ids = assign(s, tolerance=tolerance, key=key)
-    table = phase_table(ids, comm_s, compute_s, op=op, simo=s, op_names=names, min_share=min_share)
-    previous = int(pas2p_assign(op, nbytes, mag).max()) if n else 0
-    if run.missing_ranks:
-        warnings.append(
-            "SIMO sums the ranks present only; rank(s) "
-            f"{', '.join(map(str, run.missing_ranks))} missing, so values differ from the "
-            "online ones"
-        )
+    return mag, comm_r, compute_r, key
 
-    step_t_ns = traces[0].steps["t_ns"].astype(np.int64)
-    total_s = _wall_total(run)
-    skew = _skew(ids, table, compute_r, [t.rank for t in traces])
-    online = _read_online(Path(run.path))
-    forecast = None
-    if len(step_t_ns) == 0:
-        warnings.append("no step boundaries recorded (step_end never called): no forecast")
-    else:
-        oa = _feed(run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch)
-        meta = traces[0].meta
-        start, proc = meta.get("start_wall_ns"), meta.get("process_start_wall_ns")
-        offset = (start - proc) / 1e9 if start and proc and start >= proc else None
-        job_end = (online or {}).get("exit_wall_ns")
-        forecast = oa.forecast(
-            actual_total_s=oa.actual_total_s,
-            job_offset_s=offset,
-            actual_job_total_s=(job_end - proc) / 1e9 if job_end and proc else None,
-        )
-        if forecast is None:
-            warnings.append(
-                f"only {len(step_t_ns)} steps ({cfg.warmup_steps} of warm-up): too few for a "
-                "forecast"
-            )
-        elif forecast.predicted_total_s is None:
-            step = forecast.step_time_s
-            about = f"training step {step:.6g} s after warm-up, " if step is not None else ""
-            warnings.append(
-                f"total steps unknown: {about}no total forecast (pass total_steps, or set it "
-                "in the Lens)"
-            )
-            forecast = None
-        if (
-            online is not None
-            and oa.signature_step != online.get("signature_step")
-            and cfg == own_cfg
-            and not total_steps
-        ):
-            warnings.append(
-                f"offline analysis reached the signature at step {oa.signature_step}, the online "
-                f"run at step {online.get('signature_step')}: the data differ (missing, cut or "
-                "disabled ranks) or the run was recorded by another ailens version"
-            )
-    return RunAnalysis(
-        run=run,
-        counter=str(run.meta.get("counter", "")),
-        ranks=run.world_size,
-        op_names=tuple(names),
-        n_ticks=n,
-        simo=s,
-        phase_ids=ids,
-        table=table,
-        n_phases_previous=previous,
-        comm_s=comm_s,
-        compute_s=compute_s,
-        tick_s_by_rank=(comm_r + compute_r) / 1e9,
-        step_end_s=step_t_ns / 1e9,
-        total_s=total_s,
-        comm_pct=table.comm_pct,
-        compute_pct=table.compute_pct,
-        skew=skew,
-        forecast=forecast,
-        warnings=tuple(warnings),
-        tick_op=op,
-        tick_nbytes=nbytes,
-        tick_step=tick_step,
-        comm_min_s=comm_r.min(axis=1) / 1e9 if n else np.zeros(0),
-        config=cfg,
-        hosts=tuple(str(t.meta.get("host", "")) for t in traces),
-        online=online,
+
+def _forecast(oa, meta: dict, online, cfg, steps: int, warnings: list[str]) -> Forecast | None:
+    """The run's forecast from the fed online analysis, placed in the job (process start to
+    exit) when the trace says where; None with a warning when there is none to give."""
+    start, proc = meta.get("start_wall_ns"), meta.get("process_start_wall_ns")
+    offset = (start - proc) / 1e9 if start and proc and start >= proc else None
+    job_end = (online or {}).get("exit_wall_ns")
+    forecast = oa.forecast(
+        actual_total_s=oa.actual_total_s,
+        job_offset_s=offset,
+        actual_job_total_s=(job_end - proc) / 1e9 if job_end and proc else None,
     )
+    if forecast is None:
+        warnings.append(
+            f"only {steps} steps ({cfg.warmup_steps} of warm-up): too few for a forecast"
+        )
+    elif forecast.predicted_total_s is None:
+        step = forecast.step_time_s
+        about = f"training step {step:.6g} s after warm-up, " if step is not None else ""
+        warnings.append(
+            f"total steps unknown: {about}no total forecast (pass total_steps, or set it "
+            "in the Lens)"
+        )
+        forecast = None
+    return forecast
 
 
 def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_steps, watch):
@@ -296,17 +358,14 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
         counter["b"] += 1
         hi = min(hi, n)
         live = recorded > b if len(xs["seq"]) else np.ones(len(traces), dtype=bool)
-        # The exchange's arithmetic: integer sums over the live ranks, divided by their count.
-        per_live = max(run.world_size - disabled, 1)
-        summed = Summed(
-            simo=mag[lo:hi][:, live].sum(axis=1),
-            comm_ns=comm_r[lo:hi][:, live].sum(axis=1) / per_live,
-            compute_ns=compute_r[lo:hi][:, live].sum(axis=1) / per_live,
-            disabled_ranks=disabled,
-            stop=False,
-            interval=0,
+        totals = summed(
+            mag[lo:hi][:, live].sum(axis=1),
+            comm_r[lo:hi][:, live].sum(axis=1),
+            compute_r[lo:hi][:, live].sum(axis=1),
+            world_size=run.world_size,
+            disabled=disabled,
         )
-        return summed, key[lo:hi], tick_step[lo:hi]
+        return totals, key[lo:hi], tick_step[lo:hi]
 
     marks = [m for m in first.marks if m.get("kind") in ("schedule", "section")]
     if total_steps:

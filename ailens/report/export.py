@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .record.ticks import partition
+from ..record.ticks import partition
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
 
@@ -81,97 +81,109 @@ def chrome_trace_events(run, analysis=None) -> Iterator[dict]:
         phase_ids, simo = np.asarray(analysis.phase_ids), np.asarray(analysis.simo)
     counter = run.meta.get("counter", "work")
     for trace in run.ranks:
-        pid = trace.rank
         shift = int(trace.meta.get("start_wall_ns", t0)) - t0
-        host = trace.meta.get("host", "?")
-        yield {
-            "ph": "M",
-            "pid": pid,
-            "tid": 0,
-            "name": "process_name",
-            "args": {"name": f"rank {pid} ({host})"},
-        }
-        yield {
-            "ph": "M",
-            "pid": pid,
-            "tid": 0,
-            "name": "process_sort_index",
-            "args": {"sort_index": pid},
-        }
-        for tid, name in ((_TID_STEPS, "steps"), (_TID_COMPUTE, "compute")):
-            yield from _thread_meta(pid, tid, name)
+        yield from _rank_meta(trace)
+        yield from _step_events(trace, shift, counter)
+        yield from _collective_events(trace, shift, counter, phase_ids, simo)
 
-        steps = trace.steps
-        prev = 0
-        for k in range(len(steps["step"])):
-            t = int(steps["t_ns"][k])
+
+def _rank_meta(trace) -> Iterator[dict]:
+    pid = trace.rank
+    host = trace.meta.get("host", "?")
+    yield {
+        "ph": "M",
+        "pid": pid,
+        "tid": 0,
+        "name": "process_name",
+        "args": {"name": f"rank {pid} ({host})"},
+    }
+    yield {
+        "ph": "M",
+        "pid": pid,
+        "tid": 0,
+        "name": "process_sort_index",
+        "args": {"sort_index": pid},
+    }
+    for tid, name in ((_TID_STEPS, "steps"), (_TID_COMPUTE, "compute")):
+        yield from _thread_meta(pid, tid, name)
+
+
+def _step_events(trace, shift: int, counter: str) -> Iterator[dict]:
+    steps = trace.steps
+    prev = 0
+    for k in range(len(steps["step"])):
+        t = int(steps["t_ns"][k])
+        yield {
+            "ph": "X",
+            "pid": trace.rank,
+            "tid": _TID_STEPS,
+            "name": f"step {int(steps['step'][k])}",
+            "cat": "step",
+            "ts": _us(shift + prev),
+            "dur": _us(max(t - prev, 0)),
+            "args": {
+                "step": int(steps["step"][k]),
+                f"{counter}_since_start": int(steps["work"][k]),
+            },
+        }
+        prev = t
+
+
+def _collective_events(trace, shift: int, counter: str, phase_ids, simo) -> Iterator[dict]:
+    """Each collective on its lane, and the compute gap before it (the Lens's own, see
+    _ticks.py) on the compute track."""
+    pid = trace.rank
+    ev = trace.events
+    n = len(ev["op"])
+    if n == 0:
+        return
+    begin = ev["t_begin"]
+    unfinished = ev["t_end"] < 0
+    end = np.where(unfinished, begin, ev["t_end"])
+    lane = _lanes(begin, end)
+    for k in range(int(lane.max()) + 1):
+        name = "collectives" if k == 0 else f"collectives {k + 1}"
+        yield from _thread_meta(pid, _TID_COLL + k, name)
+    _, gap, _ = partition(begin, end)
+    ops = trace.ops
+    covered = 0 if phase_ids is None else min(len(phase_ids), n)
+    # Plain Python lists: indexing numpy scalars in this loop would dominate the export.
+    gap_l = gap.tolist()
+    gap_ts, gap_dur = _us_list(shift + begin - gap), _us_list(gap)
+    ts_l, dur_l = _us_list(shift + begin), _us_list(end - begin)
+    op_l, bytes_l, step_l = ev["op"].tolist(), ev["nbytes"].tolist(), ev["step"].tolist()
+    work_l, lane_l, unf_l = ev["work"].tolist(), lane.tolist(), unfinished.tolist()
+    ids_l = phase_ids[:covered].tolist() if covered else []
+    simo_l = simo[:covered].tolist() if covered else []
+    work_key = f"{counter}_before"
+    for i in range(n):
+        if gap_l[i] > 0:
             yield {
                 "ph": "X",
                 "pid": pid,
-                "tid": _TID_STEPS,
-                "name": f"step {int(steps['step'][k])}",
-                "cat": "step",
-                "ts": _us(shift + prev),
-                "dur": _us(max(t - prev, 0)),
-                "args": {
-                    "step": int(steps["step"][k]),
-                    f"{counter}_since_start": int(steps["work"][k]),
-                },
+                "tid": _TID_COMPUTE,
+                "name": "compute",
+                "cat": "compute",
+                "ts": gap_ts[i],
+                "dur": gap_dur[i],
+                "args": {"before_tick": i, counter: work_l[i]},
             }
-            prev = t
-
-        ev = trace.events
-        n = len(ev["op"])
-        if n == 0:
-            continue
-        begin = ev["t_begin"]
-        unfinished = ev["t_end"] < 0
-        end = np.where(unfinished, begin, ev["t_end"])
-        lane = _lanes(begin, end)
-        for k in range(int(lane.max()) + 1):
-            name = "collectives" if k == 0 else f"collectives {k + 1}"
-            yield from _thread_meta(pid, _TID_COLL + k, name)
-        # The compute gap before each tick is the Lens's own (see record/ticks.py).
-        _, gap, _ = partition(begin, end)
-        ops = trace.ops
-        covered = 0 if phase_ids is None else min(len(phase_ids), n)
-        # Plain Python lists: indexing numpy scalars in this loop would dominate the export.
-        gap_l = gap.tolist()
-        gap_ts, gap_dur = _us_list(shift + begin - gap), _us_list(gap)
-        ts_l, dur_l = _us_list(shift + begin), _us_list(end - begin)
-        op_l, bytes_l, step_l = ev["op"].tolist(), ev["nbytes"].tolist(), ev["step"].tolist()
-        work_l, lane_l, unf_l = ev["work"].tolist(), lane.tolist(), unfinished.tolist()
-        ids_l = phase_ids[:covered].tolist() if covered else []
-        simo_l = simo[:covered].tolist() if covered else []
-        work_key = f"{counter}_before"
-        for i in range(n):
-            if gap_l[i] > 0:
-                yield {
-                    "ph": "X",
-                    "pid": pid,
-                    "tid": _TID_COMPUTE,
-                    "name": "compute",
-                    "cat": "compute",
-                    "ts": gap_ts[i],
-                    "dur": gap_dur[i],
-                    "args": {"before_tick": i, counter: work_l[i]},
-                }
-            args = {"bytes": bytes_l[i], "tick": i, "step": step_l[i], work_key: work_l[i]}
-            if i < covered:
-                args["phase"] = ids_l[i]
-                args["simo"] = simo_l[i]
-            if unf_l[i]:
-                args["unfinished"] = True
-            yield {
-                "ph": "X",
-                "pid": pid,
-                "tid": _TID_COLL + lane_l[i],
-                "name": ops[op_l[i]],
-                "cat": "collective",
-                "ts": ts_l[i],
-                "dur": dur_l[i],
-                "args": args,
-            }
+        args = {"bytes": bytes_l[i], "tick": i, "step": step_l[i], work_key: work_l[i]}
+        if i < covered:
+            args["phase"] = ids_l[i]
+            args["simo"] = simo_l[i]
+        if unf_l[i]:
+            args["unfinished"] = True
+        yield {
+            "ph": "X",
+            "pid": pid,
+            "tid": _TID_COLL + lane_l[i],
+            "name": ops[op_l[i]],
+            "cat": "collective",
+            "ts": ts_l[i],
+            "dur": dur_l[i],
+            "args": args,
+        }
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"))

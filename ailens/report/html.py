@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from . import __version__
-from ._report import NO_TICKS, Header, Section, build_report, fmt_s
+from .. import __version__
+from .rows import NO_TICKS, Header, Section, fmt_s
+from .sections import build_report
 
 __all__ = ["PlotUnavailable", "render_html"]
 
@@ -129,51 +130,46 @@ def _plot_share(plt, a, colors) -> str:
 
 
 def _plot_comm_compute(plt, a) -> str:
-    """Comm vs compute per step (rank-mean seconds), plus the run's overall split."""
-    step = np.asarray(a.tick_step, dtype=np.int64)
-    comm = np.asarray(a.comm_s, dtype=float)
-    comp = np.asarray(a.compute_s, dtype=float)
+    """Compute and exposed communication per step (the analysis's step table, mean over
+    ranks), plus the run's overall split."""
+    table = a.steps
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(10, 3.2), gridspec_kw={"width_ratios": [4, 1]})
-    if len(step):
-        steps = np.arange(int(step.max()) + 1)
-        c = np.bincount(step, weights=comm, minlength=len(steps)) * 1e3
-        g = np.bincount(step, weights=comp, minlength=len(steps)) * 1e3
+    if a.n_ticks and table.n_steps:
+        steps = np.arange(table.n_steps)
+        c = table.exposed_s.mean(axis=1) * 1e3
+        g = table.compute_s.mean(axis=1) * 1e3
         ax.fill_between(
             steps, 0, g, step="mid", color=_COMPUTE, alpha=0.85, label="compute", linewidth=0
         )
         ax.fill_between(
-            steps, g, g + c, step="mid", color=_COMM, alpha=0.85, label="communication", linewidth=0
+            steps,
+            g,
+            g + c,
+            step="mid",
+            color=_COMM,
+            alpha=0.85,
+            label="exposed communication",
+            linewidth=0,
         )
         ax.set_xlim(steps[0], steps[-1] if len(steps) > 1 else 1)
     ax.set_xlabel("training step")
     ax.set_ylabel("ms per step (mean over ranks)")
-    ax.set_title("Communication vs compute per step")
+    ax.set_title("Compute vs exposed communication per step")
     ax.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
-    ax2.bar([0], [a.compute_pct], color=_COMPUTE, width=0.6)
-    ax2.bar([0], [a.comm_pct], bottom=[a.compute_pct], color=_COMM, width=0.6)
-    ax2.text(
-        0,
-        a.compute_pct / 2,
-        f"compute\n{a.compute_pct:.1f}%",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
-    ax2.text(
-        0,
-        a.compute_pct + a.comm_pct / 2,
-        f"comm\n{a.comm_pct:.1f}%",
-        ha="center",
-        va="center",
-        color="white",
-        fontsize=8,
-    )
+    # The same split over all steps (the phase table's comm % counts overlapped collectives).
+    step_s = float(table.wall_s.sum()) if a.n_ticks else 0.0
+    comp_pct = 100 * float(table.compute_s.sum()) / step_s if step_s > 0 else 0.0
+    comm_pct = 100 * float(table.exposed_s.sum()) / step_s if step_s > 0 else 0.0
+    ax2.bar([0], [comp_pct], color=_COMPUTE, width=0.6)
+    ax2.bar([0], [comm_pct], bottom=[comp_pct], color=_COMM, width=0.6)
+    for y, label in ((comp_pct / 2, "compute"), (comp_pct + comm_pct / 2, "comm")):
+        pct = comp_pct if label == "compute" else comm_pct
+        ax2.text(0, y, f"{label}\n{pct:.1f}%", ha="center", va="center", color="white", fontsize=8)
     ax2.set_xlim(-0.6, 0.6)
     ax2.set_ylim(0, 100)
     ax2.set_xticks([])
-    ax2.set_title("whole run")
+    ax2.set_title("all steps")
     return _png(fig)
 
 
@@ -407,7 +403,7 @@ def render_html(
     a, whatif_rows=None, *, whatif_mode: str = "weak", title: str | None = None, top: int = 5
 ) -> str:
     """The report page of analysis ``a`` (a RunAnalysis) with ``whatif_rows`` as one HTML string:
-    the sections of :func:`ailens._report.build_report`, each followed by its plots.
+    the sections of :func:`ailens.report.sections.build_report`, each followed by its plots.
 
     Raises :class:`PlotUnavailable` when matplotlib is not installed.
     """

@@ -1,213 +1,40 @@
-"""The report of an analysed run, built once as data and rendered as text, JSON and HTML.
-
-Each section (Table 2, Table 3, top phases, skew, forecast, what-if) is a :class:`Section`:
-title, column headers, rows of cell texts, notes, and the section's keys of
-``ailens report --json``. The builders read results (RunAnalysis, Forecast, what-if rows);
-they never compute them. The renderers only lay sections out: :func:`render_text` (the
-terminal), :func:`render_json` (``--json``) and ``ailens._html.render_html`` (the page).
-Adding a row or a line to a section is a change in its builder alone.
-"""
+"""The report's sections, each built once from the results (RunAnalysis, Forecast, what-if
+rows) as rows of cell texts: :func:`build_report` puts them in order."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import textwrap
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
 
-from . import __version__
+from .. import __version__
+from ..phases import TABLE2_HEAD, table2_rows, table3_cells
+from .rows import (
+    COUNTER_LABELS,
+    NO_FORECAST,
+    NO_TICKS,
+    Figure,
+    Header,
+    Report,
+    Row,
+    Section,
+    as_dict,
+    facts,
+    fmt_s,
+    percent,
+    predict_dict,
+    whatif_dicts,
+)
 
 __all__ = [
-    "COUNTER_LABELS",
-    "Figure",
-    "Header",
-    "Report",
-    "Row",
-    "Section",
     "build_report",
-    "default_whatif_ranks",
-    "fmt_s",
     "forecast_section",
+    "header",
     "parts_section",
-    "format_forecast",
-    "format_report",
-    "format_whatif",
-    "grid",
-    "predict_dict",
-    "render_json",
-    "render_text",
-    "report_dict",
+    "skew_section",
     "table2_section",
     "table3_section",
-    "whatif_dicts",
+    "top_section",
     "whatif_section",
 ]
-
-COUNTER_LABELS = {
-    "instructions": "instructions (hardware counter: user-space instructions retired)",
-    "cpu-ns": "cpu-ns (CPU time of the process in ns)",
-}
-
-NO_FORECAST = (
-    "No forecast: too few steps after the warm-up, or the total number of steps is unknown."
-)
-NO_TICKS = "no collective was recorded on every rank."
-
-
-# --------------------------------------------------------------------------- the data
-
-
-@dataclass(frozen=True)
-class Row:
-    """One row of a section: its cells as shown, and what the row is."""
-
-    cells: tuple[str, ...]
-    kind: str = ""  # "" | "total" (adds up the rows above) | "this" (the run itself)
-    phase: int | None = None  # the phase the row is about (the page colours it)
-
-
-@dataclass(frozen=True)
-class Section:
-    """One report section as data; every renderer reads this and nothing else of it.
-
-    ``head`` empty means label/value rows (two cells each). ``right`` says which columns
-    are right-aligned. Without rows the section shows ``empty`` (nothing when that is
-    empty too). ``json`` holds the section's keys of ``ailens report --json``.
-    """
-
-    key: str
-    title: str
-    head: tuple[str, ...] = ()
-    right: tuple[bool, ...] = ()
-    rows: tuple[Row, ...] = ()
-    notes: tuple[str, ...] = ()
-    empty: str = ""
-    json: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A headline number: ``value`` (``detail``) ``label``."""
-
-    label: str
-    value: str
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class Header:
-    """What the run is, how work was counted, its headline numbers and warnings."""
-
-    title: str
-    about: tuple[str, ...]  # run id, ranks and hosts, framework, start time
-    counter: str
-    figures: tuple[Figure, ...]
-    warnings: tuple[str, ...]
-    json: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Report:
-    """A whole report: the header, then the sections in order."""
-
-    header: Header
-    sections: tuple[Section, ...]
-
-
-def _facts(pairs: Sequence[tuple[str, str]]) -> tuple[Row, ...]:
-    return tuple(Row((label, value)) for label, value in pairs)
-
-
-# --------------------------------------------------------------------------- cell formats
-
-
-def _sig3(x: float) -> str:
-    # Three significant digits, trailing zeros kept (1.30, 12.0, 718) so columns read evenly.
-    return f"{x:#.3g}".rstrip(".")
-
-
-def fmt_s(seconds: float | None) -> str:
-    """A duration a person reads at a glance: 350 µs, 12.4 ms, 3.21 s, 4 min 05 s, 2 h 03 min."""
-    if seconds is None or not math.isfinite(seconds):
-        return "n/a"
-    s = abs(seconds)
-    sign = "-" if seconds < 0 else ""
-    if s < 1e-3:
-        return f"{sign}{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{sign}{_sig3(s * 1e3)} ms"
-    if s < 100:
-        return f"{sign}{_sig3(s)} s"
-    if s < 3600:
-        m, sec = divmod(round(s), 60)
-        return f"{sign}{m} min {sec:02d} s"
-    h, rest = divmod(round(s), 3600)
-    return f"{sign}{h} h {rest // 60:02d} min"
-
-
-def _pct(x: float) -> str:
-    return f"{x:.1f}%"
-
-
-def _as_dict(obj: Any) -> dict:
-    if obj is None:
-        return {}
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    if dataclasses.is_dataclass(obj):
-        return dataclasses.asdict(obj)
-    return dict(obj)
-
-
-def _jsonable(x: Any) -> Any:
-    """numpy scalars/arrays and tuples to plain JSON types; non-finite floats to None."""
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "tolist"):
-        return _jsonable(x.tolist())
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-def default_whatif_ranks(ranks: int) -> list[int]:
-    """Rank counts for the what-if summary: 1, 2, 4, 8, 16 for small runs, otherwise powers
-    of two from an eighth to four times the run's size, plus the run's own size."""
-    lo, hi = max(1, ranks // 8), max(16, 4 * ranks)
-    out = {ranks}
-    p = 1
-    while p <= hi:
-        if p >= lo:
-            out.add(p)
-        p *= 2
-    return sorted(out)
-
-
-# --------------------------------------------------------------------------- machine forms
-
-
-def predict_dict(a) -> dict:
-    """The forecast as JSON (``ailens predict --json``); every key present, None when unknown."""
-    d = _as_dict(a.forecast)
-    keys = ("predicted_total_s", "interval_s", "signature_step", "signature_fraction")
-    out = {k: d.get(k) for k in (*keys, "actual_total_s")}
-    out |= {"measured_total_s": float(a.total_s), "warnings": list(a.warnings)}
-    out["history"] = d.get("history") or []
-    out |= {k: v for k, v in d.items() if k not in out}
-    return _jsonable(out)
-
-
-def whatif_dicts(rows) -> list[dict]:
-    """What-if rows as JSON dicts (ranks, step_time_s, total_time_s, speedup, efficiency,
-    comm_pct, ...)."""
-    return [_jsonable(_as_dict(r)) for r in rows or ()]
-
-
-# --------------------------------------------------------------------------- sections
 
 
 def header(a) -> Header:
@@ -220,7 +47,7 @@ def header(a) -> Header:
         counter += f"; fallback because {meta['counter_fallback']}"
     figures = [
         Figure("wall time", fmt_s(a.total_s)),
-        Figure("communication / compute", f"{_pct(a.comm_pct)} / {_pct(a.compute_pct)}"),
+        Figure("communication / compute", f"{percent(a.comm_pct)} / {percent(a.compute_pct)}"),
         Figure("phases (SIMO)", f"{a.table.n_phases:,}", f"{a.n_phases_previous:,} PAS2P"),
         Figure("collectives per rank (ticks)", f"{a.n_ticks:,}"),
         Figure("steps", f"{len(a.step_end_s):,}"),
@@ -267,37 +94,14 @@ def header(a) -> Header:
     )
 
 
-_TABLE2_HEAD = ("Phase", "Op", "SIMO", "Time/occurrence (s)", "Weight", "Time×Weight (s)", "Share")
-
-
 def table2_section(
     table, *, tolerance: int | None = None, detail: bool = True, share: bool = True
 ) -> Section:
-    """The paper's Table 2 from a PhaseTable: one row per kept phase, the dropped phases
-    summed in one row, and a Total row the time column adds up to. ``detail`` adds each
-    phase's op and SIMO representative, ``share`` its share of the time."""
-    rows = [
-        Row(
-            (
-                str(p.id),
-                str(p.op),
-                str(p.simo),
-                f"{p.time_per_occurrence_s:.6f}",
-                f"{p.weight:,}",
-                f"{p.total_s:.6f}",
-                _pct(100 * p.share),
-            ),
-            phase=p.id,
-        )
-        for p in table.phases
-    ]
-    if table.dropped:
-        label = f"{len(table.dropped)} dropped (<{100 * table.min_share:g}%)"
-        share_s = _pct(100 * table.dropped_s / table.total_s) if table.total_s > 0 else ""
-        rows.append(Row((label, "", "", "", "", f"{table.dropped_s:.6f}", share_s)))
-    if rows:
-        total = ("Total", "", "", "", f"{table.n_ticks:,}", f"{table.total_s:.6f}", "100%")
-        rows.append(Row(total, kind="total"))
+    """The paper's Table 2 from a PhaseTable (rows: ``ailens.phases.table2_rows``): one row
+    per kept phase, the dropped phases summed in one row, and a Total row the time column
+    adds up to. ``detail`` adds each phase's op and SIMO representative, ``share`` its share
+    of the time."""
+    rows = table2_rows(table)
     shown = (True, detail, detail, True, True, True, share)
 
     def cut(cells: Sequence) -> tuple:
@@ -307,9 +111,12 @@ def table2_section(
     return Section(
         key="table2",
         title="Table 2. Phases" + (f" (SIMO ±{tolerance})" if tolerance is not None else ""),
-        head=cut(_TABLE2_HEAD),
+        head=cut(TABLE2_HEAD),
         right=cut((False, False) + (True,) * 5),
-        rows=tuple(dataclasses.replace(r, cells=cut(r.cells)) for r in rows),
+        rows=tuple(
+            Row(cut(cells), phase=phase, kind="total" if i == len(rows) - 1 else "")
+            for i, (cells, phase) in enumerate(rows)
+        ),
         notes=(
             "Time per occurrence: the mean over ranks of the communication time plus the "
             "compute gap before the collective; weight: the number of occurrences (ticks).",
@@ -328,17 +135,11 @@ def table2_section(
 def table3_section(
     table, previous_phases: int, *, processes: int | None = None, aet_s: float | None = None
 ) -> Section:
-    """The paper's Table 3 row: processes, previous (PAS2P) and current (SIMO) phase counts,
-    execution time (``aet_s``, default the table's total) and the comm/compute split."""
+    """The paper's Table 3 row (cells: ``ailens.phases.table3_cells``): processes, previous
+    (PAS2P) and current (SIMO) phase counts, execution time (``aet_s``, default the table's
+    total) and the comm/compute split."""
     aet = table.total_s if aet_s is None else aet_s
-    cells = (
-        "" if processes is None else str(processes),
-        f"{previous_phases:,}",
-        f"{table.n_phases:,}",
-        f"{aet:.2f}",
-        f"{table.comm_pct:.2f}",
-        f"{table.compute_pct:.2f}",
-    )
+    cells = table3_cells(table, previous_phases, processes=processes, aet_s=aet_s)
     notes = ()
     if table.dropped:
         notes = (
@@ -385,7 +186,7 @@ def top_section(a, top: int) -> Section:
                 (
                     str(p.id),
                     str(p.op),
-                    _pct(100 * p.share),
+                    percent(100 * p.share),
                     fmt_s(p.total_s),
                     fmt_s(per),
                     f"{comm:.0f}% / {100 - comm:.0f}%",
@@ -405,11 +206,16 @@ def top_section(a, top: int) -> Section:
 
 def skew_section(a) -> Section:
     """Per kept phase: the slowest rank and the spread of the per-rank compute time."""
-    skew = sorted((_as_dict(s) for s in a.skew), key=lambda d: d["phase"])
+    skew = sorted((as_dict(s) for s in a.skew), key=lambda d: d["phase"])
     ops = {p.id: p.op for p in a.table.phases}
     rows = [
         Row(
-            (str(d["phase"]), str(ops[d["phase"]]), str(d["slowest_rank"]), _pct(d["spread_pct"])),
+            (
+                str(d["phase"]),
+                str(ops[d["phase"]]),
+                str(d["slowest_rank"]),
+                percent(d["spread_pct"]),
+            ),
             phase=d["phase"],
         )
         for d in skew
@@ -440,7 +246,7 @@ def forecast_section(a) -> Section:
         return Section(key="forecast", title="Forecast", empty=empty, json=json)
     n = f.total_steps
     at = f"step {f.made_at_step:,}" + (
-        f" ({_pct(100 * f.made_at_step / n)} of the steps)" if n else ""
+        f" ({percent(100 * f.made_at_step / n)} of the steps)" if n else ""
     )
     lines: list[tuple[str, str]] = []
     if f.basis == "latest" and f.actual_total_s:
@@ -470,7 +276,7 @@ def forecast_section(a) -> Section:
         lines.append(("Steps", f"{n:,} total, training step {fmt_s(f.step_time_s)}"))
     if f.signature_step is not None:
         frac = f.signature_fraction
-        pct = f" = {_pct(100 * frac)} of the run" if frac is not None else ""
+        pct = f" = {percent(100 * frac)} of the run" if frac is not None else ""
         lines.append(("Signature ready at", f"step {f.signature_step:,}{pct}"))
     else:
         tol = f.signature_rel_tol
@@ -499,7 +305,7 @@ def forecast_section(a) -> Section:
         "Totals run from the moment ailens attached to the end of training (the Lens's "
         "close); 'From process start' adds the time before.",
     )
-    return Section(key="forecast", title="Forecast", rows=_facts(lines), notes=notes, json=json)
+    return Section(key="forecast", title="Forecast", rows=facts(lines), notes=notes, json=json)
 
 
 def parts_section(a) -> Section:
@@ -580,97 +386,3 @@ def build_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5
             whatif_section(whatif_rows, mode=whatif_mode, ranks_now=a.ranks),
         ),
     )
-
-
-# --------------------------------------------------------------------------- text
-
-
-def grid(rows: Sequence[Sequence[str]], right: Sequence[bool], *, rule: bool = True) -> str:
-    """Rows of cells as aligned columns (first row = header, underlined when ``rule``)."""
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-
-    def line(row: Sequence[str]) -> str:
-        cells = (
-            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
-        )
-        return "  ".join(cells).rstrip()
-
-    out = [line(rows[0])]
-    if rule:
-        out.append("  ".join("-" * w for w in widths))
-    out += [line(r) for r in rows[1:]]
-    return "\n".join(out)
-
-
-def table_text(s: Section, *, rule: bool = True) -> str:
-    """A section's rows as an aligned grid: under its column headers, or label/value lines."""
-    rows = [r.cells for r in s.rows]
-    if s.head:
-        return grid([s.head, *rows], s.right, rule=rule)
-    return grid(rows, [False, False], rule=False)
-
-
-def section_text(s: Section, *, title: bool = True) -> str:
-    """One section as plain text: title, table (or its empty message), notes; "" when the
-    section has nothing to show."""
-    if not s.rows and not s.empty:
-        return ""
-    out = [s.title, "=" * len(s.title)] if title else []
-    out.append(table_text(s) if s.rows else s.empty)
-    out += [textwrap.fill(n, 100) for n in s.notes]
-    return "\n".join(out)
-
-
-def _wrap_joined(parts: Sequence[str], sep: str = "  ·  ", width: int = 100) -> list[str]:
-    lines: list[str] = []
-    for part in parts:
-        if lines and len(lines[-1]) + len(sep) + len(part) <= width:
-            lines[-1] += sep + part
-        else:
-            lines.append(part)
-    return lines
-
-
-def render_text(report: Report) -> str:
-    """The whole report as the terminal shows it."""
-    h = report.header
-    figures = [f"{f.label} {f.value}" + (f" ({f.detail})" if f.detail else "") for f in h.figures]
-    out = [h.title, "  ·  ".join(h.about), f"Counter: {h.counter}", *_wrap_joined(figures)]
-    if h.warnings:
-        out += ["", *(f"WARNING: {w}" for w in h.warnings)]
-    for s in report.sections:
-        text = section_text(s)
-        if text:
-            out += ["", text]
-    return "\n".join(out) + "\n"
-
-
-def render_json(report: Report) -> dict:
-    """The whole report as plain JSON types: the header's keys, then each section's."""
-    d: dict[str, Any] = dict(report.header.json)
-    for s in report.sections:
-        d.update(s.json)
-    return _jsonable(d)
-
-
-# --------------------------------------------------------------------------- entry points
-
-
-def format_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> str:
-    """The terminal report (``ailens report``)."""
-    return render_text(build_report(a, whatif_rows, whatif_mode=whatif_mode, top=top))
-
-
-def report_dict(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> dict:
-    """Everything the text report shows, as plain JSON types (``ailens report --json``)."""
-    return render_json(build_report(a, whatif_rows, whatif_mode=whatif_mode, top=top))
-
-
-def format_forecast(a) -> str:
-    """The forecast lines (``ailens predict``)."""
-    return section_text(forecast_section(a), title=False)
-
-
-def format_whatif(rows, *, mode: str = "weak", ranks_now: int | None = None) -> str:
-    """The what-if table (``ailens whatif``); the run's own rank count is marked with *."""
-    return section_text(whatif_section(rows, mode=mode, ranks_now=ranks_now), title=False)
