@@ -4,7 +4,7 @@
 the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own definition), the
 SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
 and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
-and forecast are the ones the run decided. The what-if (``_whatif``) reads this analysis.
+and forecast are the ones the run decided. The what-if (``predict.whatif``) reads this analysis.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ horovodrun, torch.distributed gloo under torchrun, MPI otherwise. Every rank tim
 allreduce, allgather and broadcast over a sweep of message sizes (plus the exact sizes a run
 used, with ``--sizes-from RUN_DIR``); a repetition's time is its maximum over ranks, a
 size's time the median over repetitions. Rank 0 fits alpha, beta and gamma by non-negative
-least squares (``_collectives.fit_cost_params``): the node-local ranks give the intra-node
+least squares (``predict.collectives.fit_cost_params``): the node-local ranks give the intra-node
 parameters, the whole job the inter-node ones when it spans hosts (a ring crossing nodes runs
 at the pace of its slowest link). Each row also has the CPU time the collective took (the
 transport's own threads compete with compute for the cores); each entry the transport's CPU
@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from ._collectives import canonical_op, fit_cost_params
 from ._online import write_json
+from .predict.collectives import canonical_op, fit_cost_params
 
 OPS = ("allreduce", "allgather", "broadcast")
 TRANSPORTS = ("mpi", "gloo", "horovod")
@@ -630,9 +630,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=None,
         metavar="LOG",
-        help="fit a platform (ailens/_platforms.py) on these all_reduce_perf outputs: one-node "
-        "logs fit the intra-node link, multi-node logs the network; writes the platform JSON "
-        "to --out (default platform.json)",
+        help="fit a platform (ailens/predict/platforms.py) on these all_reduce_perf outputs: "
+        "one-node logs fit the intra-node link, multi-node logs the network; writes the platform "
+        "JSON to --out (default platform.json)",
     )
     nt.add_argument(
         "--devices-per-node",
@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _from_nccl_tests(args) -> int:
     """``ailens calibrate --from-nccl-tests LOG ...``: a platform fitted on the logs."""
-    from ._platforms import load_platform, platform_from_nccl_tests, platform_to_dict
+    from .predict.platforms import load_platform, platform_from_nccl_tests, platform_to_dict
 
     texts = []
     for f in args.from_nccl_tests:

@@ -9,7 +9,7 @@ runs nothing: see ``benchmarks/public_cases.py``. Its cases are reported apart f
 ones below.
 
 For each example it runs the real example with ailens attached and predicts one run's step
-time from another's trace (``ailens._whatif.whatif``), calibrated the way a user would:
+time from another's trace (``ailens.predict.whatif.whatif``), calibrated the way a user would:
 ``ailens calibrate`` launched like the job (mpiexec / torchrun / horovodrun) on its own
 transport, with the run's own message sizes.
 
@@ -48,7 +48,7 @@ import netns  # noqa: E402
 
 from ailens import load_run  # noqa: E402
 from ailens._analysis import analyze  # noqa: E402
-from ailens._whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
+from ailens.predict.whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
 
 BIN = Path(sys.executable).parent
 PY = str(BIN / "python") if (BIN / "python").exists() else sys.executable

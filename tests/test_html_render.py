@@ -234,7 +234,7 @@ def page(tmp_path_factory) -> Path:
     from ailens._analysis import analyze
     from ailens._html import render_html
     from ailens._report import default_whatif_ranks
-    from ailens._whatif import whatif
+    from ailens.predict.whatif import whatif
 
     d = tmp_path_factory.mktemp("html")
     s = write_run(d / "run", ranks=4, steps=60, seed=1)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ailens._nccl import busbw_factor, fit_platform, nccl_collective_s
-from ailens._platforms import (
+from ailens.predict.nccl import busbw_factor, fit_platform, nccl_collective_s
+from ailens.predict.platforms import (
     DEFAULT_PLATFORMS,
     NcclTestsTable,
     load_platform,

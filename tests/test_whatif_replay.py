@@ -15,7 +15,7 @@ import pytest
 from test_lens import FakeClock, _record_long_run
 from test_whatif import write_ddp_like
 
-import ailens._whatif as W
+import ailens.predict.whatif.model as W
 from ailens import Lens, load_run
 from ailens._analysis import analyze
 from ailens._signature_record import signature_record

@@ -9,7 +9,7 @@ software latency of one collective. It comes from:
 * a JSON file (``platform_to_dict`` / ``platform_from_dict``, schema ``version`` 1),
   ``load_platform("PLATFORM.json")``, written by ``ailens calibrate --from-nccl-tests``;
 * ``platform_from_nccl_tests(text)``: the standard nccl-tests ``all_reduce_perf`` table a user
-  already has, fitted with the NCCL cost model of ``_nccl.py``.
+  already has, fitted with the NCCL cost model of ``nccl.py``.
 
 Units: bandwidths in bytes/s (10^9 B/s = 1 GB/s as nccl-tests prints), latencies in seconds.
 ``intra.bandwidth_Bps`` is the bus bandwidth one device's intra-node links sustain (one
@@ -473,7 +473,7 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
 
 
 # Platforms fitted on public measurements (benchmarks/public_platforms.py writes them).
-FITTED_DIR = Path(__file__).parent / "platforms"
+FITTED_DIR = Path(__file__).parent / "platform_data"
 
 
 def platform_labels() -> list[str]:
@@ -484,7 +484,7 @@ def platform_labels() -> list[str]:
 
 def load_platform(path_or_label: str | os.PathLike) -> Platform:
     """A platform from a JSON file, or a label: a datasheet default (``DEFAULT_PLATFORMS``)
-    or one fitted on public measurements (``ailens/platforms/LABEL.json``)."""
+    or one fitted on public measurements (``ailens/predict/platform_data/LABEL.json``)."""
     s = str(path_or_label)
     if s in DEFAULT_PLATFORMS:
         return DEFAULT_PLATFORMS[s]
@@ -515,7 +515,7 @@ class NcclTestsTable:
     ranks: int
     hosts: tuple[str, ...]
     ranks_per_node: int
-    sizes: tuple[int, ...]  # bytes, as nccl-tests prints (see _nccl.NCCL_TESTS_BYTES)
+    sizes: tuple[int, ...]  # bytes, as nccl-tests prints (see nccl.NCCL_TESTS_BYTES)
     oop_s: tuple[float, ...]
     ip_s: tuple[float, ...]
     source: str = ""
@@ -645,7 +645,7 @@ def platform_from_nccl_tests(
     per count); logs spanning nodes fit the network (one NIC = the node's injection bandwidth
     / ``nics_per_node``). What no log measured is kept from ``base`` (a default label or a
     Platform; default: a generic node with ``devices_per_node`` devices), and said so."""
-    from ._nccl import fit_platform
+    from .nccl import fit_platform
 
     texts = [text] if isinstance(text, str) else list(text)
     names = list(sources or [f"nccl-tests log {i + 1}" for i in range(len(texts))])

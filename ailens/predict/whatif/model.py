@@ -35,7 +35,8 @@ from statistics import NormalDist
 
 import numpy as np
 
-from ._collectives import (
+from ..._online import read_json
+from ..collectives import (
     DEFAULT_INTER,
     DEFAULT_INTRA,
     CostParams,
@@ -46,7 +47,6 @@ from ._collectives import (
     params_from_dict,
     transport_of,
 )
-from ._online import read_json
 
 __all__ = [
     "Layout",

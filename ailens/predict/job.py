@@ -1,6 +1,6 @@
 """A job description: what the cluster what-if needs to know about a data-parallel job.
 
-One description, three ways to get it (one predictor, ``_cluster.predict``):
+One description, three ways to get it (one predictor, ``cluster.predict``):
 
 * written by hand from what a person knows (``load_job(path)``, JSON, docs/whatif.md);
 * from a run directory's features (``job_from_features``);

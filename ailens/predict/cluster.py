@@ -13,7 +13,7 @@ on, so adding an effect is adding one class to ``TERMS``::
   i is ready at t_i (backward produces gradients evenly in bytes, last parameters first),
   buckets are reduced one at a time on one stream: finish_i = max(t_i, finish_{i-1}) +
   t_comm(bucket i); exposed = max(0, finish_last - backward end). Without overlap the
-  whole reduction is exposed. t_comm comes from the NCCL model (``_nccl``).
+  whole reduction is exposed. t_comm comes from the NCCL model (``nccl``).
 * ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
   (``step_sd_s``) x E[max of q normals], less the source's own.
 
@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._job import JobDescription
-from ._nccl import nccl_collective_s
-from ._platforms import Platform, load_platform
-from ._whatif import expected_max_normal
+from .job import JobDescription
+from .nccl import nccl_collective_s
+from .platforms import Platform, load_platform
+from .whatif import expected_max_normal
 
 __all__ = [
     "ClusterPrediction",

@@ -33,8 +33,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ._collectives import canonical_op
-from ._platforms import (
+from .collectives import canonical_op
+from .platforms import (
     NCCL_BASE_S,
     NCCL_NET_STEP_S,
     NCCL_NVLINK_STEP_S,

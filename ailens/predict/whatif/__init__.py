@@ -1,0 +1,40 @@
+"""The run-directory what-if: a recorded run's step time on another layout of ranks,
+threads, cores and links (docs/whatif.md has the model and its measured accuracy)."""
+
+from .model import (
+    REPLAY_STEPS,
+    CommGroup,
+    ComputeModel,
+    Layout,
+    RunFeatures,
+    ScalingModel,
+    WhatIfRow,
+    expected_max_normal,
+    features,
+    load_calibration,
+    measured_step_s,
+    merge_calibrations,
+    prepare,
+    replay_sample,
+    scaling_model,
+    whatif,
+)
+
+__all__ = [
+    "REPLAY_STEPS",
+    "CommGroup",
+    "ComputeModel",
+    "Layout",
+    "RunFeatures",
+    "ScalingModel",
+    "WhatIfRow",
+    "expected_max_normal",
+    "features",
+    "load_calibration",
+    "measured_step_s",
+    "merge_calibrations",
+    "prepare",
+    "replay_sample",
+    "scaling_model",
+    "whatif",
+]
