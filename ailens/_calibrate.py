@@ -702,7 +702,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _from_nccl_tests(args) -> int:
     """``ailens calibrate --from-nccl-tests LOG ...``: a platform fitted on the logs."""
-    from .predict.platforms import load_platform, platform_from_nccl_tests, platform_to_dict
+    from .predict.nccl_tests import platform_from_nccl_tests
+    from .predict.platforms import load_platform, platform_to_dict
 
     texts = []
     for f in args.from_nccl_tests:

@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from ailens.predict.collectives import CostParams, _coefficients, _nnls_small, collective_time
-from ailens.predict.nccl import busbw_factor, fit_platform, nccl_collective_s
-from ailens.predict.platforms import DEFAULT_PLATFORMS, NcclTestsTable
+from ailens.predict.nccl import busbw_factor, nccl_collective_s
+from ailens.predict.nccl_fit import fit_platform
+from ailens.predict.nccl_tests import NcclTestsTable
+from ailens.predict.platforms import DEFAULT_PLATFORMS
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY_MAX_BYTES = 64 << 10
