@@ -1,7 +1,8 @@
 """The cluster what-if: a data-parallel job's step time on GPUs of a described platform.
 
-Step time is a sum of named terms; each returns its seconds and the assumptions it rests
-on, so adding an effect is adding one class to ``TERMS``::
+Step time is a sum of named terms (the protocol of ``terms.py``, shared with the
+run-directory what-if); each returns its seconds and the assumptions it rests on, so adding
+an effect is adding one class to ``TERMS``::
 
     step = Compute + ExposedGradientSync + SlowestRank
 
@@ -24,14 +25,14 @@ there: the wait DDP spends outside its recorded collectives is not counted as co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from .job import JobDescription
 from .nccl import nccl_collective_s
 from .platforms import Platform, load_platform
-from .whatif import expected_max_normal
+from .terms import TermValue, expected_max_normal
 
 __all__ = [
     "ClusterPrediction",
@@ -71,14 +72,6 @@ class ClusterTarget:
     @property
     def nodes(self) -> int:
         return -(-self.ranks // self.per_node)
-
-
-@dataclass(frozen=True)
-class TermValue:
-    name: str
-    seconds: float
-    assumptions: tuple[str, ...] = ()
-    detail: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -305,15 +298,7 @@ class ClusterPrediction:
             "compute_low_s": self.compute_low_s,
             "compute_high_s": self.compute_high_s,
             "over_link_ceiling": self.over_link_ceiling,
-            "terms": [
-                {
-                    "name": t.name,
-                    "seconds": t.seconds,
-                    "assumptions": list(t.assumptions),
-                    **t.detail,
-                }
-                for t in self.terms
-            ],
+            "terms": [t.to_dict() for t in self.terms],
             "assumptions": list(self.assumptions),
         }
 
