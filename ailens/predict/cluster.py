@@ -331,6 +331,27 @@ def source_compute(job: JobDescription, platform: Platform) -> tuple[float, list
     ]
 
 
+def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Context:
+    """What the terms read on one target: its batch per device and compute there."""
+    q = target.ranks
+    if q < 1:
+        raise ValueError(f"ranks must be >= 1, got {q}")
+    if target.scaling == "strong":
+        if target.global_batch is None:
+            raise ValueError(
+                f"{job.source}: strong scaling needs batch_per_device (or global_batch)"
+            )
+        batch = target.global_batch / q
+    else:
+        batch = job.batch_per_device
+    c, band, c_notes = compute_at(job, c_src, batch)
+    return _Context(job, target, batch, c, band, c_notes)
+
+
+def _throughput(q: int, batch, step: float) -> float:
+    return q * (batch or 1.0) / step if step > 0 else float("nan")
+
+
 def predict(
     job: JobDescription,
     ranks: list[int],
@@ -372,33 +393,20 @@ def predict(
         )
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
 
-    def one(q: int):
-        if q < 1:
-            raise ValueError(f"ranks must be >= 1, got {q}")
-        if scaling == "strong":
-            if gb is None:
-                raise ValueError(
-                    f"{job.source}: strong scaling needs batch_per_device (or global_batch)"
-                )
-            batch = gb / q
-        else:
-            batch = b0
-        c, band, c_notes = compute_at(job, c_src, batch)
-        target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
-        ctx = _Context(job, target, batch, c, band, c_notes)
-        return target, batch, band, tuple(t.value(ctx) for t in TERMS)
+    def one(q: int) -> _Context:
+        return _context(job, ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb), c_src)
 
-    def throughput(q: int, batch, step: float) -> float:
-        return q * (batch or 1.0) / step if step > 0 else float("nan")
-
-    _, b1, _, t1 = one(1)  # speedup and efficiency are against the model's own 1 device
-    thr1 = throughput(1, b1, float(sum(t.seconds for t in t1)))
+    ctx1 = one(1)  # speedup and efficiency are against the model's own 1 device
+    t1 = tuple(t.value(ctx1) for t in TERMS)
+    thr1 = _throughput(1, ctx1.batch, float(sum(t.seconds for t in t1)))
     out = []
     for q in sorted({int(r) for r in ranks}):
-        target, batch, band, terms = one(q)
+        ctx = one(q)
+        target, batch, band = ctx.target, ctx.batch, ctx.compute_band
+        terms = tuple(t.value(ctx) for t in TERMS)
         step = float(sum(t.seconds for t in terms))
         comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
-        speedup = throughput(q, batch, step) / thr1
+        speedup = _throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
         out.append(
             ClusterPrediction(

@@ -155,6 +155,40 @@ def nccl_collective_s(
     ppn = int(ranks_per_node or min(n, platform.devices_per_node))
     ppn = max(min(ppn, n), 1)
     nodes = -(-n // ppn)
+    kind, nbytes, notes = _kind(op, nbytes)
+    if n == 1:
+        return CollectiveEstimate(0.0, "none", "none", 0.0, 0.0, "none", 1, 1, 1, tuple(notes))
+    path = _path(platform, n, ppn, nodes, notes)
+    t, a, p = _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol)
+    ceiling, bottleneck = path.ceiling, path.bottleneck
+    if devices_per_process > 1 and platform.launch_s > 0:
+        t += (devices_per_process - 1) * platform.launch_s
+        notes.append(
+            f"one thread drives {devices_per_process} devices: "
+            f"{devices_per_process - 1} more kernel launches of {platform.launch_s * 1e6:.3g} us"
+        )
+    bus_now = _wire_bytes(kind, nbytes, n) / t * busbw_factor(kind, n) if t > 0 else 0.0
+    if path.ring_over_host:
+        notes.append(
+            f"no ring over the first {ppn} devices closes over NVLink: at the host path's speed"
+        )
+    notes.append(f"platform {platform.name}: {platform.description or 'no description'}")
+    return CollectiveEstimate(
+        seconds=float(t),
+        algorithm=a,
+        protocol=p,
+        bus_bandwidth_Bps=float(bus_now),
+        ceiling_Bps=float(ceiling),
+        bottleneck=bottleneck,
+        ranks=n,
+        nodes=nodes,
+        ranks_per_node=ppn,
+        assumptions=tuple(notes),
+    )
+
+
+def _kind(op: str, nbytes: float) -> tuple[str, float, list[str]]:
+    """The NCCL collective that costs ``op`` (and its bytes), and what that assumed."""
     kind = canonical_op(op) or "allreduce"
     notes: list[str] = []
     if canonical_op(op) is None:
@@ -165,9 +199,26 @@ def nccl_collective_s(
     if kind == "barrier":
         kind, nbytes = "allreduce", 4
         notes.append("barrier: costed as a 4-byte all-reduce")
-    if n == 1:
-        return CollectiveEstimate(0.0, "none", "none", 0.0, 0.0, "none", 1, 1, 1, tuple(notes))
+    return kind, nbytes, notes
 
+
+@dataclass(frozen=True)
+class _Path:
+    """What the ranks' collectives cross: the intra-node hardware NCCL models (``nvlink`` or
+    ``pcie``), whether the ring goes over the host, the bottleneck's bus bandwidth and name,
+    and the platform's latencies over NCCL's (base, intra-node step, network step)."""
+
+    hw_intra: str
+    ring_over_host: bool
+    ceiling: float
+    bottleneck: str
+    s_base: float
+    s_intra: float
+    s_net: float
+
+
+def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) -> _Path:
+    """The links of ``n`` ranks, ``ppn`` per node (notes: what crossing nodes assumed)."""
     # The bottleneck link's bus bandwidth.
     b_intra, intra_src = platform.intra_bandwidth(ppn)
     hw_intra = "pcie" if platform.intra_kind == "pcie" else "nvlink"
@@ -207,6 +258,13 @@ def nccl_collective_s(
     if ring_over_host:
         s_intra = platform.host.latency_s / NCCL_PCI_STEP_S
     s_net = platform.network.latency_s / NCCL_NET_STEP_S if platform.network else 1.0
+    return _Path(hw_intra, ring_over_host, ceiling, bottleneck, s_base, s_intra, s_net)
+
+
+def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol):
+    """(seconds, algorithm, protocol) of NCCL's choice: the least modelled time."""
+    hw_intra, ceiling = path.hw_intra, path.ceiling
+    s_base, s_intra, s_net = path.s_base, path.s_intra, path.s_net
     nsteps, inter = _steps(kind, n, nodes)
     size = _wire_bytes(kind, nbytes, n)
     best = None
@@ -260,28 +318,4 @@ def nccl_collective_s(
             f"no NCCL algorithm/protocol for {op} with algorithm={algorithm!r}, "
             f"protocol={protocol!r} on {platform.name}"
         )
-    t, a, p = best
-    if devices_per_process > 1 and platform.launch_s > 0:
-        t += (devices_per_process - 1) * platform.launch_s
-        notes.append(
-            f"one thread drives {devices_per_process} devices: "
-            f"{devices_per_process - 1} more kernel launches of {platform.launch_s * 1e6:.3g} us"
-        )
-    bus_now = size / t * busbw_factor(kind, n) if t > 0 else 0.0
-    if ring_over_host:
-        notes.append(
-            f"no ring over the first {ppn} devices closes over NVLink: at the host path's speed"
-        )
-    notes.append(f"platform {platform.name}: {platform.description or 'no description'}")
-    return CollectiveEstimate(
-        seconds=float(t),
-        algorithm=a,
-        protocol=p,
-        bus_bandwidth_Bps=float(bus_now),
-        ceiling_Bps=float(ceiling),
-        bottleneck=bottleneck,
-        ranks=n,
-        nodes=nodes,
-        ranks_per_node=ppn,
-        assumptions=tuple(notes),
-    )
+    return best

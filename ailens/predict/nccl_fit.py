@@ -96,48 +96,77 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
                 f"{t.source}: {t.ranks} ranks on one host but devices_per_node={dpn}; "
                 "give --devices-per-node"
             )
-    where = ", ".join(sorted({t.source for t in tables}))
-    one_node = sorted({t.ranks_per_node for t in tables if t.nodes == 1})
-    multi = [t for t in tables if t.nodes > 1]
-    # Only multi-node logs: the intra-node link cannot be told from the network's; kept.
-    fit_intra = bool(one_node)
-    counts = sorted(set(one_node) | {t.ranks_per_node for t in multi if t.ranks_per_node > 1})
-    # A log run with -g N (one thread, N devices) pays N kernel launches one after another.
-    # With only such logs the launches and the intra-node step latency grow alike with the
-    # devices (N - 1 against 2(N - 1)): the step latency then stays the base platform's.
-    single = any(t.devices_per_process > 1 for t in tables)
-    step_known = any(t.devices_per_process == 1 and t.ranks_per_node > 1 for t in tables)
-    fit_step = fit_intra and (step_known or not single)
-    names: list[str] = ["base"]
-    x0: list[float] = [math.log(base.base_latency_s)]
-    if single:
-        names.append("launch")
-        x0.append(math.log(max(base.launch_s, 2e-6)))
-    if fit_step:
-        names.append("intra_lat")
-        x0.append(math.log(max(base.intra.latency_s, 1e-9)))
-    if fit_intra:
-        names += [f"bw{k}" for k in counts]
-        x0 += [math.log(base.intra_bandwidth(k)[0]) for k in counts]
-    net = base.network or Link(12.5e9, NCCL_NET_STEP_S, "assumed starting point")
-    if multi:
-        names += ["net_lat", "net_bw"]
-        x0 += [math.log(max(net.latency_s, 1e-9)), math.log(net.bandwidth_Bps)]
-    for k in counts:
-        for proto, what in _TUNABLE:
-            names.append(f"{k}:{proto}.{what}")
-            x0.append(math.log(float(base.protocol_tuning(k, proto).get(what, 1.0))))
-    x0 = np.array(x0)
-    meas = np.log(np.array([r[2] for r in rows], dtype=float))
-    groups: dict[tuple[str, int], int] = {}
-    for t, s, _ in rows:
-        key = (t.source, _size_class(s))
-        groups[key] = groups.get(key, 0) + 1
-    weight = np.array([1.0 / groups[(t.source, _size_class(s))] for t, s, _ in rows])
-    weight /= weight.sum()
-    fitted_by = f"fitted on {where}"
+    fit = _Fit(tables, rows, base)
+    x, done = fit.search()
+    fitted = _sources(fit.build(x), base, done, fit.fitted_by)
+    return replace(
+        fitted,
+        name=name or base.name,
+        description=(base.description or "") + f"; {fit.fitted_by}",
+        notes=tuple(fit.notes(fitted, math.sqrt(fit.loss(x)))),
+    )
 
-    def build(x: np.ndarray) -> Platform:
+
+class _Fit:
+    """The fit's parameters (log values, named), their start (the base platform's), the
+    rows' weights, the platform a parameter vector gives and its loss."""
+
+    def __init__(self, tables: list[NcclTestsTable], rows: list, base: Platform):
+        self.rows, self.base = rows, base
+        self.dpn = base.devices_per_node
+        self.where = where = ", ".join(sorted({t.source for t in tables}))
+        one_node = sorted({t.ranks_per_node for t in tables if t.nodes == 1})
+        multi = [t for t in tables if t.nodes > 1]
+        self.multi = bool(multi)
+        # Only multi-node logs: the intra-node link cannot be told from the network's; kept.
+        self.fit_intra = fit_intra = bool(one_node)
+        counts = sorted(set(one_node) | {t.ranks_per_node for t in multi if t.ranks_per_node > 1})
+        self.counts = counts
+        # A log run with -g N (one thread, N devices) pays N kernel launches one after
+        # another. With only such logs the launches and the intra-node step latency grow
+        # alike with the devices (N - 1 against 2(N - 1)): the step latency then stays the
+        # base platform's.
+        self.single = single = any(t.devices_per_process > 1 for t in tables)
+        step_known = any(t.devices_per_process == 1 and t.ranks_per_node > 1 for t in tables)
+        self.fit_step = fit_step = fit_intra and (step_known or not single)
+        names: list[str] = ["base"]
+        x0: list[float] = [math.log(base.base_latency_s)]
+        if single:
+            names.append("launch")
+            x0.append(math.log(max(base.launch_s, 2e-6)))
+        if fit_step:
+            names.append("intra_lat")
+            x0.append(math.log(max(base.intra.latency_s, 1e-9)))
+        if fit_intra:
+            names += [f"bw{k}" for k in counts]
+            x0 += [math.log(base.intra_bandwidth(k)[0]) for k in counts]
+        net = base.network or Link(12.5e9, NCCL_NET_STEP_S, "assumed starting point")
+        if multi:
+            names += ["net_lat", "net_bw"]
+            x0 += [math.log(max(net.latency_s, 1e-9)), math.log(net.bandwidth_Bps)]
+        for k in counts:
+            for proto, what in _TUNABLE:
+                names.append(f"{k}:{proto}.{what}")
+                x0.append(math.log(float(base.protocol_tuning(k, proto).get(what, 1.0))))
+        x0 = np.array(x0)
+        meas = np.log(np.array([r[2] for r in rows], dtype=float))
+        groups: dict[tuple[str, int], int] = {}
+        for t, s, _ in rows:
+            key = (t.source, _size_class(s))
+            groups[key] = groups.get(key, 0) + 1
+        weight = np.array([1.0 / groups[(t.source, _size_class(s))] for t, s, _ in rows])
+        weight /= weight.sum()
+        fitted_by = f"fitted on {where}"
+        self.names, self.x0, self.net = names, x0, net
+        self.meas, self.weight, self.fitted_by = meas, weight, fitted_by
+        self.classes = np.array([_size_class(s) for _, s, _ in rows])
+        self.tunables = np.array([":" in n for n in names])
+
+    def build(self, x: np.ndarray) -> Platform:
+        """The platform of the parameters ``x``."""
+        base, names, counts, fitted_by = self.base, self.names, self.counts, self.fitted_by
+        single, fit_intra, fit_step, multi = self.single, self.fit_intra, self.fit_step, self.multi
+        dpn = self.dpn
         v = dict(zip(names, np.exp(x), strict=True))
         kw: dict = {"base_latency_s": float(v["base"]), "base_latency_source": fitted_by}
         if single:
@@ -159,13 +188,11 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         kw["protocols_by_devices"] = per
         return replace(base, **kw)
 
-    classes = np.array([_size_class(s) for _, s, _ in rows])
-    tunables = np.array([":" in n for n in names])
-
-    def loss(x: np.ndarray, only: np.ndarray | None = None) -> float:
+    def loss(self, x: np.ndarray, only: np.ndarray | None = None) -> float:
+        rows, weight, meas, x0, tunables = self.rows, self.weight, self.meas, self.x0, self.tunables
         if np.any(np.abs(x - x0) > 12):
             return 1e9
-        p = build(x)
+        p = self.build(x)
         use = range(len(rows)) if only is None else np.flatnonzero(only)
         err = 0.0
         for i in use:
@@ -178,74 +205,83 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
         # does at another count: a slight pull towards NCCL's own constants.
         return err + _PULL * float(np.sum((x[tunables] - x0[tunables]) ** 2))
 
-    # In stages, each on the rows that decide it: the latencies on the sizes that are latency
-    # alone, the bandwidths on the bandwidth-bound ones, the protocol corrections on the rest.
-    # (A joint search from there trades the latency rows for the middle ones.)
-    x = x0.copy()
-    tiny = np.array([s <= _PURE_LATENCY_BYTES for _, s, _ in rows])
-    per_node = np.array([t.ranks_per_node for t, _, _ in rows])
-    stages = [
-        (("base", "launch", "intra_lat", "net_lat"), tiny),
-        (tuple(n for n in names if n.startswith("bw")) + ("net_bw",), classes == 2),
-    ] + [
-        (tuple(f"{k}:{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2) & (per_node == k))
-        for k in counts
-    ]
-    # A figure no row informs keeps the base platform's value (and its source).
-    multi_row = np.array([t.nodes > 1 for t, _, _ in rows])
-    informs = {
-        "launch": tiny & np.array([t.devices_per_process > 1 for t, _, _ in rows]),
-        "intra_lat": tiny & (per_node > 1),
-        "net_lat": tiny & multi_row,
-        "net_bw": (classes == 2) & multi_row,
-    }
-    informs.update({f"bw{k}": (classes == 2) & (per_node == k) for k in counts})
-    done: set[str] = set()
-    for wanted, only in stages:
-        idx = [
-            i for i, n in enumerate(names) if n in wanted and (only & informs.get(n, only)).any()
+    def search(self) -> tuple[np.ndarray, set[str]]:
+        """The fitted parameters, and the names of those some row informed."""
+        rows, names, counts, classes = self.rows, self.names, self.counts, self.classes
+        loss = self.loss
+        # In stages, each on the rows that decide it: the latencies on the sizes that are
+        # latency alone, the bandwidths on the bandwidth-bound ones, the protocol corrections
+        # on the rest. (A joint search from there trades the latency rows for the middle ones.)
+        x = self.x0.copy()
+        tiny = np.array([s <= _PURE_LATENCY_BYTES for _, s, _ in rows])
+        per_node = np.array([t.ranks_per_node for t, _, _ in rows])
+        stages = [
+            (("base", "launch", "intra_lat", "net_lat"), tiny),
+            (tuple(n for n in names if n.startswith("bw")) + ("net_bw",), classes == 2),
+        ] + [
+            (tuple(f"{k}:{p}.{w}" for p, w in _TUNABLE), ~tiny & (classes < 2) & (per_node == k))
+            for k in counts
         ]
-        if not idx:
-            continue
-        done.update(names[i] for i in idx)
+        # A figure no row informs keeps the base platform's value (and its source).
+        multi_row = np.array([t.nodes > 1 for t, _, _ in rows])
+        informs = {
+            "launch": tiny & np.array([t.devices_per_process > 1 for t, _, _ in rows]),
+            "intra_lat": tiny & (per_node > 1),
+            "net_lat": tiny & multi_row,
+            "net_bw": (classes == 2) & multi_row,
+        }
+        informs.update({f"bw{k}": (classes == 2) & (per_node == k) for k in counts})
+        done: set[str] = set()
+        for wanted, only in stages:
+            idx = [
+                i
+                for i, n in enumerate(names)
+                if n in wanted and (only & informs.get(n, only)).any()
+            ]
+            if not idx:
+                continue
+            done.update(names[i] for i in idx)
 
-        def sub(y: np.ndarray, idx=idx, only=only) -> float:
-            z = x.copy()
-            z[idx] = y
-            return loss(z, only)
+            def sub(y: np.ndarray, idx=idx, only=only) -> float:
+                z = x.copy()
+                z[idx] = y
+                return loss(z, only)
 
-        # Several starts (the latencies trade off against each other: local minima).
-        starts = [x[idx]] + [x[idx] + d for d in (-1.5, 1.0) if len(idx) > 1]
-        best = min((_nelder_mead(sub, y, iters=400) for y in starts), key=sub)
-        x[idx] = best
-    fitted = _sources(build(x), base, done, fitted_by)
-    rms = math.sqrt(loss(x))
-    notes = list(base.notes) + [
-        f"fitted on {len(rows)} rows of {where}: weighted RMS error "
-        f"{100 * (math.exp(rms) - 1):.1f} % (log scale)"
-    ]
-    if single:
-        notes.append(
-            f"logs run with one thread driving several devices (-g N): {fitted.launch_s * 1e6:.3g}"
-            " us per extra device's kernel launch fitted, not part of a job's collectives"
-        )
-    if fit_intra and not fit_step:
-        notes.append(
-            "every one-node log drives all devices from one thread: the intra-node step latency "
-            f"cannot be told from the launches, kept from {base.name} ({base.intra.source})"
-        )
-    if not fit_intra:
-        notes.append(
-            f"no one-node log: intra-node link kept from {base.name} ({base.intra.source})"
-        )
-    if not multi and fitted.network is not None:
-        notes.append(f"no multi-node log: network kept from {base.name} ({fitted.network.source})")
-    return replace(
-        fitted,
-        name=name or base.name,
-        description=(base.description or "") + f"; {fitted_by}",
-        notes=tuple(notes),
-    )
+            # Several starts (the latencies trade off against each other: local minima).
+            starts = [x[idx]] + [x[idx] + d for d in (-1.5, 1.0) if len(idx) > 1]
+            best = min((_nelder_mead(sub, y, iters=400) for y in starts), key=sub)
+            x[idx] = best
+        return x, done
+
+    def notes(self, fitted: Platform, rms: float) -> list[str]:
+        """What the fit did and kept."""
+        base, where, rows = self.base, self.where, self.rows
+        single, fit_intra, fit_step, multi = self.single, self.fit_intra, self.fit_step, self.multi
+        notes = list(base.notes) + [
+            f"fitted on {len(rows)} rows of {where}: weighted RMS error "
+            f"{100 * (math.exp(rms) - 1):.1f} % (log scale)"
+        ]
+        if single:
+            notes.append(
+                "logs run with one thread driving several devices (-g N): "
+                f"{fitted.launch_s * 1e6:.3g} us per extra device's kernel launch fitted, not "
+                "part of a job's collectives"
+            )
+        if fit_intra and not fit_step:
+            notes.append(
+                "every one-node log drives all devices from one thread: the intra-node step "
+                f"latency cannot be told from the launches, kept from {base.name} "
+                f"({base.intra.source})"
+            )
+        if not fit_intra:
+            notes.append(
+                f"no one-node log: intra-node link kept from {base.name} ({base.intra.source})"
+            )
+        if not multi and fitted.network is not None:
+            notes.append(
+                f"no multi-node log: network kept from {base.name} ({fitted.network.source})"
+            )
+        return notes
 
 
 def _sources(p: Platform, base: Platform, done: set[str], fitted_by: str) -> Platform:
