@@ -9,7 +9,7 @@ runs nothing: see ``benchmarks/public_cases.py``. Its cases are reported apart f
 ones below.
 
 For each example it runs the real example with ailens attached and predicts one run's step
-time from another's trace (``ailens._whatif.whatif``), calibrated the way a user would:
+time from another's trace (``ailens.predict.whatif.whatif``), calibrated the way a user would:
 ``ailens calibrate`` launched like the job (mpiexec / torchrun / horovodrun) on its own
 transport, with the run's own message sizes.
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import _harness as harness  # noqa: E402
 import netns  # noqa: E402
 
-from ailens._whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
+from ailens.predict.whatif import features, measured_step_s, merge_calibrations, whatif  # noqa: E402
 
 WARMUP = 3
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

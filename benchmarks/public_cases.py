@@ -9,8 +9,8 @@ value and a baseline, in the JSON shape of issue 23::
 
 ``CASE_BUILDERS`` lists the functions that make the cases; each takes the data folder and
 returns its cases. Collectives (``collective_cases``): a platform is fitted
-(``_nccl.fit_platform``) on the all-reduce tables of some GPU counts and predicts the other
-counts; the baseline is the alpha-beta ring model of ``_collectives.py`` fitted on the same
+(``predict.nccl.fit_platform``) on the all-reduce tables of some GPU counts and predicts the other
+counts; the baseline is the alpha-beta ring model of ``predict/collectives.py`` fitted on the same
 rows. Size bands (per-rank buffer): latency-bound <= 64 KiB, bandwidth-bound >= 64 MiB,
 middle between (on these A100/V100 tables the bus bandwidth is < 5 % of its peak at 64 KiB
 and > 80 % at 64 MiB).
@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ailens._collectives import CostParams, _coefficients, _nnls_small, collective_time
-from ailens._nccl import busbw_factor, fit_platform, nccl_collective_s
-from ailens._platforms import DEFAULT_PLATFORMS, NcclTestsTable
+from ailens.predict.collectives import CostParams, _coefficients, _nnls_small, collective_time
+from ailens.predict.nccl import busbw_factor, nccl_collective_s
+from ailens.predict.nccl_fit import fit_platform
+from ailens.predict.nccl_tests import NcclTestsTable
+from ailens.predict.platforms import DEFAULT_PLATFORMS
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY_MAX_BYTES = 64 << 10
@@ -98,8 +100,8 @@ def _tables(rows: list[dict], key: str, source: str, sizes=None) -> dict[int, Nc
 
 
 def _alpha_beta(tables: list[NcclTestsTable]) -> CostParams:
-    """The baseline: ``_collectives``' ring all-reduce (alpha, beta, gamma), fitted by NNLS on
-    relative error over the same rows as the platform."""
+    """The baseline: ``predict.collectives``' ring all-reduce (alpha, beta, gamma), fitted by
+    NNLS on relative error over the same rows as the platform."""
     a, y = [], []
     for t in tables:
         for i, s in enumerate(t.sizes):

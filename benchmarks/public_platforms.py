@@ -1,8 +1,8 @@
-"""Fit the packaged platforms (``ailens/platforms/*.json``) on the public collective data.
+"""Fit the packaged platforms (``ailens/predict/platform_data/*.json``) on public collective data.
 
-    python benchmarks/public_platforms.py [--data DIR]     # rewrites ailens/platforms/*.json
+    python benchmarks/public_platforms.py [--data DIR]   # rewrites ailens/predict/platform_data/
 
-Each is ``ailens calibrate --from-nccl-tests``'s fit (``_nccl.fit_platform``) on every GPU
+Each is ``ailens calibrate --from-nccl-tests``'s fit (``predict.nccl.fit_platform``) on every GPU
 count of one source, starting from the datasheet default of its node: labels a user can give
 instead of a datasheet default when the cluster is of the same kind. The benchmark
 (``bench_whatif.py --public``) does not use them: its cases fit on some counts and predict
@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import public_cases as pc  # noqa: E402
 
-from ailens._nccl import fit_platform  # noqa: E402
-from ailens._platforms import DEFAULT_PLATFORMS, platform_to_dict  # noqa: E402
+from ailens.predict.nccl_fit import fit_platform  # noqa: E402
+from ailens.predict.platforms import DEFAULT_PLATFORMS, platform_to_dict  # noqa: E402
 
-OUT = pc.REPO / "ailens" / "platforms"
+OUT = pc.REPO / "ailens" / "predict" / "platform_data"
 
 
 def fitted(data: Path) -> dict:

@@ -1,5 +1,5 @@
 """The cluster what-if: job descriptions, compute at another batch, DDP's overlapped buckets,
-and ``ailens whatif JOB.json`` end to end (ailens/_job.py, ailens/_cluster.py)."""
+and ``ailens whatif JOB.json`` end to end (ailens/predict/job.py, ailens/predict/cluster.py)."""
 
 import csv
 import json
@@ -12,8 +12,8 @@ from conftest import REPO
 from synthetic import write_run
 from test_cli import assert_one_line_error, cli
 
-from ailens._cluster import compute_at, overlap_exposed, predict
-from ailens._job import JobDescription, JobError, ddp_buckets, job_from_dict, load_job
+from ailens.predict.cluster import compute_at, overlap_exposed, predict
+from ailens.predict.job import JobDescription, JobError, ddp_buckets, job_from_dict, load_job
 
 EXAMPLE = REPO / "docs" / "examples" / "resnet50_ddp_dgx1.json"
 DATA = Path(os.environ.get("AILENS_SCALING_DATA", REPO.parent / "shared" / "scaling-dev"))
@@ -208,7 +208,7 @@ def test_cli_job_description_with_default_platform(tmp_path):
 
 def test_cli_one_predictor_for_run_dir_and_signature(tmp_path):
     from ailens import analyze, load_run
-    from ailens._whatif import features
+    from ailens.predict.whatif import features
     from ailens.tools.signature_record import signature_record, write_record
 
     run = write_run(tmp_path / "run", ranks=4, steps=40, seed=5, framework="torch-ddp")
@@ -228,7 +228,7 @@ def test_cli_one_predictor_for_run_dir_and_signature(tmp_path):
 
 
 def test_slowest_rank_term():
-    from ailens._whatif import expected_max_normal
+    from ailens.predict.whatif import expected_max_normal
 
     job = _job(step_sd_s=0.001)
     one, many = predict(job, [1, 16])
@@ -248,7 +248,7 @@ def test_cli_needs_a_platform_and_finds_one_beside_the_job(tmp_path):
     p = write(tmp_path, job)
     assert_one_line_error(cli("whatif", p), str(p), "no platform")
     # A platform JSON named relative to the description (the shape ailens calibrate writes).
-    from ailens._platforms import DEFAULT_PLATFORMS, platform_to_dict
+    from ailens.predict.platforms import DEFAULT_PLATFORMS, platform_to_dict
 
     (tmp_path / "node.json").write_text(json.dumps(platform_to_dict(DEFAULT_PLATFORMS["dgx-a100"])))
     p = write(tmp_path, {**job, "platform": "node.json"}, "job2.json")

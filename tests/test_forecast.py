@@ -15,7 +15,6 @@ from conftest import mpiexec, run_ranks
 
 import ailens
 from ailens import LensConfig, analyze, load_run
-from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
 from ailens._forecast import (
     Forecaster,
     StepLevel,
@@ -23,6 +22,7 @@ from ailens._forecast import (
     t_quantile,
 )
 from ailens._online import OnlineAnalysis
+from ailens.predict.collectives import CostParams, canonical_op, collective_time, fit_cost_params
 
 # --------------------------------------------------------------------------- cost models
 

@@ -232,7 +232,7 @@ def plot_problems(browser: Browser, page: Path, shots: Path) -> tuple[int, list[
 def page(tmp_path_factory) -> Path:
     pytest.importorskip("matplotlib")
     from ailens import analyze
-    from ailens._whatif import whatif
+    from ailens.predict.whatif import whatif
     from ailens.report.html import render_html
     from ailens.report.rows import default_whatif_ranks
 

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from ailens._nccl import busbw_factor, fit_platform, nccl_collective_s
-from ailens._platforms import (
+from ailens.predict.nccl import busbw_factor, nccl_collective_s
+from ailens.predict.nccl_fit import fit_platform
+from ailens.predict.nccl_tests import NcclTestsTable, parse_nccl_tests, platform_from_nccl_tests
+from ailens.predict.platforms import (
     DEFAULT_PLATFORMS,
-    NcclTestsTable,
     load_platform,
-    parse_nccl_tests,
     platform_from_dict,
-    platform_from_nccl_tests,
     platform_to_dict,
     ring_links,
 )

@@ -72,7 +72,7 @@ def analysis(tmp_path_factory):
 
 
 def _rows(a, ranks=None):
-    from ailens._whatif import whatif
+    from ailens.predict.whatif import whatif
 
     return whatif(a, ranks or default_whatif_ranks(a.ranks)) if a.forecast is not None else []
 

@@ -1,4 +1,4 @@
-"""The scaling what-if (ailens._whatif): its inputs (layout, run features), the compute model
+"""The scaling what-if (ailens.predict.whatif): its inputs (layout, run features), the compute model
 (threads, cores, ranks sharing a node), collectives on the run's transport (fit, calibration,
 overlap with compute), the assumptions it lists; on synthetic runs written as real trace
 files, on real two-rank runs (mpiexec, torchrun, horovodrun) and across two emulated hosts
@@ -18,8 +18,8 @@ from synthetic import Collective, write_run
 
 import ailens
 from ailens import analyze, load_run
-from ailens._collectives import CostParams, collective_time, transport_of
-from ailens._whatif import (
+from ailens.predict.collectives import CostParams, collective_time, transport_of
+from ailens.predict.whatif import (
     Layout,
     expected_max_normal,
     features,

@@ -15,8 +15,10 @@ import pytest
 from test_lens import FakeClock, _record_long_run
 from test_whatif import write_ddp_like
 
-import ailens._whatif as W
+import ailens.predict.whatif as W
+import ailens.predict.whatif.replay as R
 from ailens import Lens, analyze, load_run
+from ailens.predict.whatif.links import target_durations, tick_cpu, tick_keys
 from ailens.tools.signature_record import signature_record
 
 # A calibration with the transport's CPU, its speed beside computing ranks and idle CPU:
@@ -55,12 +57,12 @@ def _loop_unstretch(steps, dur, cpu, share):
     for k, gl in enumerate(steps.groups):
         for ticks, off in gl:
             last, lam = float(off[-1]), 1.0
-            x, w = W._group(off, dur[ticks], cpu[ticks], share)
+            x, w = R._group(off, dur[ticks], cpu[ticks], share)
             for _ in range(6):
                 if last <= 0 or x <= 0 or abs(x - last) <= 1e-4 * last:
                     break
                 lam *= last / x
-                x, w = W._group(off * lam, dur[ticks], cpu[ticks], share)
+                x, w = R._group(off * lam, dur[ticks], cpu[ticks], share)
             groups[k].append((ticks, off * lam))
             meas[k] += last
             pure[k] += last * lam
@@ -72,7 +74,7 @@ def _loop_replay(groups, dur, cpu, f, share):
     span, exposed = np.zeros(len(groups)), np.zeros(len(groups))
     for k, gl in enumerate(groups):
         for ticks, off in gl:
-            x, w = W._group(off * f, dur[ticks], cpu[ticks], share)
+            x, w = R._group(off * f, dur[ticks], cpu[ticks], share)
             span[k] += x
             exposed[k] += max(w - x, 0.0)
     return span, exposed
@@ -95,25 +97,25 @@ def runs(tmp_path_factory):
 @pytest.mark.parametrize("cal", [None, CAL], ids=["uncalibrated", "calibrated"])
 def test_replay_equals_the_per_group_loop_to_the_bit(runs, name, cal):
     a = runs[name]
-    feats, ctx = W.prepare(a)
-    steps, pure = ctx["steps"], ctx["pure"]
+    feats, run = W.prepare(a)
+    steps, pure = run.steps, run.pure
     model = W.scaling_model(a, calibration=cal, feats=feats)
     src = feats.layout
-    keys = W._tick_keys(ctx["ops"], ctx["nbytes"])
-    cpu_src = W._tick_cpu(model, ctx["ops"], ctx["nbytes"], src.ranks, model.run_links, keys)
+    keys = tick_keys(run.ops, run.nbytes)
+    cpu_src = tick_cpu(model, run.ops, run.nbytes, src.ranks, model.run_links, keys)
     for cores, threads in ((src.cores_per_node, src.threads_per_rank), (1.0, 2), (0.5, 4)):
-        share_src = W._cpu_of(replace(src, cores_per_node=cores, threads_per_rank=threads), 0.3)
-        rep = W._unstretch(steps, pure, cpu_src, share_src)
+        share_src = R.cpu_of(replace(src, cores_per_node=cores, threads_per_rank=threads), 0.3)
+        rep = R.unstretch(steps, pure, cpu_src, share_src)
         groups, meas, span_pure, exposed = _loop_unstretch(steps, pure, cpu_src, share_src)
         assert rep.span_meas.tobytes() == meas.tobytes()
         assert rep.span_pure.tobytes() == span_pure.tobytes()
         assert rep.exposed.tobytes() == exposed.tobytes()
         for q, f in ((2, 1.0), (4, 0.5), (8, 1.7)):
             tgt = W.Layout(q, q, threads, cores)
-            share = W._cpu_of(tgt, model.background(q, tgt.links))
-            dur = W._target_durations(feats, model, ctx["ops"], ctx["nbytes"], pure, q, tgt.links)
-            cpu = W._tick_cpu(model, ctx["ops"], ctx["nbytes"], q, tgt.links)
-            got = W._replay(rep, dur, cpu, f, share)
+            share = R.cpu_of(tgt, model.background(q, tgt.links))
+            dur = target_durations(feats, model, run.ops, run.nbytes, pure, q, tgt.links)
+            cpu = tick_cpu(model, run.ops, run.nbytes, q, tgt.links)
+            got = R.replay_target(rep, dur, cpu, f, share)
             want = _loop_replay(groups, dur, cpu, f, share)
             assert got[0].tobytes() == want[0].tobytes()
             assert got[1].tobytes() == want[1].tobytes()
@@ -126,14 +128,14 @@ def test_lone_queue_reproduces_the_event_loop():
     cpu[:, 0] = rng.uniform(0, 0.1, len(dur)) * (rng.random(len(dur)) < 0.7)
     cpu[:, 1] = np.where(rng.random(len(dur)) < 0.5, 0.6, np.nan)
     for share in (
-        W._Cpu(0.25, 4, 0.3),
-        W._Cpu(1.0, 1, 0.0),
-        W._Cpu(2.0, 1, 1.5),
-        W._Cpu(0.0, 1, 0),
+        R.Cpu(0.25, 4, 0.3),
+        R.Cpu(1.0, 1, 0.0),
+        R.Cpu(2.0, 1, 1.5),
+        R.Cpu(0.0, 1, 0),
     ):
-        w = W._lone_queue(dur, cpu, share)
+        w = R._lone_queue(dur, cpu, share)
         for i in range(len(dur)):
-            want = W._group(np.zeros(1), dur[i : i + 1], cpu[i : i + 1], share)[1]
+            want = R._group(np.zeros(1), dur[i : i + 1], cpu[i : i + 1], share)[1]
             assert np.isnan(w[i]) or w[i] == want, (share, i)
 
 
@@ -162,11 +164,11 @@ def test_a_sampled_replay_estimates_the_full_one(runs, name, monkeypatch):
     a = runs[name]
     cases = [(kw, cal) for kw in TARGETS for cal in (None, CAL)]
     full = [W.whatif(a, [1, 2, 4, 8], calibration=cal, **kw) for kw, cal in cases]
-    monkeypatch.setattr(W, "REPLAY_STEPS", 300)
+    monkeypatch.setattr(R, "REPLAY_STEPS", 300)
     for (kw, cal), rows in zip(cases, full, strict=True):
         again = W.whatif(a, [1, 2, 4, 8], calibration=cal, **kw)
         assert [r.to_dict() for r in again] == [r.to_dict() for r in rows]
-    monkeypatch.setattr(W, "REPLAY_STEPS", 40)
+    monkeypatch.setattr(R, "REPLAY_STEPS", 40)
     for (kw, cal), rows in zip(cases, full, strict=True):
         sampled = W.whatif(a, [1, 2, 4, 8], calibration=cal, **kw)
         for s, r in zip(sampled, rows, strict=True):

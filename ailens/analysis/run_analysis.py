@@ -2,7 +2,7 @@
 forecast. The one reader of rank traces: everything downstream reads a ``RunAnalysis``.
 
 ``ailens.analyze(run_dir)`` rebuilds what the Lens computed online from the trace files
-alone: the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own
+alone: the per-tick summaries of every rank (``record.ticks.summarise``, the Lens's own
 definition), the SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the
 step ends, marks and exchanged batches the trace recorded (``_online.feed_recorded``), so the
 signature step and forecast are the ones the run decided. It adds the per-step table

@@ -184,7 +184,7 @@ def _calibration(args) -> dict | None:
 
 
 def whatif_rows(args, a, ranks: list[int], *, strict: bool = True):
-    from .._whatif import whatif
+    from ..predict.whatif import whatif
 
     if not a.n_ticks:
         return []

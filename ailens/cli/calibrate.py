@@ -63,7 +63,7 @@ def _parser(default_out: Path) -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="LOG",
-        help="fit a platform (ailens/_platforms.py) on these all_reduce_perf outputs: one-node "
+        help="fit a platform (ailens/predict/platforms.py) on these all_reduce_perf outputs: one-node "
         "logs fit the intra-node link, multi-node logs the network; writes the platform JSON "
         "to --out (default platform.json)",
     )
@@ -147,7 +147,8 @@ def _print_summary(doc: dict) -> None:
 
 def _from_nccl_tests(args) -> int:
     """``ailens calibrate --from-nccl-tests LOG ...``: a platform fitted on the logs."""
-    from .._platforms import load_platform, platform_from_nccl_tests, platform_to_dict
+    from ..predict.nccl_tests import platform_from_nccl_tests
+    from ..predict.platforms import load_platform, platform_to_dict
 
     texts = []
     for f in args.from_nccl_tests:

@@ -132,7 +132,7 @@ def cmd_whatif(args) -> int:
 def _cluster_platform_flag(args) -> None:
     """--platform given a cluster platform (a default label, or JSON with devices_per_node)
     is --cluster; an `ailens probe` descriptor stays --platform."""
-    from .._platforms import platform_labels
+    from ..predict.platforms import platform_labels
 
     p = args.platform
     if p is None:
@@ -152,7 +152,7 @@ def _cluster_platform_flag(args) -> None:
 
 def _job_input(args):
     """The job a signature.json or job description names (None for a run directory)."""
-    from .._job import JobError, job_from_signature, load_job
+    from ..predict.job import JobError, job_from_signature, load_job
 
     path = args.run_dir
     if path.is_dir():
@@ -177,11 +177,11 @@ def _job_input(args):
 
 
 def cmd_whatif_cluster(args, job) -> int:
-    """The cluster what-if (ailens/_cluster.py) of a job description, a signature, or a run
+    """The cluster what-if (ailens/predict/cluster.py) of a job description, a signature, or a run
     directory's features (--cluster)."""
-    from .._cluster import predict
-    from .._job import JobError, job_from_features
-    from .._platforms import load_platform
+    from ..predict.cluster import predict
+    from ..predict.job import JobError, job_from_features
+    from ..predict.platforms import load_platform
 
     for flag, v in (
         ("--threads-per-rank", args.threads_per_rank),
@@ -194,7 +194,7 @@ def cmd_whatif_cluster(args, job) -> int:
             raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
                            "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip
     if job is None:
-        from .._whatif import features
+        from ..predict.whatif import features
 
         a = analyze_args(args, load_run_dir(args))
         try:

@@ -5,7 +5,7 @@
 rank times allreduce, allgather and broadcast over a sweep of message sizes (plus the exact
 sizes a run used, ``run_sizes(RUN_DIR)``); a repetition's time is its maximum over ranks, a
 size's time the median over repetitions. Rank 0 fits alpha, beta and gamma by non-negative
-least squares (``_collectives.fit_cost_params``): the node-local ranks give the intra-node
+least squares (``predict.collectives.fit_cost_params``): the node-local ranks give the intra-node
 parameters, the whole job the inter-node ones when it spans hosts (a ring crossing nodes runs
 at the pace of its slowest link). Each row also has the CPU time the collective took (the
 transport's own threads compete with compute for the cores); each entry the transport's CPU
@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from .. import __version__
-from .._collectives import canonical_op, fit_cost_params
+from ..predict.collectives import canonical_op, fit_cost_params
 
 OPS = ("allreduce", "allgather", "broadcast")
 _SIZE_SECONDS = 1.5  # time budget per op and size; larger sizes stop once one exceeds it

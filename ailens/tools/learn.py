@@ -4,7 +4,7 @@ A training sample is a pair of runs of the same job: the *source* run's signatur
 (what a user has) and a *target* configuration (layout and platform) with its measured step
 time. Three predictors of the target's step time:
 
-* ``analytic``: the what-if model (``_whatif.whatif``), read from the source record's grid
+* ``analytic``: the what-if model (``predict.whatif.whatif``), read from the source record's grid
   of analytic predictions (or computed live by ``ailens whatif``): the baseline;
 * ``ridge``: ridge regression (numpy) on the log residual of the analytic model;
 * ``gbt``: gradient-boosted regression trees (numpy, histogram splits) on the same residual;

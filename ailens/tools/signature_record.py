@@ -2,7 +2,7 @@
 the run directory) with what the learned predictor needs, so a team's history of runs can
 be kept without their traces.
 
-It is derived from ``analyze(load_run(dir))`` and ``_whatif.features`` (the same code the
+It is derived from ``analyze(load_run(dir))`` and ``predict.whatif.features`` (the same code the
 report and the what-if use), never from a re-simulation: per-phase work, bytes, op and
 occurrences per step, the per-step compute/comm split, the layout (ranks, ranks per node,
 threads per rank, cores), the platform (CPU model, cores, CPU quota, memory, link
@@ -97,7 +97,7 @@ def _analytic_grid(a, prepared) -> dict:
     """The analytic what-if's step time on every grid layout, both scaling modes:
     ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node). The run's
     features are extracted once (``prepared``) and every target evaluated from them."""
-    from .._whatif import whatif
+    from ..predict.whatif import whatif
 
     grid: dict = {"weak": [], "strong": []}
     for mode in grid:
@@ -174,7 +174,7 @@ def signature_record(
     batch fixed, ``strong``: global work split); ``platform`` names the node it ran on
     (default: CPU model, usable cores and memory). ``analytic_grid=False`` leaves out the
     stored what-if grid (when the caller computes the what-if itself)."""
-    from .._whatif import prepare
+    from ..predict.whatif import prepare
 
     prepared = prepare(a)
     f = prepared[0]

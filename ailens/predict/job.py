@@ -1,6 +1,6 @@
 """A job description: what the cluster what-if needs to know about a data-parallel job.
 
-One description, three ways to get it (one predictor, ``_cluster.predict``):
+One description, three ways to get it (one predictor, ``cluster.predict``):
 
 * written by hand from what a person knows (``load_job(path)``, JSON, docs/whatif.md);
 * from a run directory's features (``job_from_features``);
@@ -170,82 +170,9 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
             f"{where}: unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(_KEYS))}"
         )
     notes: list[str] = [str(x) for x in doc.get("notes") or ()]
-    precision = str(doc.get("precision", "fp32")).lower()
-    if precision not in _PRECISIONS:
-        raise JobError(f"{where}: precision {precision!r}: choose one of {', '.join(_PRECISIONS)}")
-    dtype = doc.get("grad_dtype")
-    if dtype is None:
-        dtype = precision if precision in ("fp16", "bf16", "fp64") else "fp32"
-        if precision == "mixed":
-            notes.append(
-                "mixed precision: gradients reduced in fp32 (torch.cuda.amp keeps "
-                "fp32 gradients; set grad_dtype if yours are fp16)"
-            )
-    dtype = str(dtype).lower()
-    if dtype not in _DTYPE_BYTES:
-        raise JobError(f"{where}: grad_dtype {dtype!r}: choose one of {', '.join(_DTYPE_BYTES)}")
-    params = _num(doc, "parameters", where, integer=True)
-    gbytes = _num(doc, "grad_bytes", where, integer=True)
-    explicit = doc.get("bucket_bytes")
-    if explicit is not None:
-        if not isinstance(explicit, list) or not explicit:
-            raise JobError(f"{where}: 'bucket_bytes' must be a non-empty list of byte counts")
-        buckets = tuple(
-            _num({"bucket_bytes": b}, "bucket_bytes", where, integer=True) for b in explicit
-        )
-        if gbytes is None and params is None:
-            gbytes = sum(buckets)
-    if gbytes is None:
-        if params is None:
-            raise JobError(
-                f"{where}: give the gradient size: 'parameters' (with 'grad_dtype') or "
-                "'grad_bytes' or 'bucket_bytes'"
-            )
-        gbytes = params * _DTYPE_BYTES[dtype]
-    if explicit is None:
-        cap = _num(doc, "bucket_cap_mb", where, default=DDP_BUCKET_CAP_MB)
-        first = _num(doc, "first_bucket_mb", where, positive=False, default=DDP_FIRST_BUCKET_MB)
-        if "bucket_cap_mb" not in doc:
-            notes.append(f"buckets: DDP's default bucket_cap_mb={DDP_BUCKET_CAP_MB:g}")
-        if "first_bucket_mb" not in doc:
-            notes.append(f"first bucket: DDP's default {DDP_FIRST_BUCKET_MB:g} MB")
-        buckets = ddp_buckets(gbytes, cap, first)
-        notes.append(
-            f"{len(buckets)} buckets filled in ready order up to the cap (real buckets end at "
-            "parameter boundaries)"
-        )
-    elif sum(buckets) != gbytes:
-        notes.append(
-            f"bucket_bytes sum to {sum(buckets):,} bytes, not the {gbytes:,} "
-            "gradient bytes: the buckets are what is reduced"
-        )
-    step = _num(doc, "step_s", where)
-    curve_raw = doc.get("compute_curve") or []
-    if not isinstance(curve_raw, list) or any(
-        not isinstance(p, list) or len(p) != 2 for p in curve_raw
-    ):
-        raise JobError(f"{where}: 'compute_curve' must be a list of [batch_per_device, seconds]")
-    curve = tuple(
-        sorted(
-            (
-                _num({"batch": b}, "batch", where),
-                _num({"compute_curve seconds": s}, "compute_curve seconds", where),
-            )
-            for b, s in curve_raw
-        )
-    )
-    if len({b for b, _ in curve}) != len(curve):
-        raise JobError(f"{where}: 'compute_curve' has two points at the same batch")
-    batch = _num(doc, "batch_per_device", where)
-    if step is None:
-        if not curve or batch is None:
-            raise JobError(
-                f"{where}: give 'step_s', the measured step time at 'ranks' devices (seconds), "
-                'e.g. "step_s": 0.1'
-            )
-        step = dict(curve).get(batch)
-        if step is None:
-            raise JobError(f"{where}: no 'step_s' and no compute_curve point at batch {batch:g}")
+    precision, dtype = _precision(doc, where, notes)
+    gbytes, buckets = _gradients(doc, where, dtype, notes)
+    step, curve, batch = _step(doc, where)
     ranks = _num(doc, "ranks", where, integer=True, default=1)
     rpn = _num(doc, "ranks_per_node", where, integer=True, default=min(ranks, 8))
     if rpn > ranks:
@@ -296,6 +223,97 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
         source=str(doc.get("source") or where),
         assumptions=tuple(notes),
     )
+
+
+def _precision(doc: dict, where: str, notes: list[str]) -> tuple[str, str]:
+    """The training precision and the gradients' dtype (what mixed precision assumed)."""
+    precision = str(doc.get("precision", "fp32")).lower()
+    if precision not in _PRECISIONS:
+        raise JobError(f"{where}: precision {precision!r}: choose one of {', '.join(_PRECISIONS)}")
+    dtype = doc.get("grad_dtype")
+    if dtype is None:
+        dtype = precision if precision in ("fp16", "bf16", "fp64") else "fp32"
+        if precision == "mixed":
+            notes.append(
+                "mixed precision: gradients reduced in fp32 (torch.cuda.amp keeps "
+                "fp32 gradients; set grad_dtype if yours are fp16)"
+            )
+    dtype = str(dtype).lower()
+    if dtype not in _DTYPE_BYTES:
+        raise JobError(f"{where}: grad_dtype {dtype!r}: choose one of {', '.join(_DTYPE_BYTES)}")
+    return precision, dtype
+
+
+def _gradients(doc: dict, where: str, dtype: str, notes: list[str]) -> tuple[int, tuple]:
+    """The gradient bytes and their buckets in ready order (given, or DDP's defaults)."""
+    params = _num(doc, "parameters", where, integer=True)
+    gbytes = _num(doc, "grad_bytes", where, integer=True)
+    explicit = doc.get("bucket_bytes")
+    if explicit is not None:
+        if not isinstance(explicit, list) or not explicit:
+            raise JobError(f"{where}: 'bucket_bytes' must be a non-empty list of byte counts")
+        buckets = tuple(
+            _num({"bucket_bytes": b}, "bucket_bytes", where, integer=True) for b in explicit
+        )
+        if gbytes is None and params is None:
+            gbytes = sum(buckets)
+    if gbytes is None:
+        if params is None:
+            raise JobError(
+                f"{where}: give the gradient size: 'parameters' (with 'grad_dtype') or "
+                "'grad_bytes' or 'bucket_bytes'"
+            )
+        gbytes = params * _DTYPE_BYTES[dtype]
+    if explicit is None:
+        cap = _num(doc, "bucket_cap_mb", where, default=DDP_BUCKET_CAP_MB)
+        first = _num(doc, "first_bucket_mb", where, positive=False, default=DDP_FIRST_BUCKET_MB)
+        if "bucket_cap_mb" not in doc:
+            notes.append(f"buckets: DDP's default bucket_cap_mb={DDP_BUCKET_CAP_MB:g}")
+        if "first_bucket_mb" not in doc:
+            notes.append(f"first bucket: DDP's default {DDP_FIRST_BUCKET_MB:g} MB")
+        buckets = ddp_buckets(gbytes, cap, first)
+        notes.append(
+            f"{len(buckets)} buckets filled in ready order up to the cap (real buckets end at "
+            "parameter boundaries)"
+        )
+    elif sum(buckets) != gbytes:
+        notes.append(
+            f"bucket_bytes sum to {sum(buckets):,} bytes, not the {gbytes:,} "
+            "gradient bytes: the buckets are what is reduced"
+        )
+    return gbytes, buckets
+
+
+def _step(doc: dict, where: str) -> tuple[float, tuple, float | None]:
+    """The measured step, the compute curve and the batch per device it was measured at."""
+    step = _num(doc, "step_s", where)
+    curve_raw = doc.get("compute_curve") or []
+    if not isinstance(curve_raw, list) or any(
+        not isinstance(p, list) or len(p) != 2 for p in curve_raw
+    ):
+        raise JobError(f"{where}: 'compute_curve' must be a list of [batch_per_device, seconds]")
+    curve = tuple(
+        sorted(
+            (
+                _num({"batch": b}, "batch", where),
+                _num({"compute_curve seconds": s}, "compute_curve seconds", where),
+            )
+            for b, s in curve_raw
+        )
+    )
+    if len({b for b, _ in curve}) != len(curve):
+        raise JobError(f"{where}: 'compute_curve' has two points at the same batch")
+    batch = _num(doc, "batch_per_device", where)
+    if step is None:
+        if not curve or batch is None:
+            raise JobError(
+                f"{where}: give 'step_s', the measured step time at 'ranks' devices (seconds), "
+                'e.g. "step_s": 0.1'
+            )
+        step = dict(curve).get(batch)
+        if step is None:
+            raise JobError(f"{where}: no 'step_s' and no compute_curve point at batch {batch:g}")
+    return step, curve, batch
 
 
 def load_job(path: str | os.PathLike) -> JobDescription:

@@ -1,7 +1,8 @@
 """The cluster what-if: a data-parallel job's step time on GPUs of a described platform.
 
-Step time is a sum of named terms; each returns its seconds and the assumptions it rests
-on, so adding an effect is adding one class to ``TERMS``::
+Step time is a sum of named terms (the protocol of ``terms.py``, shared with the
+run-directory what-if); each returns its seconds and the assumptions it rests on, so adding
+an effect is adding one class to ``TERMS``::
 
     step = Compute + ExposedGradientSync + SlowestRank
 
@@ -13,7 +14,7 @@ on, so adding an effect is adding one class to ``TERMS``::
   i is ready at t_i (backward produces gradients evenly in bytes, last parameters first),
   buckets are reduced one at a time on one stream: finish_i = max(t_i, finish_{i-1}) +
   t_comm(bucket i); exposed = max(0, finish_last - backward end). Without overlap the
-  whole reduction is exposed. t_comm comes from the NCCL model (``_nccl``).
+  whole reduction is exposed. t_comm comes from the NCCL model (``nccl``).
 * ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
   (``step_sd_s``) x E[max of q normals], less the source's own.
 
@@ -24,14 +25,14 @@ there: the wait DDP spends outside its recorded collectives is not counted as co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ._job import JobDescription
-from ._nccl import nccl_collective_s
-from ._platforms import Platform, load_platform
-from ._whatif import expected_max_normal
+from .job import JobDescription
+from .nccl import nccl_collective_s
+from .platforms import Platform, load_platform
+from .terms import TermValue, expected_max_normal
 
 __all__ = [
     "ClusterPrediction",
@@ -71,14 +72,6 @@ class ClusterTarget:
     @property
     def nodes(self) -> int:
         return -(-self.ranks // self.per_node)
-
-
-@dataclass(frozen=True)
-class TermValue:
-    name: str
-    seconds: float
-    assumptions: tuple[str, ...] = ()
-    detail: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -305,15 +298,7 @@ class ClusterPrediction:
             "compute_low_s": self.compute_low_s,
             "compute_high_s": self.compute_high_s,
             "over_link_ceiling": self.over_link_ceiling,
-            "terms": [
-                {
-                    "name": t.name,
-                    "seconds": t.seconds,
-                    "assumptions": list(t.assumptions),
-                    **t.detail,
-                }
-                for t in self.terms
-            ],
+            "terms": [t.to_dict() for t in self.terms],
             "assumptions": list(self.assumptions),
         }
 
@@ -344,6 +329,27 @@ def source_compute(job: JobDescription, platform: Platform) -> tuple[float, list
         f"modelled exposed sync at {job.ranks} ranks on {platform.name} (DDP's wait outside "
         "its recorded collectives is not compute)"
     ]
+
+
+def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Context:
+    """What the terms read on one target: its batch per device and compute there."""
+    q = target.ranks
+    if q < 1:
+        raise ValueError(f"ranks must be >= 1, got {q}")
+    if target.scaling == "strong":
+        if target.global_batch is None:
+            raise ValueError(
+                f"{job.source}: strong scaling needs batch_per_device (or global_batch)"
+            )
+        batch = target.global_batch / q
+    else:
+        batch = job.batch_per_device
+    c, band, c_notes = compute_at(job, c_src, batch)
+    return _Context(job, target, batch, c, band, c_notes)
+
+
+def _throughput(q: int, batch, step: float) -> float:
+    return q * (batch or 1.0) / step if step > 0 else float("nan")
 
 
 def predict(
@@ -387,33 +393,20 @@ def predict(
         )
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
 
-    def one(q: int):
-        if q < 1:
-            raise ValueError(f"ranks must be >= 1, got {q}")
-        if scaling == "strong":
-            if gb is None:
-                raise ValueError(
-                    f"{job.source}: strong scaling needs batch_per_device (or global_batch)"
-                )
-            batch = gb / q
-        else:
-            batch = b0
-        c, band, c_notes = compute_at(job, c_src, batch)
-        target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
-        ctx = _Context(job, target, batch, c, band, c_notes)
-        return target, batch, band, tuple(t.value(ctx) for t in TERMS)
+    def one(q: int) -> _Context:
+        return _context(job, ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb), c_src)
 
-    def throughput(q: int, batch, step: float) -> float:
-        return q * (batch or 1.0) / step if step > 0 else float("nan")
-
-    _, b1, _, t1 = one(1)  # speedup and efficiency are against the model's own 1 device
-    thr1 = throughput(1, b1, float(sum(t.seconds for t in t1)))
+    ctx1 = one(1)  # speedup and efficiency are against the model's own 1 device
+    t1 = tuple(t.value(ctx1) for t in TERMS)
+    thr1 = _throughput(1, ctx1.batch, float(sum(t.seconds for t in t1)))
     out = []
     for q in sorted({int(r) for r in ranks}):
-        target, batch, band, terms = one(q)
+        ctx = one(q)
+        target, batch, band = ctx.target, ctx.batch, ctx.compute_band
+        terms = tuple(t.value(ctx) for t in TERMS)
         step = float(sum(t.seconds for t in terms))
         comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
-        speedup = throughput(q, batch, step) / thr1
+        speedup = _throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
         out.append(
             ClusterPrediction(

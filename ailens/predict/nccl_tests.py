@@ -1,0 +1,189 @@
+"""nccl-tests output as data: the standard ``*_perf`` tables a user already has
+(``parse_nccl_tests``), and a platform fitted on them (``platform_from_nccl_tests``, with
+the NCCL cost model's fit of ``nccl_fit.py``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from .platforms import GB, NCCL_NET_STEP_S, NCCL_NVLINK_STEP_S, Link, Platform, load_platform
+
+__all__ = ["NcclTestsTable", "parse_nccl_tests", "platform_from_nccl_tests"]
+
+
+@dataclass(frozen=True)
+class NcclTestsTable:
+    """The rows of one nccl-tests ``*_perf`` output: per size the out-of-place and in-place
+    time (seconds), the rank count and hosts it ran on."""
+
+    op: str  # canonical: allreduce, allgather, ...
+    ranks: int
+    hosts: tuple[str, ...]
+    ranks_per_node: int
+    sizes: tuple[int, ...]  # bytes, as nccl-tests prints (see nccl.NCCL_TESTS_BYTES)
+    oop_s: tuple[float, ...]
+    ip_s: tuple[float, ...]
+    source: str = ""
+    devices_per_process: int = 1  # nccl-tests' -g: devices one thread drives
+
+    @property
+    def nodes(self) -> int:
+        return max(len(set(self.hosts)), 1) if self.hosts else -(-self.ranks // self.ranks_per_node)
+
+    def seconds(self, i: int) -> float:
+        """The time of row ``i``: the faster placement when both agree within 20 %, else
+        the out-of-place one (a noisy in-place half is not evidence)."""
+        a, b = self.oop_s[i], self.ip_s[i]
+        if b > 0 and a > 0 and abs(a - b) <= 0.2 * a:
+            return min(a, b)
+        return a if a > 0 else b
+
+
+_OP_OF_BINARY = {
+    "all_reduce": "allreduce",
+    "all_gather": "allgather",
+    "reduce_scatter": "reduce_scatter",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "alltoall": "alltoall",
+}
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | None = None):
+    """The table of an nccl-tests output (``all_reduce_perf`` and friends): both halves of
+    every line, ranks and hosts from the ``# Rank ... on HOST device ...`` lines (else from
+    the ``nGpus`` header or busbw/algbw). Raises ValueError naming ``source`` when no row is
+    found."""
+    hosts: list[str] = []
+    ngpus = nthread = None
+    has_root = False
+    kind = op
+    sizes, oop, ip = [], [], []
+    ratios = []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith("#"):
+            m = re.search(r"Rank\s+\d+.*?\bon\s+(\S+)\s+device", s)
+            if m:
+                hosts.append(m.group(1))
+            m = re.search(r"nGpus\s+(\d+)", s)
+            if m:
+                ngpus = int(m.group(1))
+            m = re.search(r"nThread\s+(\d+)", s)
+            if m:
+                nthread = int(m.group(1))
+            if re.search(r"\bredop\s+root\b", s) or re.search(r"\btype\s+root\b", s):
+                has_root = True
+            if kind is None:
+                for b, o in _OP_OF_BINARY.items():
+                    if re.search(rf"\b{b}_perf\b", s):
+                        kind = o
+            continue
+        tok = s.split()
+        if len(tok) < 10 or not tok[0].isdigit() or not tok[1].isdigit():
+            continue
+        # size count type [redop] [root] time algbw busbw wrong time algbw busbw wrong
+        nums = [t for t in tok[2:] if re.fullmatch(_NUM, t) or t == "N/A"]
+        vals = nums[1:] if has_root else nums
+        if re.fullmatch(r"-?\d+", tok[4] if len(tok) > 4 else "") and not has_root:
+            # a "root" column without the header line (broadcast/reduce tables)
+            vals = nums[1:] if len(nums) >= 9 else nums
+        if len(vals) < 7:
+            continue
+        try:
+            t_oop, algbw, busbw = float(vals[0]), float(vals[1]), float(vals[2])
+            t_ip = float(vals[4])
+        except ValueError:
+            continue
+        sizes.append(int(tok[0]))
+        oop.append(t_oop * 1e-6)
+        ip.append(t_ip * 1e-6)
+        if algbw >= 1 and busbw > 0:  # printed to 0.01 GB/s: precise enough from 1 GB/s
+            ratios.append(busbw / algbw)
+    if not sizes:
+        raise ValueError(
+            f"{source}: no nccl-tests table found (expected lines like "
+            "'  1048576  262144  float  sum  72.53 ...' from all_reduce_perf)"
+        )
+    kind = kind or "allreduce"
+    # Ranks: the device lines; else all-reduce's busbw / algbw = 2(n-1)/n (an MPI run's
+    # header says nGpus 1 per process); else nGpus x nThread of a single process.
+    if hosts:
+        ranks = len(hosts)
+    elif ratios and kind == "allreduce" and sorted(ratios)[len(ratios) // 2] < 1.999:
+        ranks = int(round(2 / (2 - sorted(ratios)[len(ratios) // 2])))
+    elif ngpus is not None:
+        ranks = ngpus * (nthread or 1)
+    else:
+        raise ValueError(
+            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST "
+            "device' lines, no nGpus header): keep the whole nccl-tests output"
+        )
+    per_host = max(hosts.count(h) for h in set(hosts)) if hosts else ranks
+    return NcclTestsTable(
+        op=kind,
+        ranks=ranks,
+        hosts=tuple(hosts),
+        ranks_per_node=per_host,
+        sizes=tuple(sizes),
+        oop_s=tuple(oop),
+        ip_s=tuple(ip),
+        source=source,
+        devices_per_process=max(ngpus or 1, 1),
+    )
+
+
+def platform_from_nccl_tests(
+    text: str | list[str],
+    *,
+    devices_per_node: int | None = None,
+    base: Platform | str | None = None,
+    name: str | None = None,
+    sources: list[str] | None = None,
+) -> Platform:
+    """A platform fitted on one or more nccl-tests outputs (``all_reduce_perf`` tables).
+
+    Logs on one node fit the intra-node link (and, with several device counts, its bandwidth
+    per count); logs spanning nodes fit the network (one NIC = the node's injection bandwidth
+    / ``nics_per_node``). What no log measured is kept from ``base`` (a default label or a
+    Platform; default: a generic node with ``devices_per_node`` devices), and said so."""
+    from .nccl_fit import fit_platform
+
+    texts = [text] if isinstance(text, str) else list(text)
+    names = list(sources or [f"nccl-tests log {i + 1}" for i in range(len(texts))])
+    tables = [parse_nccl_tests(t, source=s) for t, s in zip(texts, names, strict=True)]
+    if isinstance(base, str):
+        base = load_platform(base)
+    if devices_per_node is None:
+        devices_per_node = base.devices_per_node if base is not None else None
+    if devices_per_node is None:
+        devices_per_node = max(t.ranks_per_node for t in tables)
+    # A table without device lines does not say where its ranks ran: nodes filled in order.
+    tables = [
+        t if t.hosts else replace(t, ranks_per_node=min(t.ranks, int(devices_per_node)))
+        for t in tables
+    ]
+    if base is None:
+        base = _generic(devices_per_node)
+    elif base.devices_per_node != devices_per_node:
+        base = replace(base, devices_per_node=int(devices_per_node))
+    return fit_platform(tables, base, name=name)
+
+
+def _generic(devices_per_node: int) -> Platform:
+    """What a fit starts from when no platform label was given."""
+    return Platform(
+        name="fitted",
+        devices_per_node=int(devices_per_node),
+        intra=Link(100 * GB, NCCL_NVLINK_STEP_S, "assumed starting point (not measured)"),
+        network=Link(
+            12.5 * GB, NCCL_NET_STEP_S, "assumed: 100 Gb/s per NIC, one per device (not measured)"
+        ),
+        nics_per_node=int(devices_per_node),
+        intra_kind="nvlink",
+        description="fitted on nccl-tests output",
+    )
