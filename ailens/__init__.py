@@ -12,14 +12,14 @@ __version__ = "0.1.0"
 from ._config import LensConfig  # noqa: E402
 from ._lens import Lens, detect_rank_world  # noqa: E402
 from ._logs import LogError, read_timeline  # noqa: E402
-from ._timeline import (  # noqa: E402
+from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
+from .model.timeline import (  # noqa: E402
     Section,
     StepForecast,
     Timeline,
     TimelineForecast,
     forecast_timeline,
 )
-from ._trace import RankTrace, Run, TraceError, load_run  # noqa: E402
 
 __all__ = [
     "Lens",

@@ -3,7 +3,7 @@
 ``analyze(load_run(dir))`` rebuilds what the Lens computed online from the trace files alone:
 the per-tick summaries of every rank (``_ticks.summarise``, the Lens's own definition), the
 SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the step ends, marks
-and exchanged batches the trace recorded (``_online.feed_recorded``), so the signature step
+and exchanged batches the trace recorded (``model.online.feed_recorded``), so the signature step
 and forecast are the ones the run decided. The what-if (``_whatif``) reads this analysis.
 """
 
@@ -17,10 +17,10 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
-from ._forecast import Forecast
-from ._online import OnlineAnalysis, feed_recorded, read_json
 from ._ticks import summarise
 from ._trace import Run
+from .model.forecast import Forecast
+from .model.online import OnlineAnalysis, feed_recorded, read_json
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 
 __all__ = ["PhaseSkew", "RunAnalysis", "analyze"]

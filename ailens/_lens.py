@@ -8,7 +8,7 @@ It ties four parts together:
   this rank's trace file off the training thread;
 - the cross-rank exchange (``_exchange.py``): at step ends the per-tick summaries
   (``_ticks.py``) are summed across ranks through the integration's own collective;
-- the online analysis (``_online.py``): phases, forecast and signature, fed the exchanged
+- the online analysis (``model/online.py``): phases, forecast and signature, fed the exchanged
   batches, step ends and marks — exactly what the trace records, so the offline analysis
   feeds the same class the same data.
 
@@ -39,11 +39,11 @@ from ._buffer import EventBuffer
 from ._config import LensConfig
 from ._counters import Counter, open_counter
 from ._exchange import Cadence, Exchange, decode, encode
-from ._online import OnlineAnalysis
 from ._platform import describe_node
 from ._ticks import TickSummary, summarise
 from ._trace import FORMAT_VERSION
 from ._writer import WriterThread
+from .model.online import OnlineAnalysis
 
 log = logging.getLogger("ailens")
 

@@ -959,7 +959,7 @@ def _add_forecast_command(sub) -> None:
 
 def _cmd_forecast(args) -> int:
     from ._logs import LogError, read_timeline
-    from ._timeline import forecast_timeline
+    from .model.timeline import forecast_timeline
 
     try:
         tl = read_timeline(
@@ -1000,7 +1000,7 @@ def _cmd_forecast(args) -> int:
 
 
 def _forecast_text(path, tl, result, rows) -> list[str]:
-    from ._online import _fmt
+    from .model.online import _fmt
 
     n = tl.total_steps
     what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(tl.source, "log")
@@ -1067,7 +1067,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
 
 def _spent(tl, r) -> list[str]:
     """Time spent so far by part: training steps and each named section."""
-    from ._online import _fmt
+    from .model.online import _fmt
 
     t = tl.step_end_s[r.steps_done - 1]
     by: dict[str, list[float]] = {}

@@ -40,7 +40,6 @@ import numpy as np
 
 import ailens
 from ailens._config import LensConfig
-from ailens._online import write_json
 from ailens._ticks import partition
 from ailens._trace import (
     FORMAT_VERSION,
@@ -49,6 +48,7 @@ from ailens._trace import (
     encode_exchanges,
     encode_json,
 )
+from ailens.model.online import write_json
 from ailens.phases import OnlinePhases, magnitude
 
 

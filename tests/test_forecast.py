@@ -17,13 +17,13 @@ import ailens
 from ailens import LensConfig, load_run
 from ailens._analysis import analyze
 from ailens._collectives import CostParams, canonical_op, collective_time, fit_cost_params
-from ailens._forecast import (
+from ailens.model.forecast import (
     Forecaster,
     StepLevel,
     naive_total_s,
     t_quantile,
 )
-from ailens._online import OnlineAnalysis
+from ailens.model.online import OnlineAnalysis
 
 # --------------------------------------------------------------------------- cost models
 

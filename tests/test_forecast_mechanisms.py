@@ -10,7 +10,7 @@ import pytest
 import ailens
 from ailens import load_run
 from ailens._analysis import analyze
-from ailens._forecast import EvalPlan, Forecaster, Schedule
+from ailens.model.forecast import EvalPlan, Forecaster, Schedule
 
 
 class Clock:

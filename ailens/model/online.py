@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._config import LensConfig
-from ._exchange import Summed
-from ._forecast import EARLY_SHARE, Forecast, Forecaster, Prediction, Snapshot, t_quantile
-from .phases import SIZE_KEY_FACTOR, OnlinePhases
+from .._config import LensConfig
+from .._exchange import Summed
+from ..phases import SIZE_KEY_FACTOR, OnlinePhases
+from .forecast import EARLY_SHARE, Forecast, Forecaster, Prediction, Snapshot, t_quantile
 
 log = logging.getLogger("ailens")
 

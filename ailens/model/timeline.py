@@ -10,7 +10,7 @@ wherever that Lens's exchange cadence puts one (so the signature lands on the sa
 There is no second model: the numbers are the live ones.
 
 Beside the forecast at every step it gives the progress-bar ETA and MosaicML Composer's
-``RuntimeEstimator`` (``_baselines``), computed from the same timeline.
+``RuntimeEstimator`` (``baselines``), computed from the same timeline.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ._baselines import composer_total_s, naive_total_s
-from ._config import LensConfig
-from ._exchange import Cadence, Summed
-from ._forecast import Component, Forecast
-from ._online import OnlineAnalysis, feed_recorded
+from .._config import LensConfig
+from .._exchange import Cadence, Summed
+from .baselines import composer_total_s, naive_total_s
+from .forecast import Component, Forecast
+from .online import OnlineAnalysis, feed_recorded
 
 __all__ = ["Section", "StepForecast", "Timeline", "TimelineForecast", "forecast_timeline"]
 
