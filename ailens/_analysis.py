@@ -17,10 +17,11 @@ import numpy as np
 
 from ._config import LensConfig
 from ._exchange import Summed
+from ._io import read_json
 from ._ticks import summarise
 from ._trace import Run
 from .model.forecast import Forecast
-from .model.online import OnlineAnalysis, feed_recorded, read_json
+from .model.online import OnlineAnalysis, feed_recorded
 from .phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 
 __all__ = ["PhaseSkew", "RunAnalysis", "analyze"]
@@ -269,7 +270,7 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
     traces = run.ranks
     first = traces[0]
     n = len(key)
-    oa = OnlineAnalysis(cfg, run.world_size, first.rank, list(names), live=False)
+    oa = OnlineAnalysis(cfg, run.world_size, first.rank, list(names))
     # Ranks live at batch b are those that recorded it (a rank that disabled itself stops).
     recorded = np.array([len(t.exchanges["seq"]) for t in traces])
     ref = traces[int(np.argmax(recorded))]

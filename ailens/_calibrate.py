@@ -38,7 +38,7 @@ import numpy as np
 
 from . import __version__
 from ._collectives import canonical_op, fit_cost_params
-from .model.online import write_json
+from ._io import write_json
 
 OPS = ("allreduce", "allgather", "broadcast")
 TRANSPORTS = ("mpi", "gloo", "horovod")

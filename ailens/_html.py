@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import __version__
-from ._report import NO_TICKS, Header, Section, build_report, fmt_s
+from ._io import fmt_s
+from ._report import NO_TICKS, Header, Section, build_report
 
 __all__ = ["PlotUnavailable", "render_html"]
 

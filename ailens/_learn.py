@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._io import write_json
 from ._signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS
-from .model.online import write_json
 
 __all__ = [
     "MODEL_VERSION",

@@ -43,6 +43,7 @@ from ._platform import describe_node
 from ._ticks import TickSummary, summarise
 from ._trace import FORMAT_VERSION
 from ._writer import WriterThread
+from .model.live import LiveOutput
 from .model.online import OnlineAnalysis
 
 log = logging.getLogger("ailens")
@@ -119,6 +120,7 @@ class Lens:
         self._section: tuple[str, int, int] | None = None
         self._writer: WriterThread | None = None
         self.online: OnlineAnalysis | None = None
+        self._live: LiveOutput | None = None  # rank 0's progress lines, forecast.json
         self._disk_warned = False
         # Until the Lens runs, a placeholder buffer counts ticks (disabled path).
         self._buf = EventBuffer(
@@ -199,10 +201,14 @@ class Lens:
         self._x_rows: list[tuple[int, ...]] = []
         self._last_flush = time.monotonic()
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, self._op_names)
-        proc = self.meta["process_start_wall_ns"]
-        if proc and proc <= self.start_wall_ns:
-            self.online.process_start_wall_ns = proc
-            self.online.job_offset_s = (self.start_wall_ns - proc) / 1e9
+        if self.rank == 0:
+            proc = self.meta["process_start_wall_ns"]
+            known = bool(proc and proc <= self.start_wall_ns)
+            self._live = LiveOutput(
+                self.online,
+                job_offset_s=(self.start_wall_ns - proc) / 1e9 if known else None,
+                process_start_wall_ns=proc if known else None,
+            )
         self._writer = writer(
             self.run_dir, self.rank, self.meta, self._fault_from_writer, self._disk_trouble
         )
@@ -420,7 +426,8 @@ class Lens:
                 self.online.on_close(end_ns, crashed=self._crashed)
                 self._flush(final=True)
                 self._writer.put_info(self._final_info(end_ns))
-                self.online.finish(self.run_dir)
+                if self._live is not None:
+                    self._live.finish(self.run_dir)
         except OSError as e:
             # A full or read-only disk is not an internal error; the trace is unaffected.
             self._disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
@@ -668,8 +675,8 @@ class Lens:
         level = logging.INFO if self._disk_warned else logging.WARNING
         self._disk_warned = True
         log.log(level, "ailens: rank %d: %s", self.rank, message)
-        if self.online is not None:
-            self.online.io_failed = True  # the live forecast.json would hit the same disk
+        if self._live is not None:
+            self._live.io_failed = True  # the live forecast.json would hit the same disk
 
     def _final_info(self, end_ns: int) -> dict:
         try:
@@ -701,9 +708,9 @@ class Lens:
             # An uncaught exception ends the script: the run did not finish its steps.
             self._crashed = getattr(sys, "last_value", None) is not None
             self.close()
-        if self.online is not None and self.disabled is None:
+        if self._live is not None and self.disabled is None:
             try:
-                self.online.on_exit(time.time_ns())  # the job's end, for its wall time
+                self._live.on_exit(time.time_ns())  # the job's end, for its wall time
             except Exception:  # noqa: BLE001 - at exit: nothing left to protect but quiet
                 pass
 

@@ -46,7 +46,7 @@ from ._collectives import (
     params_from_dict,
     transport_of,
 )
-from .model.online import read_json
+from ._io import read_json
 
 __all__ = [
     "Layout",

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from ._io import write_text
 
 __all__ = ["main"]
 
@@ -418,7 +419,7 @@ def _cmd_report(args) -> int:
         from ._html import render_html
 
         page = render_html(a, rows, whatif_mode=args.mode, top=args.top)
-        _write_text(args.html, page)
+        write_text(args.html, page)
         print(f"ailens: wrote {args.html}", file=sys.stderr)
     if args.json:
         _print(json.dumps(report_dict(a, rows, whatif_mode=args.mode, top=args.top), indent=2))
@@ -697,16 +698,6 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 # --------------------------------------------------------------------------- learning from history
 
 
@@ -868,7 +859,7 @@ def _cmd_probe(args) -> int:
     if args.output is None:
         _print(text)
     else:
-        _write_text(args.output, text + "\n")
+        write_text(args.output, text + "\n")
         print(f"ailens: wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -1000,7 +991,7 @@ def _cmd_forecast(args) -> int:
 
 
 def _forecast_text(path, tl, result, rows) -> list[str]:
-    from .model.online import _fmt
+    from ._io import fmt_s
 
     n = tl.total_steps
     what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(tl.source, "log")
@@ -1016,16 +1007,22 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
             continue
         where = f"at {100 * frac:g}% " if frac is not None else "now "
         out.append(
-            f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, {_fmt(r.elapsed_s)} elapsed):"
+            f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, "
+            f"{fmt_s(r.elapsed_s, 'compact')} elapsed):"
         )
         if r.predicted_total_s is None:
-            step = "warming up" if r.step_time_s is None else f"step time {_fmt(r.step_time_s)}"
+            step = (
+                "warming up"
+                if r.step_time_s is None
+                else f"step time {fmt_s(r.step_time_s, 'compact')}"
+            )
             out.append(f"  forecast end   not yet ({step})")
         else:
             lo, hi = r.interval_s
             out.append(
-                f"  forecast end   {_fmt(r.predicted_total_s)}  95% interval [{_fmt(lo)}, "
-                f"{_fmt(hi)}]  (still to go {_fmt(r.eta_s)})"
+                f"  forecast end   {fmt_s(r.predicted_total_s, 'compact')}  "
+                f"95% interval [{fmt_s(lo, 'compact')}, "
+                f"{fmt_s(hi, 'compact')}]  (still to go {fmt_s(r.eta_s, 'compact')})"
             )
         spent = _spent(tl, r)
         if spent:
@@ -1034,15 +1031,16 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
             if c.remaining <= 0:
                 continue
             out.append(
-                f"  to come        {c.name}: {c.remaining} x {_fmt(c.per_occurrence_s)} = "
-                f"{_fmt(c.remaining_s)} ({c.source})"
+                f"  to come        {c.name}: {c.remaining} x "
+                f"{fmt_s(c.per_occurrence_s, 'compact')} = "
+                f"{fmt_s(c.remaining_s, 'compact')} ({c.source})"
             )
         bar, comp = r.progress_bar_total_s, r.composer_total_s
         out.append(
             "  beside it      progress bar "
-            + (_fmt(bar) if bar is not None else "n/a")
+            + (fmt_s(bar, "compact") if bar is not None else "n/a")
             + ", Composer RuntimeEstimator "
-            + (_fmt(comp) if comp is not None else "n/a")
+            + (fmt_s(comp, "compact") if comp is not None else "n/a")
         )
         if actual:
             errs = [
@@ -1054,7 +1052,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
                 )
                 if v is not None
             ]
-            out.append(f"  actual end     {_fmt(actual)}  (error: {', '.join(errs)})")
+            out.append(f"  actual end     {fmt_s(actual, 'compact')}  (error: {', '.join(errs)})")
     sig = result.signature_step
     if sig is not None:
         out.append(
@@ -1067,7 +1065,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
 
 def _spent(tl, r) -> list[str]:
     """Time spent so far by part: training steps and each named section."""
-    from .model.online import _fmt
+    from ._io import fmt_s
 
     t = tl.step_end_s[r.steps_done - 1]
     by: dict[str, list[float]] = {}
@@ -1075,9 +1073,9 @@ def _spent(tl, r) -> list[str]:
         if s.end_s <= t:
             by.setdefault(s.name, []).append(s.end_s - s.begin_s)
     sections = sum(sum(v) for v in by.values())
-    out = [f"training steps {r.steps_done} in {_fmt(max(t - sections, 0.0))}"]
+    out = [f"training steps {r.steps_done} in {fmt_s(max(t - sections, 0.0), 'compact')}"]
     for name, v in by.items():
-        out.append(f"{name} {len(v)} x {_fmt(sum(v) / len(v))}")
+        out.append(f"{name} {len(v)} x {fmt_s(sum(v) / len(v), 'compact')}")
     return out
 
 

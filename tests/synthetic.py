@@ -40,6 +40,7 @@ import numpy as np
 
 import ailens
 from ailens._config import LensConfig
+from ailens._io import write_json
 from ailens._ticks import partition
 from ailens._trace import (
     FORMAT_VERSION,
@@ -48,7 +49,6 @@ from ailens._trace import (
     encode_exchanges,
     encode_json,
 )
-from ailens.model.online import write_json
 from ailens.phases import OnlinePhases, magnitude
 
 

@@ -280,7 +280,7 @@ def _cfg(**kw):
 def test_signature_is_the_first_evaluation_within_the_tolerance():
     from ailens._exchange import Summed
 
-    oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"], live=False)
+    oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"])
     oa.on_mark({"kind": "schedule", "total_steps": 2000})
     empty = Summed(np.zeros(0), np.zeros(0), np.zeros(0), 0, False, 0)
     t = 0
@@ -303,7 +303,7 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
 def test_online_state_stays_small():
     from ailens._exchange import Summed
 
-    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"], live=False)
+    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"])
     oa.on_mark({"kind": "schedule", "total_steps": 100_000})
     batch = Summed(np.array([20, 24, 28] * 6), np.ones(18), np.ones(18), 0, False, 0)
     rng = np.random.default_rng(0)

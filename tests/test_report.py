@@ -13,11 +13,11 @@ from synthetic import Collective, write_run
 
 import ailens
 from ailens import _report
+from ailens._io import fmt_s
 from ailens._report import (
     Row,
     build_report,
     default_whatif_ranks,
-    fmt_s,
     format_forecast,
     format_report,
     grid,

@@ -237,7 +237,7 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     """
     cfg = config or LensConfig()
     tl = timeline
-    oa = OnlineAnalysis(cfg, 1, 0, [], live=False)
+    oa = OnlineAnalysis(cfg, 1, 0, [])
     step_ns = np.round(np.asarray(tl.step_end_s, dtype=float) * 1e9).astype(np.int64)
     ends = list(tl.step_end_s)
 
