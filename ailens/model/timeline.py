@@ -239,8 +239,37 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     tl = timeline
     oa = OnlineAnalysis(cfg, 1, 0, [])
     step_ns = np.round(np.asarray(tl.step_end_s, dtype=float) * 1e9).astype(np.int64)
-    ends = list(tl.step_end_s)
+    marks, exchanges = _recorded(tl, cfg, step_ns)
+    empty = np.zeros(0, dtype=np.int64)
 
+    def batch(lo: int, hi: int, disabled: int):
+        return Summed(empty, empty, empty, 0, False, 0), empty, empty
+
+    rows: list[tuple] = []
+
+    def watch(o: OnlineAnalysis) -> None:
+        p = o.predict()
+        rows.append((p, o.total_steps))
+
+    end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
+    feed_recorded(oa, step_ns, marks, exchanges, batch, end_ns, watch)
+    sig = oa.signature_step
+    actual = oa.actual_total_s
+    return TimelineForecast(
+        timeline=tl,
+        steps=_beside_baselines(tl, rows, sig),
+        signature_step=sig,
+        forecast=oa.forecast(actual_total_s=actual),
+        actual_total_s=actual,
+    )
+
+
+def _recorded(
+    tl: Timeline, cfg: LensConfig, step_ns: np.ndarray
+) -> tuple[list[dict], list[tuple[int, int, int, int]]]:
+    """The marks and exchanges a single-rank Lens would have recorded for ``tl``, in the
+    form ``feed_recorded`` takes them."""
+    ends = list(tl.step_end_s)
     # Events in the order a Lens records them: (steps done, order within that step, mark).
     events: list[tuple[int, float, dict | None]] = []
     sched = {k: v for k, v in tl.schedule.items() if v is not None}
@@ -276,28 +305,18 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
             exchanges.append((seq, at, 0, 0))
         else:
             marks.append({**mark, "seq": seq, "at_step": at})
+    return marks, exchanges
 
-    empty = np.zeros(0, dtype=np.int64)
 
-    def batch(lo: int, hi: int, disabled: int):
-        return Summed(empty, empty, empty, 0, False, 0), empty, empty
-
+def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple:
+    """Each step's forecast (``rows``: prediction, total steps) with the baselines beside."""
+    ends = list(tl.step_end_s)
     # Baselines: evaluation times finished by each step end, and when training began.
     evals = [s for s in tl.sections if s.name.lower().startswith("eval")]
     first_end = ends[0] if ends else math.inf
     train_start = max(
         (s.end_s for s in tl.sections if s.name == "init" and s.end_s <= first_end), default=0.0
     )
-    rows: list[tuple] = []
-
-    def watch(o: OnlineAnalysis) -> None:
-        p = o.predict()
-        rows.append((p, o.total_steps))
-
-    end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
-    feed_recorded(oa, step_ns, marks, exchanges, batch, end_ns, watch)
-
-    sig = oa.signature_step
     out = []
     j = 0
     done: dict[str, list[float]] = {}
@@ -321,11 +340,4 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
                 signature_ready=sig is not None and p.steps_done >= sig,
             )
         )
-    actual = oa.actual_total_s
-    return TimelineForecast(
-        timeline=tl,
-        steps=tuple(out),
-        signature_step=sig,
-        forecast=oa.forecast(actual_total_s=actual),
-        actual_total_s=actual,
-    )
+    return tuple(out)
