@@ -300,6 +300,45 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
     assert f.basis == "signature" and f.made_at_step == ready_at
 
 
+def test_the_run_model_writes_nothing_and_its_subscribers_see_it(tmp_path, capfd):
+    """``OnlineAnalysis`` is pure: rank 0 of a run with a run directory and progress lines
+    asked for, it writes no file and prints nothing; a subscriber sees each step end once,
+    in order, and the signature once."""
+    from ailens._exchange import Summed
+
+    class Seen:
+        flush_every = 0
+
+        def __init__(self):
+            self.steps, self.signatures = [], []
+
+        def on_step(self, o):
+            self.steps.append(o.steps)
+
+        def on_signature(self, o):
+            self.signatures.append(o.signature_step)
+
+    cfg = _cfg(run_dir=str(tmp_path), progress_every=10, signature_rel_tol=0.02)
+    oa = OnlineAnalysis(cfg, 1, 0, ["allreduce"])
+    seen = Seen()
+    oa.subscribe(seen)
+    oa.on_mark({"kind": "schedule", "total_steps": 2000})
+    empty = Summed(np.zeros(0), np.zeros(0), np.zeros(0), 0, False, 0)
+    t = 0
+    for step, d in enumerate(_noisy(400, 0.1, cv=0.05)):
+        t += int(d * 1e9)
+        oa.on_step(step, t)
+        if step % 5 == 4:
+            oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    oa.on_close(t)
+    assert oa.forecast() is not None and oa.signature_step is not None
+    assert list(tmp_path.iterdir()) == []
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert seen.steps == list(range(1, 401))
+    assert seen.signatures == [oa.signature_step]
+
+
 def test_online_state_stays_small():
     from ailens._exchange import Summed
 

@@ -103,9 +103,29 @@ class Snapshot:
         s, elapsed, lvl = self.steps_done, self.elapsed_s, self.level
         naive = naive_total_s(elapsed, s, n)
         if lvl is None or self.level_n < 1:
-            return Prediction(s, n, elapsed, None, None, naive, lvl, None, None)
+            return Prediction(
+                steps_done=s,
+                total_steps=n,
+                elapsed_s=elapsed,
+                predicted_total_s=None,
+                interval_s=None,
+                naive_total_s=naive,
+                step_time_s=lvl,
+                step_time_sd_s=None,
+                regime_start_step=None,
+            )
         if not n:
-            return Prediction(s, None, elapsed, None, None, None, lvl, self.sd, self.regime_start)
+            return Prediction(
+                steps_done=s,
+                total_steps=None,
+                elapsed_s=elapsed,
+                predicted_total_s=None,
+                interval_s=None,
+                naive_total_s=None,
+                step_time_s=lvl,
+                step_time_sd_s=self.sd,
+                regime_start_step=self.regime_start,
+            )
         r = max(n - s, 0)
         lvl = self._expected_level(r)
         comps = [
@@ -119,6 +139,26 @@ class Snapshot:
             # run): the prior share's spread on the remaining training, less likely the later
             # none has come.
             var += (EVAL_SHARE_SD * (1 - s / n) * r * lvl) ** 2
+        var = self._add_parts(comps, var, s, n, r)
+        total = elapsed + sum(c.remaining_s for c in comps)
+        # Student's t on the regime's steps: few steps, a wider interval.
+        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
+        return Prediction(
+            steps_done=s,
+            total_steps=n,
+            elapsed_s=elapsed,
+            predicted_total_s=total,
+            interval_s=(total - half, total + half),
+            naive_total_s=naive,
+            step_time_s=lvl,
+            step_time_sd_s=self.sd,
+            regime_start_step=self.regime_start,
+            components=tuple(comps),
+        )
+
+    def _add_parts(self, comps: list[Component], var: float, s: int, n: int, r: int) -> float:
+        """Append each part's row to ``comps``; ``var`` plus their variance (added one after
+        the other, in order)."""
         for part in self.parts:
             left = part.remaining(s, n)
             comps.append(
@@ -139,21 +179,7 @@ class Snapshot:
                 var += (left * part.sd_s) ** 2
             if part.count_unknown:  # from none to one a step: uniform over the steps left
                 var += (r / math.sqrt(12) * part.per_occurrence_s) ** 2
-        total = elapsed + sum(c.remaining_s for c in comps)
-        # Student's t on the regime's steps: few steps, a wider interval.
-        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
-        return Prediction(
-            s,
-            n,
-            elapsed,
-            total,
-            (total - half, total + half),
-            naive,
-            lvl,
-            self.sd,
-            self.regime_start,
-            tuple(comps),
-        )
+        return var
 
     def _expected_level(self, r: int) -> float:
         """The mean step time over the remaining ``r`` steps. Speeds that went up and down
