@@ -26,11 +26,11 @@ _LAZY = {
     "PhaseSkew": "analysis.run_analysis",
     "read_timeline": "analysis.logs",
     "LogError": "analysis.logs",
-    "Timeline": "_timeline",
-    "Section": "_timeline",
-    "StepForecast": "_timeline",
-    "TimelineForecast": "_timeline",
-    "forecast_timeline": "_timeline",
+    "Timeline": "model.timeline",
+    "Section": "model.timeline",
+    "StepForecast": "model.timeline",
+    "TimelineForecast": "model.timeline",
+    "forecast_timeline": "model.timeline",
 }
 
 

@@ -22,7 +22,7 @@ a corpus of real runs replayed deterministically, and live on the examples.
 
 At 1, 5, 10, 20 and 50 % of the steps it takes the forecast a user would have read at that step,
 the progress-bar ETA (elapsed + remaining steps x mean step time so far, as tqdm and Keras'
-progbar compute it) and Composer's RuntimeEstimator (``ailens._baselines``), all scored against
+progbar compute it) and Composer's RuntimeEstimator (``ailens.model.baselines``), all scored against
 the run's actual total. The headline (``summary``) is over the real runs (``mlperf`` and
 ``recorded``); ``synthetic`` and ``recorded-loaded`` are reported apart. The table groups by
 source and by model family.
@@ -55,7 +55,7 @@ sys.path.insert(0, str(REPO))
 import _harness as harness  # noqa: E402
 
 import ailens  # noqa: E402
-from ailens._baselines import composer_total_s, naive_total_s  # noqa: E402
+from ailens.model.baselines import composer_total_s, naive_total_s  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
 MLPERF = CORPUS / "mlperf"

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ailens._io import fmt_s
+
 __all__ = ["forecast_postfix", "forecast_numbers", "format_duration"]
 
 
@@ -74,12 +76,4 @@ def _short(seconds: float) -> float:
 
 def format_duration(seconds: float) -> str:
     """``h:mm:ss`` / ``m:ss`` like tqdm's own times; under 10 s with a unit (``41.2ms``)."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g}us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g}ms"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+    return fmt_s(seconds, "clock")

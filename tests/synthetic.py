@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 import ailens
-from ailens._online import write_json
+from ailens._io import write_json
 from ailens.phases import OnlinePhases, magnitude
 from ailens.record.config import LensConfig
 from ailens.record.ticks import partition

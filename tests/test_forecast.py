@@ -15,13 +15,13 @@ from conftest import mpiexec, run_ranks
 
 import ailens
 from ailens import LensConfig, analyze, load_run
-from ailens._forecast import (
+from ailens.model.forecast import (
     Forecaster,
     StepLevel,
     naive_total_s,
     t_quantile,
 )
-from ailens._online import OnlineAnalysis
+from ailens.model.online import OnlineAnalysis
 from ailens.predict.collectives import CostParams, canonical_op, collective_time, fit_cost_params
 
 # --------------------------------------------------------------------------- cost models
@@ -279,7 +279,7 @@ def _cfg(**kw):
 def test_signature_is_the_first_evaluation_within_the_tolerance():
     from ailens.record.exchange import Summed
 
-    oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"], live=False)
+    oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"])
     oa.on_mark({"kind": "schedule", "total_steps": 2000})
     empty = Summed(np.zeros(0), np.zeros(0), np.zeros(0), 0, False, 0)
     t = 0
@@ -299,10 +299,49 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
     assert f.basis == "signature" and f.made_at_step == ready_at
 
 
+def test_the_run_model_writes_nothing_and_its_subscribers_see_it(tmp_path, capfd):
+    """``OnlineAnalysis`` is pure: rank 0 of a run with a run directory and progress lines
+    asked for, it writes no file and prints nothing; a subscriber sees each step end once,
+    in order, and the signature once."""
+    from ailens._exchange import Summed
+
+    class Seen:
+        flush_every = 0
+
+        def __init__(self):
+            self.steps, self.signatures = [], []
+
+        def on_step(self, o):
+            self.steps.append(o.steps)
+
+        def on_signature(self, o):
+            self.signatures.append(o.signature_step)
+
+    cfg = _cfg(run_dir=str(tmp_path), progress_every=10, signature_rel_tol=0.02)
+    oa = OnlineAnalysis(cfg, 1, 0, ["allreduce"])
+    seen = Seen()
+    oa.subscribe(seen)
+    oa.on_mark({"kind": "schedule", "total_steps": 2000})
+    empty = Summed(np.zeros(0), np.zeros(0), np.zeros(0), 0, False, 0)
+    t = 0
+    for step, d in enumerate(_noisy(400, 0.1, cv=0.05)):
+        t += int(d * 1e9)
+        oa.on_step(step, t)
+        if step % 5 == 4:
+            oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    oa.on_close(t)
+    assert oa.forecast() is not None and oa.signature_step is not None
+    assert list(tmp_path.iterdir()) == []
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert seen.steps == list(range(1, 401))
+    assert seen.signatures == [oa.signature_step]
+
+
 def test_online_state_stays_small():
     from ailens.record.exchange import Summed
 
-    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"], live=False)
+    oa = OnlineAnalysis(_cfg(), 1, 0, ["allreduce"])
     oa.on_mark({"kind": "schedule", "total_steps": 100_000})
     batch = Summed(np.array([20, 24, 28] * 6), np.ones(18), np.ones(18), 0, False, 0)
     rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import pytest
 
 import ailens
 from ailens import analyze, load_run
-from ailens._forecast import EvalPlan, Forecaster, Schedule
+from ailens.model.forecast import EvalPlan, Forecaster, Schedule
 
 
 class Clock:

@@ -12,9 +12,10 @@ import pytest
 from synthetic import Collective, write_run
 
 import ailens
+from ailens._io import fmt_s
 from ailens.phases import assign, format_table2, format_table3_row
 from ailens.report import sections as _report
-from ailens.report.rows import Row, default_whatif_ranks, fmt_s
+from ailens.report.rows import Row, default_whatif_ranks
 from ailens.report.sections import build_report
 from ailens.report.text import (
     format_forecast,

@@ -13,8 +13,8 @@ import pytest
 
 import ailens
 from ailens import Section, Timeline, forecast_timeline, read_timeline
-from ailens._baselines import composer_total_s
 from ailens.cli import main as cli_main
+from ailens.model.baselines import composer_total_s
 
 REPO = Path(__file__).resolve().parents[1]
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._timeline import Section, Timeline
+from ..model.timeline import Section, Timeline
 
 __all__ = ["read_csv", "read_mlperf", "read_run_dir", "read_timeline"]
 

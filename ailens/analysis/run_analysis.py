@@ -4,7 +4,7 @@ forecast. The one reader of rank traces: everything downstream reads a ``RunAnal
 ``ailens.analyze(run_dir)`` rebuilds what the Lens computed online from the trace files
 alone: the per-tick summaries of every rank (``record.ticks.summarise``, the Lens's own
 definition), the SIMO phases, and the forecast — by feeding ``OnlineAnalysis`` exactly the
-step ends, marks and exchanged batches the trace recorded (``_online.feed_recorded``), so the
+step ends, marks and exchanged batches the trace recorded (``model.online.feed_recorded``), so the
 signature step and forecast are the ones the run decided. It adds the per-step table
 (``analysis.steps``) that the what-if, the signature record and the HTML report read.
 """
@@ -18,13 +18,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .._io import read_json
+from ..model.forecast import Forecast
+from ..model.online import OnlineAnalysis, feed_recorded
+from ..phases import PhaseTable, assign, pas2p_assign, phase_table, simo
 from ..record.config import LensConfig
 from ..record.exchange import summed
-from .._forecast import Forecast
-from .._online import OnlineAnalysis, feed_recorded, read_json
-from ..record.ticks import summarise
 from ..record.reader import Run, load_run
-from ..phases import PhaseTable, assign, pas2p_assign, phase_table, simo
+from ..record.ticks import summarise
 from .steps import StepTable, step_table
 
 __all__ = ["PhaseSkew", "RunAnalysis", "StepTable", "analyze"]
@@ -331,7 +332,7 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
     traces = run.ranks
     first = traces[0]
     n = len(key)
-    oa = OnlineAnalysis(cfg, run.world_size, first.rank, list(names), live=False)
+    oa = OnlineAnalysis(cfg, run.world_size, first.rank, list(names))
     # Ranks live at batch b are those that recorded it (a rank that disabled itself stops).
     recorded = np.array([len(t.exchanges["seq"]) for t in traces])
     ref = traces[int(np.argmax(recorded))]

@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if getattr(args, "tolerance", None) is not None and args.tolerance < 0:
         parser.error(f"--tolerance {args.tolerance}: must be >= 0")
-    from ..report.html import PlotUnavailable
     from ..record.trace import TraceError
+    from ..report.html import PlotUnavailable
 
     try:
         return _COMMANDS[args.command](args)

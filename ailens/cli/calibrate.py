@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from .._online import write_json
+from .._io import write_json
 from ..integrations._transport import TRANSPORTS, launcher_transport, open_transport
 from ..tools.calibrate import calibrate, run_sizes
 
@@ -63,9 +63,9 @@ def _parser(default_out: Path) -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="LOG",
-        help="fit a platform (ailens/predict/platforms.py) on these all_reduce_perf outputs: one-node "
-        "logs fit the intra-node link, multi-node logs the network; writes the platform JSON "
-        "to --out (default platform.json)",
+        help="fit a platform (ailens/predict/platforms.py) on these all_reduce_perf outputs: "
+        "one-node logs fit the intra-node link, multi-node logs the network; writes the platform "
+        "JSON to --out (default platform.json)",
     )
     nt.add_argument(
         "--devices-per-node",

@@ -36,7 +36,7 @@ def add_forecast(sub) -> None:
         "timeline: an ailens run directory, an MLPerf/MLCommons log (:::MLLOG, :::MLL; gzip "
         "accepted) or a CSV of step,end_s[,section[,begin_s]] rows (a row with section 'end' "
         "says when the run ended). The forecast is the live Lens's own (ailens."
-        "forecast_timeline), shown with its 95%% interval, its parts and the progress-bar "
+        "forecast_timeline), shown with its 95% interval, its parts and the progress-bar "
         "and Composer ETAs beside it. See docs/forecast.md.",
     )
     p.add_argument("log", type=Path, metavar="LOG", help="run directory, MLPerf log or CSV")
@@ -73,7 +73,7 @@ def add_forecast(sub) -> None:
 
 def cmd_forecast(args) -> int:
     from ..analysis.logs import LogError, read_timeline
-    from .._timeline import forecast_timeline
+    from ..model.timeline import forecast_timeline
 
     try:
         tl = read_timeline(
@@ -114,7 +114,7 @@ def cmd_forecast(args) -> int:
 
 
 def _forecast_text(path, tl, result, rows) -> list[str]:
-    from .._online import _fmt
+    from .._io import fmt_s
 
     n = tl.total_steps
     what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(tl.source, "log")
@@ -130,16 +130,22 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
             continue
         where = f"at {100 * frac:g}% " if frac is not None else "now "
         out.append(
-            f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, {_fmt(r.elapsed_s)} elapsed):"
+            f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, "
+            f"{fmt_s(r.elapsed_s, 'compact')} elapsed):"
         )
         if r.predicted_total_s is None:
-            step = "warming up" if r.step_time_s is None else f"step time {_fmt(r.step_time_s)}"
+            step = (
+                "warming up"
+                if r.step_time_s is None
+                else f"step time {fmt_s(r.step_time_s, 'compact')}"
+            )
             out.append(f"  forecast end   not yet ({step})")
         else:
             lo, hi = r.interval_s
             out.append(
-                f"  forecast end   {_fmt(r.predicted_total_s)}  95% interval [{_fmt(lo)}, "
-                f"{_fmt(hi)}]  (still to go {_fmt(r.eta_s)})"
+                f"  forecast end   {fmt_s(r.predicted_total_s, 'compact')}  "
+                f"95% interval [{fmt_s(lo, 'compact')}, "
+                f"{fmt_s(hi, 'compact')}]  (still to go {fmt_s(r.eta_s, 'compact')})"
             )
         spent = _spent(tl, r)
         if spent:
@@ -148,15 +154,16 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
             if c.remaining <= 0:
                 continue
             out.append(
-                f"  to come        {c.name}: {c.remaining} x {_fmt(c.per_occurrence_s)} = "
-                f"{_fmt(c.remaining_s)} ({c.source})"
+                f"  to come        {c.name}: {c.remaining} x "
+                f"{fmt_s(c.per_occurrence_s, 'compact')} = "
+                f"{fmt_s(c.remaining_s, 'compact')} ({c.source})"
             )
         bar, comp = r.progress_bar_total_s, r.composer_total_s
         out.append(
             "  beside it      progress bar "
-            + (_fmt(bar) if bar is not None else "n/a")
+            + (fmt_s(bar, "compact") if bar is not None else "n/a")
             + ", Composer RuntimeEstimator "
-            + (_fmt(comp) if comp is not None else "n/a")
+            + (fmt_s(comp, "compact") if comp is not None else "n/a")
         )
         if actual:
             errs = [
@@ -168,7 +175,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
                 )
                 if v is not None
             ]
-            out.append(f"  actual end     {_fmt(actual)}  (error: {', '.join(errs)})")
+            out.append(f"  actual end     {fmt_s(actual, 'compact')}  (error: {', '.join(errs)})")
     sig = result.signature_step
     if sig is not None:
         out.append(
@@ -181,7 +188,7 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
 
 def _spent(tl, r) -> list[str]:
     """Time spent so far by part: training steps and each named section."""
-    from .._online import _fmt
+    from .._io import fmt_s
 
     t = tl.step_end_s[r.steps_done - 1]
     by: dict[str, list[float]] = {}
@@ -189,7 +196,7 @@ def _spent(tl, r) -> list[str]:
         if s.end_s <= t:
             by.setdefault(s.name, []).append(s.end_s - s.begin_s)
     sections = sum(sum(v) for v in by.values())
-    out = [f"training steps {r.steps_done} in {_fmt(max(t - sections, 0.0))}"]
+    out = [f"training steps {r.steps_done} in {fmt_s(max(t - sections, 0.0), 'compact')}"]
     for name, v in by.items():
-        out.append(f"{name} {len(v)} x {_fmt(sum(v) / len(v))}")
+        out.append(f"{name} {len(v)} x {fmt_s(sum(v) / len(v), 'compact')}")
     return out

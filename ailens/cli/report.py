@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..tools._files import write_text
+from .._io import write_text
 from ._common import (
     add_analysis_opts,
     add_run_dir,

@@ -27,7 +27,8 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from .._online import OnlineAnalysis
+from ..model.live import LiveOutput
+from ..model.online import OnlineAnalysis
 from ..record.config import LensConfig
 from ..record.counters import Counter, open_counter
 from ..record.exchange import Exchange, Summed
@@ -84,6 +85,7 @@ class Lens:
         self._close_hooks: list[Callable[[], None]] = []
         self.recorder: Recorder | None = None
         self.online: OnlineAnalysis | None = None
+        self._live: LiveOutput | None = None  # rank 0's progress lines, forecast.json
         self.session = ExchangeSession(cfg, self.rank, self.world_size, exchange, clock=clock,
                                        fault=self._fault, disabled=self._is_disabled)  # fmt: skip
         self._buf = self.session.buf  # until the Lens runs, it counts ticks (disabled path)
@@ -110,10 +112,14 @@ class Lens:
         self.run_dir, self.start_wall_ns, self.meta = rec.run_dir, rec.start_wall_ns, rec.meta
         self._buf = self.session.buf = rec.buf
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, rec.op_names)
-        proc = self.meta["process_start_wall_ns"]
-        if proc and proc <= self.start_wall_ns:
-            self.online.process_start_wall_ns = proc
-            self.online.job_offset_s = (self.start_wall_ns - proc) / 1e9
+        if self.rank == 0:
+            proc = self.meta["process_start_wall_ns"]
+            known = bool(proc and proc <= self.start_wall_ns)
+            self._live = LiveOutput(
+                self.online,
+                job_offset_s=(self.start_wall_ns - proc) / 1e9 if known else None,
+                process_start_wall_ns=proc if known else None,
+            )
         rec.open(writer, self._fault_from_writer, self._disk_trouble)
         self._install_live_methods()
         atexit.register(self._atexit)
@@ -312,7 +318,8 @@ class Lens:
                 self.online.on_close(end_ns, crashed=self._crashed)
                 self.recorder.flush(final=True)
                 self.recorder.write_exit(end_ns, self._exit_state())
-                self.online.finish(self.run_dir)
+                if self._live is not None:
+                    self._live.finish(self.run_dir)
         except OSError as e:
             # A full or read-only disk is not an internal error; the trace is unaffected.
             self._disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
@@ -403,8 +410,8 @@ class Lens:
         level = logging.INFO if self._disk_warned else logging.WARNING
         self._disk_warned = True
         log.log(level, "ailens: rank %d: %s", self.rank, message)
-        if self.online is not None:
-            self.online.io_failed = True  # the live forecast.json would hit the same disk
+        if self._live is not None:
+            self._live.io_failed = True  # the live forecast.json would hit the same disk
 
     def _shutdown(self) -> None:
         if self.recorder is not None and self.recorder.writer is not None:
@@ -420,8 +427,8 @@ class Lens:
             # An uncaught exception ends the script: the run did not finish its steps.
             self._crashed = getattr(sys, "last_value", None) is not None
             self.close()
-        if self.online is not None and self.disabled is None:
+        if self._live is not None and self.disabled is None:
             try:
-                self.online.on_exit(time.time_ns())  # the job's end, for its wall time
+                self._live.on_exit(time.time_ns())  # the job's end, for its wall time
             except Exception:  # noqa: BLE001 - at exit: nothing left to protect but quiet
                 pass

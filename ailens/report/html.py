@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from .rows import NO_TICKS, Header, Section, fmt_s
+from .._io import fmt_s
+from .rows import NO_TICKS, Header, Section
 from .sections import build_report
 
 __all__ = ["PlotUnavailable", "render_html"]

@@ -25,7 +25,6 @@ __all__ = [
     "Row",
     "Section",
     "default_whatif_ranks",
-    "fmt_s",
     "predict_dict",
     "whatif_dicts",
 ]
@@ -106,30 +105,6 @@ def facts(pairs: Sequence[tuple[str, str]]) -> tuple[Row, ...]:
 
 
 # --------------------------------------------------------------------------- cell formats
-
-
-def _sig3(x: float) -> str:
-    # Three significant digits, trailing zeros kept (1.30, 12.0, 718) so columns read evenly.
-    return f"{x:#.3g}".rstrip(".")
-
-
-def fmt_s(seconds: float | None) -> str:
-    """A duration a person reads at a glance: 350 µs, 12.4 ms, 3.21 s, 4 min 05 s, 2 h 03 min."""
-    if seconds is None or not math.isfinite(seconds):
-        return "n/a"
-    s = abs(seconds)
-    sign = "-" if seconds < 0 else ""
-    if s < 1e-3:
-        return f"{sign}{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{sign}{_sig3(s * 1e3)} ms"
-    if s < 100:
-        return f"{sign}{_sig3(s)} s"
-    if s < 3600:
-        m, sec = divmod(round(s), 60)
-        return f"{sign}{m} min {sec:02d} s"
-    h, rest = divmod(round(s), 3600)
-    return f"{sign}{h} h {rest // 60:02d} min"
 
 
 def percent(x: float) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .. import __version__
+from .._io import fmt_s
 from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 from .rows import (
     COUNTER_LABELS,
@@ -18,7 +19,6 @@ from .rows import (
     Section,
     as_dict,
     facts,
-    fmt_s,
     percent,
     predict_dict,
     whatif_dicts,

@@ -3,7 +3,7 @@
 ``calibrate`` (collective and compute costs on the job's own transport), ``probe`` (a node's
 platform descriptor), ``signature_record`` (a run's ``signature.json``), ``history`` (runs'
 records in SQLite), ``learn`` (step-time predictors fitted on a history; the learners in
-``learners``) and ``_files`` (their atomic text writer). They import the core; nothing in the
+``learners``). They import the core; nothing in the
 core imports them (tests/test_cli.py checks it). Calibrate's transports belong to the
 framework integrations (``ailens.integrations._transport``); the command line picks one.
 """

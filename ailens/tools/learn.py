@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._online import write_json
+from .._io import write_json
 from .learners import LEARNERS, LearnError, fit_learner, predict_residual, torch_available
 from .signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS, signature_record
 

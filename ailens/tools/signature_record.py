@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .._online import write_json
+from .._io import write_json
 
 __all__ = [
     "RECORD_FILE",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._online import read_json
+from ..._io import read_json
 from ..collectives import CostParams, canonical_op, params_from_dict
 
 __all__ = [

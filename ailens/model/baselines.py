@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ._forecast import naive_total_s
+from .forecast import naive_total_s
 
 __all__ = ["composer_total_s", "naive_total_s"]
 

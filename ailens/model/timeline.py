@@ -10,7 +10,7 @@ wherever that Lens's exchange cadence puts one (so the signature lands on the sa
 There is no second model: the numbers are the live ones.
 
 Beside the forecast at every step it gives the progress-bar ETA and MosaicML Composer's
-``RuntimeEstimator`` (``_baselines``), computed from the same timeline.
+``RuntimeEstimator`` (``baselines``), computed from the same timeline.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ._baselines import composer_total_s, naive_total_s
-from ._forecast import Component, Forecast
-from ._online import OnlineAnalysis, feed_recorded
-from .record.config import LensConfig
-from .record.exchange import Cadence, Summed
+from ..record.config import LensConfig
+from ..record.exchange import Cadence, Summed
+from .baselines import composer_total_s, naive_total_s
+from .forecast import Component, Forecast
+from .online import OnlineAnalysis, feed_recorded
 
 __all__ = ["Section", "StepForecast", "Timeline", "TimelineForecast", "forecast_timeline"]
 
@@ -237,10 +237,39 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     """
     cfg = config or LensConfig()
     tl = timeline
-    oa = OnlineAnalysis(cfg, 1, 0, [], live=False)
+    oa = OnlineAnalysis(cfg, 1, 0, [])
     step_ns = np.round(np.asarray(tl.step_end_s, dtype=float) * 1e9).astype(np.int64)
-    ends = list(tl.step_end_s)
+    marks, exchanges = _recorded(tl, cfg, step_ns)
+    empty = np.zeros(0, dtype=np.int64)
 
+    def batch(lo: int, hi: int, disabled: int):
+        return Summed(empty, empty, empty, 0, False, 0), empty, empty
+
+    rows: list[tuple] = []
+
+    def watch(o: OnlineAnalysis) -> None:
+        p = o.predict()
+        rows.append((p, o.total_steps))
+
+    end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
+    feed_recorded(oa, step_ns, marks, exchanges, batch, end_ns, watch)
+    sig = oa.signature_step
+    actual = oa.actual_total_s
+    return TimelineForecast(
+        timeline=tl,
+        steps=_beside_baselines(tl, rows, sig),
+        signature_step=sig,
+        forecast=oa.forecast(actual_total_s=actual),
+        actual_total_s=actual,
+    )
+
+
+def _recorded(
+    tl: Timeline, cfg: LensConfig, step_ns: np.ndarray
+) -> tuple[list[dict], list[tuple[int, int, int, int]]]:
+    """The marks and exchanges a single-rank Lens would have recorded for ``tl``, in the
+    form ``feed_recorded`` takes them."""
+    ends = list(tl.step_end_s)
     # Events in the order a Lens records them: (steps done, order within that step, mark).
     events: list[tuple[int, float, dict | None]] = []
     sched = {k: v for k, v in tl.schedule.items() if v is not None}
@@ -276,26 +305,16 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
             exchanges.append((seq, at, 0, 0))
         else:
             marks.append({**mark, "seq": seq, "at_step": at})
+    return marks, exchanges
 
-    empty = np.zeros(0, dtype=np.int64)
 
-    def batch(lo: int, hi: int, disabled: int):
-        return Summed(empty, empty, empty, 0, False, 0), empty, empty
-
+def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple:
+    """Each step's forecast (``rows``: prediction, total steps) with the baselines beside."""
+    ends = list(tl.step_end_s)
     # Baselines: evaluations finished by each step end (with the steps done when each ended),
     # and when Composer's clock started (the end of the first step).
     evals = [s for s in tl.sections if s.name.lower().startswith("eval")]
     first_end = ends[0] if ends else math.inf
-    rows: list[tuple] = []
-
-    def watch(o: OnlineAnalysis) -> None:
-        p = o.predict()
-        rows.append((p, o.total_steps))
-
-    end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
-    feed_recorded(oa, step_ns, marks, exchanges, batch, end_ns, watch)
-
-    sig = oa.signature_step
     out = []
     j = 0
     done: dict[str, list[tuple[int, float]]] = {}
@@ -322,11 +341,4 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
                 signature_ready=sig is not None and p.steps_done >= sig,
             )
         )
-    actual = oa.actual_total_s
-    return TimelineForecast(
-        timeline=tl,
-        steps=tuple(out),
-        signature_step=sig,
-        forecast=oa.forecast(actual_total_s=actual),
-        actual_total_s=actual,
-    )
+    return tuple(out)

@@ -1,0 +1,108 @@
+"""Files and durations, written one way everywhere: the JSON reader of a run's optional side
+files, the atomic writer (temp file + rename: a reader never sees half a file), and the
+duration formatter of every output."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+__all__ = ["fmt_s", "read_json", "write_json", "write_text"]
+
+
+def read_json(path: Path) -> dict | None:
+    """A JSON object file, or None when it is missing, unreadable or not an object (the
+    optional side files of a run: forecast.json, calibration.json)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def write_json(path: Path, doc: dict, *, indent: int | None = 2, sort_keys: bool = False) -> None:
+    """Write ``doc`` as JSON, atomically."""
+    write_text(path, json.dumps(doc, indent=indent, sort_keys=sort_keys) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) atomically: to a temp file beside ``path``, then renamed."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    data = text.encode()
+    try:
+        # 0o644 & ~umask: never world-writable, even at umask 000.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk must not leave half-written temp files
+        raise
+
+
+def fmt_s(seconds: float | None, style: str = "text") -> str:
+    """A duration a person reads at a glance, in the style of the output it goes in:
+
+    - ``"text"`` (reports, ``ailens predict``): 350 µs, 12.4 ms, 3.21 s, 4 min 05 s,
+      2 h 03 min; ``n/a`` for None or not finite;
+    - ``"compact"`` (progress lines, ``ailens forecast``): 12.34ms, 3.21s, 4m05.3s, 2h03m;
+      ``?`` when not finite;
+    - ``"clock"`` (beside tqdm's own times): 41.2us, 41.2ms, 3.2s, 4:05, 2:03:00.
+    """
+    if style == "compact":
+        return _compact(seconds)
+    if style == "clock":
+        return _clock(seconds)
+    if style != "text":
+        raise ValueError(f"fmt_s: unknown style {style!r} (text, compact or clock)")
+    return _text(seconds)
+
+
+def _text(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "n/a"
+    s = abs(seconds)
+    sign = "-" if seconds < 0 else ""
+    if s < 1e-3:
+        return f"{sign}{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{sign}{_sig3(s * 1e3)} ms"
+    if s < 100:
+        return f"{sign}{_sig3(s)} s"
+    if s < 3600:
+        m, sec = divmod(round(s), 60)
+        return f"{sign}{m} min {sec:02d} s"
+    h, rest = divmod(round(s), 3600)
+    return f"{sign}{h} h {rest // 60:02d} min"
+
+
+def _sig3(x: float) -> str:
+    # Three significant digits, trailing zeros kept (1.30, 12.0, 718) so columns read evenly.
+    return f"{x:#.3g}".rstrip(".")
+
+
+def _compact(s: float) -> str:
+    if not math.isfinite(s):
+        return "?"
+    if s >= 3600:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    if s >= 60:
+        return f"{int(s // 60)}m{s % 60:04.1f}s"
+    if s >= 1:
+        return f"{s:.2f}s"
+    return f"{s * 1e3:.2f}ms"
+
+
+def _clock(seconds: float) -> str:
+    # h:mm:ss / m:ss like tqdm's own times; under 10 s with a unit (41.2ms).
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g}us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g}ms"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -1,0 +1,65 @@
+"""The parts of a run besides the training-step level, as the forecast schedules them:
+recurring extras inside steps (``extras.py``), sections (``sections.py``) and one-offs.
+``Part`` is what each of them gives the forecast; ``split_spikes`` sets the one-off apart."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .schedule import EvalPlan
+from .stats import occurrences
+
+
+@dataclass(frozen=True)
+class Part:
+    """A part of the run besides the training-step level, as the forecast schedules it.
+
+    ``kind``: "in-step" (extra time inside step intervals ``i`` with ``i % period ==
+    offset``), "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
+    current step end is one and its section has not begun), "rate" (irregular: ``rate`` per
+    remaining step) or "one-off" (already spent).
+    """
+
+    name: str
+    schedule: str
+    source: str
+    per_occurrence_s: float
+    sd_s: float
+    seen: int
+    kind: str
+    period: int = 0
+    offset: int = 0
+    rate: float = 0.0
+    due_now: bool = False
+    plan: EvalPlan | None = None  # a section's occurrences (replaces period and offset)
+    count_unknown: bool = False  # seen once: how many more come is anyone's guess
+
+    def remaining(self, s: int, n: int) -> float:
+        if self.kind == "in-step":
+            if self.plan is not None:
+                return self.plan.count(s, n - 1)
+            return occurrences(self.period, self.offset, s, n - 1)
+        if self.kind == "section":
+            if self.plan is not None:
+                return self.plan.count(s + 1, n) + int(self.due_now)
+            return occurrences(self.period, self.offset, s + 1, n) + int(self.due_now)
+        if self.kind == "rate":
+            return self.rate * max(n - s, 0)
+        return 0
+
+
+def split_spikes(
+    spikes: dict[int, float], regime_start: int | None, explained: set[int]
+) -> tuple[float, list[float], float]:
+    """The current regime's spikes (seconds over the level, by step) as (the time the recurring
+    extras explain, the loose ones by size, the one-off). The largest loose spike is a
+    one-off when it stands alone (the only one, or 3x the next): its time is spent, not a
+    rate. Outliers that keep coming (a noisy machine) stay loose, in the level at their rate."""
+    start = regime_start or 0
+    regime = {k: v for k, v in spikes.items() if k >= start}
+    taken = sum(v for k, v in regime.items() if k in explained)
+    loose = sorted((v for k, v in regime.items() if k not in explained), key=abs)
+    one_off = 0.0
+    if loose and (len(loose) == 1 or abs(loose[-1]) > 3 * abs(loose[-2])):
+        one_off = loose.pop()
+    return taken, loose, one_off

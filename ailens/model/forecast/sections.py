@@ -1,0 +1,149 @@
+"""Sections the integration or a log marked (``lens.section("eval")``: Keras validation,
+Lightning validation loops, MLPerf evaluations, ...): their measured time per occurrence (the
+cold first one left out once a later one is seen) and their schedule (from the framework, else
+learned from where they happened); a section announced but not seen yet is assumed
+(``eval_steps`` forward passes, else a prior share of the run); one during which steps ended
+ran beside the training and has no time of its own (a one-off)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .parts import Part
+from .schedule import EvalPlan, Schedule, learned_plan
+
+# A run of at most this many steps is a run of epochs or blocks (iterations come by the
+# thousand): evaluations nobody announced may still come between them.
+COARSE_STEPS = 200
+# An evaluation announced but not seen: ``eval_steps`` forward-only batches at about a
+# third of a training step each (+/- 50 %); without ``eval_steps``, a prior: all the
+# evaluations of the run take 5 % +/- 5 % of its training (real runs: under 1 % to 17 %).
+FORWARD_SHARE = 1 / 3
+FORWARD_SD = 0.5
+EVAL_SHARE = 0.05
+EVAL_SHARE_SD = 0.05
+# A section's first occurrence, while it is the only one: a later one is taken as this
+# share of it (first occurrences are 1-3x later ones), +/- this much of it.
+FIRST_WARM = 0.75
+FIRST_WARM_SD = 0.25
+# The spread of a section's occurrences before they show it: 10 %, worth 2 occurrences.
+SECTION_CV = 0.1
+SECTION_PRIOR = 2
+
+
+def unannounced(schedule: Schedule, seen_eval: bool) -> bool:
+    """A run of epochs or blocks (at most ``COARSE_STEPS`` steps), between which
+    evaluations come, with none announced by the schedule nor seen so far."""
+    n = schedule.total_steps
+    return bool(n) and n <= COARSE_STEPS and not seen_eval and schedule.eval_plan() is None
+
+
+def section_parts(
+    sections: dict[str, list[tuple[int, float]]],
+    beside: dict[str, list[float]],
+    schedule: Schedule,
+    s: int,
+    level: float,
+) -> list[Part]:
+    """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
+    evaluation the schedule announces but the run has not reached yet is assumed (said so).
+    ``sections``: name -> (step, seconds) of each; ``beside``: the seconds of those that ran
+    beside the steps."""
+    eval_plan = schedule.eval_plan()
+    out = [_marked(name, seen, schedule, eval_plan, s) for name, seen in sections.items()]
+    for name, secs in beside.items():
+        mean = sum(secs) / len(secs)
+        out.append(
+            Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
+        )
+    # Announced evaluations whose first position passed with no section marked run
+    # inside the steps: their time is in the step level or an in-step extra already.
+    seen_eval = "eval" in sections or "eval" in beside
+    if eval_plan is not None and not seen_eval and not eval_plan.count(0, s - 1):
+        out.append(_not_seen_yet(schedule, eval_plan, s, level))
+    return out
+
+
+def _marked(
+    name: str,
+    seen: list[tuple[int, float]],
+    sched: Schedule,
+    eval_plan: EvalPlan | None,
+    s: int,
+) -> Part:
+    """A section seen at least once: its cost per occurrence, and where the rest come."""
+    at = [k for k, _ in seen]
+    cost, sd, used = _section_cost([x for _, x in seen])
+    plan, source = None, "learned"
+    if name == "eval" and eval_plan is not None:
+        plan, source = eval_plan, "schedule"
+    elif name == "checkpoint" and sched.checkpoint_every_steps:
+        every = float(sched.checkpoint_every_steps)
+        plan, source = EvalPlan(every, every), "schedule"
+    else:
+        plan, source = learned_plan(at, sched.steps_per_epoch)
+    if plan is None:
+        return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
+    return Part(
+        f"section {name}",
+        plan.describe(),
+        source,
+        cost,
+        sd,
+        used,
+        "section",
+        # Due right now: its step is done and the section has not begun.
+        due_now=at[-1] < s and plan.count(s, s) > 0,
+        plan=plan,
+        count_unknown=source.startswith("assumed: every"),
+    )
+
+
+def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:
+    """An announced evaluation the run has not reached yet: its assumed cost."""
+    if sched.eval_steps:
+        # Forward passes only: about FORWARD_SHARE of a training step per batch.
+        mean = sched.eval_steps * level * FORWARD_SHARE
+        sd = FORWARD_SD * mean
+        source = f"assumed: {sched.eval_steps} batches at 1/3 of a training step (+/- 50 %)"
+    else:
+        # Nothing says how long one takes: a prior share of the run's training for
+        # all of them (real ones take from under 1 % to 17 %), with its wide spread.
+        n = sched.total_steps
+        count = eval_plan.count(1, n) if n else 0
+        per = n / count if count else eval_plan.spacing()
+        mean = EVAL_SHARE * per * level
+        sd = EVAL_SHARE_SD * per * level
+        source = "assumed: not seen yet, all of them 5 % +/- 5 % of the training"
+    return Part(
+        "section eval (not seen yet)",
+        eval_plan.describe(),
+        source,
+        mean,
+        sd,
+        0,
+        "section",
+        due_now=s > 0 and eval_plan.count(s, s) > 0,
+        plan=eval_plan,
+    )
+
+
+def _section_cost(secs: list[float]) -> tuple[float, float, int]:
+    """(time per remaining occurrence, its spread, occurrences it rests on) of a section.
+
+    A first occurrence is cold (compilation, caches, data loading: 1-3x a later one), like
+    a training step's warm-up: once a later one is seen, it is left out; while it is the only
+    one, a later one is taken as ``FIRST_WARM`` of it, +/- ``FIRST_WARM_SD``. The spread of
+    the occurrences is pooled with a prior one (``SECTION_CV``, worth ``SECTION_PRIOR`` of
+    them): a few equal occurrences do not make a certainty."""
+    if len(secs) == 1:
+        return secs[0] * FIRST_WARM, secs[0] * FIRST_WARM_SD, 1
+    warm = secs[1:]
+    m = len(warm)
+    mean = sum(warm) / m
+    var_seen = float(np.var(warm, ddof=1)) if m > 1 else 0.0
+    k0 = SECTION_PRIOR
+    sd = math.sqrt((k0 * (SECTION_CV * mean) ** 2 + (m - 1) * var_seen) / (k0 + m - 1))
+    return mean, sd, m

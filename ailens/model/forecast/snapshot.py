@@ -1,0 +1,215 @@
+"""The run's model at one step (``Snapshot``) and what it forecasts for a total
+(``Snapshot.evaluate`` -> ``Prediction``, its breakdown in ``Component`` rows).
+
+At ``S`` steps done of ``N``, with ``R = N - S``::
+
+    predicted total = elapsed(S) + R * level + sum over extras and sections of
+                      (remaining occurrences x time per occurrence)
+    interval        = predicted total +/- z * sqrt(R^2 var(level) + R sd^2 + drift(R)
+                                               + sum over parts of their variance)
+
+``var(level)`` is the uncertainty of the regime's mean step time (step-to-step, or from batch
+means of ``BLOCK`` steps when larger: slow swings), ``sd`` the step-to-step spread and
+``drift(R)`` the risk that the speed moves again before the end: the changes of speed seen so
+far and the wander of the batch means beyond their noise, scaled to the remaining steps."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .level import StepLevel
+from .parts import Part
+from .sections import EVAL_SHARE_SD
+from .stats import t_quantile
+
+INTERVAL_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Component:
+    """One part of the run and what it still costs; a row of the forecast's breakdown."""
+
+    name: str  # "training steps", "every 10 steps", "section eval", ...
+    schedule: str  # "each step", "every 10 steps from step 10", "each epoch", "one-off"
+    source: str  # "measured", "schedule", "learned", "assumed"
+    per_occurrence_s: float
+    seen: int  # occurrences so far
+    remaining: int  # occurrences still to come
+    remaining_s: float
+    sd_s: float = 0.0  # spread of one occurrence
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The forecast at one point of the run (seconds from the Lens start)."""
+
+    steps_done: int
+    total_steps: int | None
+    elapsed_s: float
+    predicted_total_s: float | None
+    interval_s: tuple[float, float] | None
+    naive_total_s: float | None  # what a progress bar says the total is
+    step_time_s: float | None  # the training-step level
+    step_time_sd_s: float | None
+    regime_start_step: int | None
+    components: tuple[Component, ...] = ()
+
+    @property
+    def half_width_rel(self) -> float | None:
+        if self.interval_s is None or not self.predicted_total_s:
+            return None
+        return (self.interval_s[1] - self.interval_s[0]) / 2 / self.predicted_total_s
+
+
+def naive_total_s(elapsed_s: float, steps_done: int, total_steps: int | None) -> float | None:
+    """The progress-bar forecast: elapsed + remaining steps x mean step time so far."""
+    if not steps_done or not total_steps or elapsed_s <= 0:
+        return None
+    return elapsed_s * total_steps / steps_done
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The run's model at one step: everything a forecast for any total needs."""
+
+    steps_done: int
+    elapsed_s: float
+    total_steps: int | None  # as known then
+    level: float | None  # training-step time
+    level_var: float  # variance of that estimate
+    sd: float  # step-to-step spread
+    excess: float  # batch-mean wander beyond noise (per step^2)
+    level_n: int
+    regime_start: int | None
+    change_rate: float  # changes of speed per step so far
+    change_size2: float  # their mean squared relative size
+    parts: tuple[Part, ...] = ()
+    trend: float = 0.0  # significant linear trend of the steps (s per step per step)
+    longrun: float | None = None  # the step time over all regimes (same parts taken out)
+    reversals: int = 0  # changes of speed that went back the other way
+    changes: int = 0
+    df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
+    unannounced: bool = False  # no evaluation announced nor seen: some may still come
+
+    REVERSALS = 2
+    # Real runs' step time wanders a few percent over a run (data, thermals, the schedule's
+    # later phases), more than its first steps can show: 2 % over the whole run, as a prior.
+    WANDER = 0.02
+
+    def evaluate(self, total_steps: int | None = None) -> Prediction:
+        """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
+        n = total_steps or self.total_steps
+        s, elapsed, lvl = self.steps_done, self.elapsed_s, self.level
+        naive = naive_total_s(elapsed, s, n)
+        if lvl is None or self.level_n < 1:
+            return Prediction(
+                steps_done=s,
+                total_steps=n,
+                elapsed_s=elapsed,
+                predicted_total_s=None,
+                interval_s=None,
+                naive_total_s=naive,
+                step_time_s=lvl,
+                step_time_sd_s=None,
+                regime_start_step=None,
+            )
+        if not n:
+            return Prediction(
+                steps_done=s,
+                total_steps=None,
+                elapsed_s=elapsed,
+                predicted_total_s=None,
+                interval_s=None,
+                naive_total_s=None,
+                step_time_s=lvl,
+                step_time_sd_s=self.sd,
+                regime_start_step=self.regime_start,
+            )
+        r = max(n - s, 0)
+        lvl = self._expected_level(r)
+        comps = [
+            Component(
+                "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
+            )
+        ]
+        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
+        if self.unannounced:
+            # Evaluations nobody announced may still come (some start half-way through a
+            # run): the prior share's spread on the remaining training, less likely the later
+            # none has come.
+            var += (EVAL_SHARE_SD * (1 - s / n) * r * lvl) ** 2
+        var = self._add_parts(comps, var, s, n, r)
+        total = elapsed + sum(c.remaining_s for c in comps)
+        # Student's t on the regime's steps: few steps, a wider interval.
+        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
+        return Prediction(
+            steps_done=s,
+            total_steps=n,
+            elapsed_s=elapsed,
+            predicted_total_s=total,
+            interval_s=(total - half, total + half),
+            naive_total_s=naive,
+            step_time_s=lvl,
+            step_time_sd_s=self.sd,
+            regime_start_step=self.regime_start,
+            components=tuple(comps),
+        )
+
+    def _add_parts(self, comps: list[Component], var: float, s: int, n: int, r: int) -> float:
+        """Append each part's row to ``comps``; ``var`` plus their variance (added one after
+        the other, in order)."""
+        for part in self.parts:
+            left = part.remaining(s, n)
+            comps.append(
+                Component(
+                    part.name,
+                    part.schedule,
+                    part.source,
+                    part.per_occurrence_s,
+                    part.seen,
+                    int(round(left)),
+                    left * part.per_occurrence_s,
+                    part.sd_s,
+                )
+            )
+            if part.seen:  # measured: its spread, and the uncertainty of its mean
+                var += left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
+            else:  # assumed: one unknown cost that every occurrence shares
+                var += (left * part.sd_s) ** 2
+            if part.count_unknown:  # from none to one a step: uniform over the steps left
+                var += (r / math.sqrt(12) * part.per_occurrence_s) ** 2
+        return var
+
+    def _expected_level(self, r: int) -> float:
+        """The mean step time over the remaining ``r`` steps. Speeds that went up and down
+        again and again (``REVERSALS``) are a machine whose load comes and goes: the current
+        regime holds for a while (1 / rate of changes, on average), then the speed returns to
+        the run's long-run mean. Changes in one direction (a warm-up, a job that arrived and
+        stays) are taken as lasting."""
+        lvl = self.level
+        if self.reversals < self.REVERSALS or self.longrun is None or r <= 0:
+            return lvl
+        x = self.changes / max(self.steps_done, 1) * r
+        stay = (1.0 - math.exp(-x)) / x
+        return stay * lvl + (1.0 - stay) * self.longrun
+
+    def _drift_var(self, r: int, n: int) -> float:
+        """Variance of the remaining time from the speed moving again before the end: the
+        swings of the batch means, and the changes of speed seen so far (as a rate, with
+        their mean relative size); and, seen or not, a slow wander of the speed over the
+        run (a random walk of ``WANDER`` of the level over the whole run: what the remaining
+        ``r`` of ``n`` steps add up to varies by ``WANDER * level * r * sqrt(r / 3n)``)."""
+        lvl = self.level or 0.0
+        wander = self.WANDER * lvl * r
+        base = wander * wander * r / (3 * max(n, 1))
+        # Swings seen so far continue: the batch means' wander, over the remaining steps.
+        var = self.excess * r * StepLevel.BLOCK
+        # Changes of speed as a rate: one at a uniform point of the remaining steps changes
+        # the time after it by its size.
+        var += self.change_rate * r * self.change_size2 * (lvl * r) ** 2 / 3
+        # A trend seen in the steps (a long warm-up, throttling) may go on about as long as
+        # it was seen, or stop now: what it would add, as one sd.
+        h = min(r, max(self.level_n, 1))
+        var += (self.trend * (h * h / 2 + h * (r - h))) ** 2
+        return var + base

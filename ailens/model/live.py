@@ -1,0 +1,183 @@
+"""Rank 0's live outputs of the run model: progress lines (``progress_every``), the live
+``forecast.json`` (rewritten at most every ``_WRITE_EVERY_STEPS`` steps and
+``_WRITE_EVERY_NS``, at the signature, at close and at the process's exit) and, at close,
+``phases-online.json``. A subscriber of ``OnlineAnalysis``: the model itself writes nothing."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from .._io import fmt_s, write_json
+from .online import OnlineAnalysis
+
+log = logging.getLogger("ailens")
+
+# Live forecast.json: at most every this many steps and seconds (plus progress lines,
+# signature and finish), so the file costs the training loop nothing measurable.
+_WRITE_EVERY_STEPS = 100
+_WRITE_EVERY_NS = 2_000_000_000
+
+
+class LiveOutput:
+    """Progress lines and forecast.json of ``oa`` (rank 0 of a live run), subscribed to it.
+
+    ``job_offset_s`` and ``process_start_wall_ns``: the process start, when known (the
+    forecast's job fields); ``io_failed``: a disk problem was seen, forecast.json is off."""
+
+    def __init__(
+        self,
+        oa: OnlineAnalysis,
+        *,
+        job_offset_s: float | None = None,
+        process_start_wall_ns: int | None = None,
+    ) -> None:
+        self.oa = oa
+        self.cfg = oa.cfg
+        self.flush_every = oa.cfg.progress_every
+        self.job_offset_s = job_offset_s  # process start -> Lens start
+        self.process_start_wall_ns = process_start_wall_ns
+        self.exit_wall_ns: int | None = None
+        self.io_failed = False
+        self._last_write_step = 0
+        self._last_write_ns = 0  # the Lens's clock, like every time here
+        oa.subscribe(self)
+
+    # ------------------------------------------------------------ events of the model
+
+    def on_step(self, oa: OnlineAnalysis) -> None:
+        s = oa.steps
+        every = self.flush_every
+        line = bool(every) and s % every == 0
+        due = s - self._last_write_step >= _WRITE_EVERY_STEPS and (
+            oa.now_ns - self._last_write_ns >= _WRITE_EVERY_NS
+        )
+        if not (line or due):
+            return
+        if line:
+            _progress(self.progress_line())
+        self._write_forecast(final=False)
+
+    def on_signature(self, oa: OnlineAnalysis) -> None:
+        n = oa.total_steps
+        frac = f" ({100 * oa.steps / n:.1f}% of {n} steps)" if n else ""
+        _progress(f"ailens: signature ready at step {oa.steps}{frac}")
+
+    # ------------------------------------------------------------ events of the run
+
+    def finish(self, run_dir: Path) -> None:
+        """The run closed: the online phase table and the final forecast to the run
+        directory, and the last progress line when the last step was not on one."""
+        oa = self.oa
+        doc = {
+            "source": "online",
+            "world_size": oa.world_size,
+            "disabled_ranks": oa.disabled_ranks,
+            "elapsed_s": None if oa.end_ns is None else oa.end_ns / 1e9,
+            "steps": oa.steps,
+            "table": oa.table().to_dict(),
+            "op_names": list(oa.op_names),
+        }
+        write_json(Path(run_dir) / "phases-online.json", doc)
+        self._write_forecast(final=True)
+        every = self.flush_every
+        if every and oa.steps % every:
+            _progress(self.progress_line())
+
+    def on_exit(self, wall_ns: int) -> None:
+        """The process is exiting: the job's wall time is known now (forecast.json is
+        rewritten with it)."""
+        self.exit_wall_ns = wall_ns
+        # Closed: the final document gets the job's end too (unless the run directory has
+        # gone meanwhile, e.g. a temporary one: nothing to update then).
+        if self.oa.end_ns is not None and Path(self.cfg.run_dir).is_dir():
+            self._write_forecast(final=True)
+
+    # ------------------------------------------------------------ outputs
+
+    def progress_line(self) -> str:
+        """One line: step, % done, forecast +/- interval, what a progress bar would say,
+        signature state."""
+        oa = self.oa
+        p = oa.predict()
+        s, n = oa.steps, oa.total_steps
+        head = f"ailens: step {s}/{n} ({100 * s / n:.1f}%)" if n else f"ailens: step {s}"
+        sig = (
+            f"signature ready at step {oa.signature_step}"
+            if oa.signature_ready
+            else "signature pending"
+        )
+        if p.step_time_s is None:
+            return f"{head}  warming up  {sig}"
+        if p.predicted_total_s is not None:
+            lo, hi = p.interval_s
+            body = f"forecast {fmt_s(p.predicted_total_s, 'compact')} ± "
+            body += fmt_s((hi - lo) / 2, "compact")
+            if p.naive_total_s is not None:
+                body += f" (a progress bar would say {fmt_s(p.naive_total_s, 'compact')})"
+        else:
+            body = f"step time {fmt_s(p.step_time_s, 'compact')} (total steps unknown)"
+        return f"{head}  {body}  {sig}"
+
+    def forecast_doc(self, *, final: bool) -> dict | None:
+        """The forecast.json document now (None before any forecast)."""
+        oa, cfg = self.oa, self.cfg
+        job_end = None
+        if self.exit_wall_ns and self.process_start_wall_ns:
+            job_end = (self.exit_wall_ns - self.process_start_wall_ns) / 1e9
+        f = oa.forecast(
+            actual_total_s=oa.actual_total_s if final else None,
+            job_offset_s=self.job_offset_s,
+            actual_job_total_s=job_end,
+        )
+        if f is None:
+            return None
+        latest = oa.predict()
+        return {
+            "source": "online",
+            "final": final,
+            "rank": oa.rank,
+            "world_size": oa.world_size,
+            "steps_done": oa.steps,
+            "early_stop": cfg.early_stop,
+            "signature_rule": {
+                "rel_tol": cfg.signature_rel_tol,
+                "min_steps": cfg.signature_min_steps,
+                "warmup_steps": cfg.warmup_steps,
+            },
+            **f.to_dict(),
+            "latest": {
+                "step": latest.steps_done,
+                "predicted_total_s": latest.predicted_total_s,
+                "interval_s": None if latest.interval_s is None else list(latest.interval_s),
+                "naive_total_s": latest.naive_total_s,
+                "step_time_s": latest.step_time_s,
+            },
+            **({"closed_s": oa.end_ns / 1e9} if final and oa.end_ns is not None else {}),
+            **({"exit_wall_ns": self.exit_wall_ns} if self.exit_wall_ns else {}),
+        }
+
+    def _write_forecast(self, *, final: bool) -> None:
+        if self.io_failed:
+            return
+        self._last_write_step = self.oa.steps
+        self._last_write_ns = self.oa.now_ns
+        doc = self.forecast_doc(final=final)
+        if doc is None:
+            return
+        try:
+            write_json(Path(self.cfg.run_dir) / "forecast.json", doc)
+        except OSError as e:
+            # The forecast file is a convenience: note it once, keep training and tracing.
+            self.io_failed = True
+            log.warning("ailens: cannot write forecast.json (%s); live forecast off", e)
+
+
+def _progress(line: str) -> None:
+    """Progress goes to the ``ailens`` logger when it is configured to show INFO, else to
+    stderr (the user asked for these lines with ``progress_every``)."""
+    if log.hasHandlers() and log.isEnabledFor(logging.INFO):
+        log.info(line)
+    else:
+        print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,311 @@
+"""The run model: phases, forecast and signature, kept up to date during training.
+
+``OnlineAnalysis`` is fed three kinds of events, in the order they happened: step ends
+(``on_step``, rank 0's clock), exchanged tick batches (``on_batch``, identical on every rank)
+and run-structure marks (``on_mark``: schedules, sections). The trace records all three, so
+the offline analysis (``feed_recorded``) feeds this same class the same events and gets the
+same numbers; nothing is re-simulated. It writes and prints nothing: live outputs (rank 0's
+progress lines and forecast.json, ``live.py``) subscribe to it.
+
+The signature and the forecast history are evaluated at each exchanged batch: those are the
+points where every rank can act on them together (early stop is voted there). The forecast
+itself can be read at any step (``predict``, ``live_forecast``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .._config import LensConfig
+from .._exchange import Summed
+from ..phases import SIZE_KEY_FACTOR, OnlinePhases
+from .forecast import Forecast, Forecaster, Prediction, Snapshot
+from .forecast.policy import ForecastPolicy
+
+# Forecast history kept for plots: thinned by half whenever it reaches this length.
+_HISTORY_CAP = 512
+# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step.
+_LIVE_REFRESH_NS = 100_000_000
+# Step ends are queued and folded into the forecast in bulk, at the latest after this many
+# steps or this much training time (or at any reading): a step end costs an append, and the
+# forecast's work runs in one warm loop instead of once after every (cache-cold) step.
+_STEP_BATCH = 64
+_STEP_BATCH_NS = 250_000_000
+
+
+@dataclass(frozen=True)
+class LiveForecast:
+    """``Lens.forecast``: the prediction at ``step``; seconds since the Lens started."""
+
+    step: int
+    total_steps: int | None
+    predicted_total_s: float | None
+    interval_s: tuple[float, float] | None
+    eta_s: float | None  # predicted seconds still to go
+    naive_eta_s: float | None  # what a progress bar would say is still to go
+    elapsed_s: float
+    step_time_s: float | None
+    signature_ready: bool
+
+
+class Subscriber(Protocol):
+    """What a live output of the run model gets (``OnlineAnalysis.subscribe``)."""
+
+    # Fold the queued step ends in at every multiple of this many steps (0: never), so the
+    # subscriber sees those steps when they end (a progress line is due there).
+    flush_every: int
+
+    def on_step(self, oa: OnlineAnalysis) -> None:
+        """A step end was fed to the forecast."""
+
+    def on_signature(self, oa: OnlineAnalysis) -> None:
+        """The signature was reached."""
+
+
+class OnlineAnalysis:
+    """The run model on one rank: online phase table, forecast and signature. Pure: what it
+    shows the user, its subscribers show (``subscribe``)."""
+
+    def __init__(self, cfg: LensConfig, world_size: int, rank: int, op_names: list[str]) -> None:
+        self.cfg = cfg
+        self.world_size = world_size
+        self.rank = rank
+        self.op_names = op_names  # shared with the Lens, grows as ops appear
+        self.phases = OnlinePhases(tolerance=cfg.tolerance, min_share=cfg.min_phase_share)
+        self.forecaster = Forecaster(warmup_steps=cfg.warmup_steps)
+        self.policy = ForecastPolicy(
+            rel_tol=cfg.signature_rel_tol, min_steps=cfg.signature_min_steps
+        )
+        self.disabled_ranks = 0
+        self.history: list[tuple[int, float]] = []
+        self._history_stride = 1
+        self._evaluations = 0
+        self.end_ns: int | None = None
+        self._live_cache: tuple[int, LiveForecast] | None = None
+        self._queued: list[int] = []  # step end times (ns) not yet in the forecast
+        self._subscribers: list[Subscriber] = []
+        self._flush_every = 0
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """``subscriber`` sees every step end fed to the forecast and the signature."""
+        self._subscribers.append(subscriber)
+        self._flush_every = subscriber.flush_every or self._flush_every
+
+    @property
+    def steps(self) -> int:
+        return self.forecaster.steps + len(self._queued)
+
+    @property
+    def total_steps(self) -> int | None:
+        return self.forecaster.schedule.total_steps
+
+    @property
+    def signature_ready(self) -> bool:
+        return self.policy.signature_ready
+
+    @property
+    def signature_step(self) -> int | None:
+        return self.policy.signature_step
+
+    # ------------------------------------------------------------ feeding
+
+    def on_step(self, step: int, t_ns: int) -> None:
+        """Step ``step`` (0-based) ended at ``t_ns`` on this rank's clock. Queued: every
+        reading, batch and mark folds the queue in first, so the numbers are those of feeding
+        each step at once."""
+        queued = self._queued
+        queued.append(t_ns)
+        every = self._flush_every
+        if (
+            len(queued) >= _STEP_BATCH
+            or t_ns - queued[0] >= _STEP_BATCH_NS
+            or (every and (step + 1) % every == 0)
+        ):
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Feed the queued step ends to the forecast, one by one, as they came."""
+        queued, self._queued = self._queued, []
+        forecaster, policy, subscribers = self.forecaster, self.policy, self._subscribers
+        for t_ns in queued:
+            forecaster.on_step(t_ns)
+            if policy.early is None:
+                policy.on_step(forecaster)
+            for sub in subscribers:
+                sub.on_step(self)
+
+    def on_batch(self, summed: Summed, key: np.ndarray, tick_steps: np.ndarray) -> None:
+        """An exchanged batch of ticks (possibly empty): phases, then an evaluation point."""
+        self._catch_up()
+        self.disabled_ranks = max(self.disabled_ranks, summed.disabled_ranks)
+        if len(key):
+            key = np.asarray(key)
+            op = key // SIZE_KEY_FACTOR if self.cfg.phase_key == "op+size" else None
+            self.phases.add(summed.simo, key, summed.comm_ns / 1e9, summed.compute_ns / 1e9, op=op)
+        self._evaluate()
+
+    def on_mark(self, mark: dict) -> None:
+        """A run-structure mark the Lens recorded (schedule, section, info)."""
+        self._catch_up()
+        kind = mark.get("kind")
+        if kind == "schedule":
+            self.forecaster.on_schedule(mark)
+        elif kind == "section":
+            self.forecaster.on_section(
+                str(mark["name"]), int(mark["step"]), int(mark["t_begin_ns"]), int(mark["t_end_ns"])
+            )
+
+    def on_close(self, end_ns: int, *, crashed: bool = False) -> None:
+        """The run ended (the Lens closed) at ``end_ns``; with no total given, the steps done
+        are the total (a run that was not stopped early, nor ended by an uncaught exception,
+        ran all its steps). A crashed run has no actual total."""
+        self._catch_up()
+        if crashed:
+            return
+        self.end_ns = end_ns
+        if not self.total_steps and not self.cfg.early_stop and self.steps:
+            self.forecaster.on_schedule({"total_steps": self.steps, "learned": True})
+
+    # ------------------------------------------------------------ evaluation
+
+    def predict(self) -> Prediction:
+        self._catch_up()
+        return self.forecaster.predict()
+
+    def _evaluate(self) -> None:
+        snap = self.forecaster.snapshot()
+        p = snap.evaluate()
+        if p.predicted_total_s is not None:
+            self._record(p.steps_done, p.predicted_total_s)
+        if self.policy.on_evaluation(snap, p, self.forecaster.level):
+            for sub in self._subscribers:
+                sub.on_signature(self)
+
+    def _record(self, steps_done: int, predicted_total_s: float) -> None:
+        """The forecast history: at most once per step, thinned to stay under the cap."""
+        self._evaluations += 1
+        if self._evaluations % self._history_stride == 0:
+            if self.history and self.history[-1][0] == steps_done:
+                self.history[-1] = (steps_done, predicted_total_s)
+            else:
+                self.history.append((steps_done, predicted_total_s))
+            if len(self.history) >= _HISTORY_CAP:
+                self.history = self.history[::2]
+                self._history_stride *= 2
+
+    @property
+    def now_ns(self) -> int:
+        """The Lens's clock at the latest step end (a replay's clock follows the log)."""
+        return self._queued[-1] if self._queued else self.forecaster.t_last
+
+    def live_forecast(self) -> LiveForecast | None:
+        """The current prediction; recomputed at most every 0.1 s of the Lens's clock (or
+        after a quarter more steps), so it can be read every step."""
+        now = self.now_ns
+        cached = self._live_cache
+        if cached is not None:
+            step = cached[1].step
+            # Also after a quarter more steps: a short run's first forecast (its first steps
+            # slow) must not stand for all of it when it lasts less than the refresh time.
+            fresh = now - cached[0] < _LIVE_REFRESH_NS and self.steps - step < max(step // 4, 1)
+            if step == self.steps or fresh:
+                return cached[1]
+        self._catch_up()
+        p = self.forecaster.predict()
+        if p.step_time_s is None:
+            return None
+        total = p.predicted_total_s
+        live = LiveForecast(
+            step=p.steps_done,
+            total_steps=p.total_steps,
+            predicted_total_s=total,
+            interval_s=p.interval_s,
+            eta_s=None if total is None else max(total - p.elapsed_s, 0.0),
+            naive_eta_s=None if p.naive_total_s is None else p.naive_total_s - p.elapsed_s,
+            elapsed_s=p.elapsed_s,
+            step_time_s=p.step_time_s,
+            signature_ready=self.signature_ready,
+        )
+        self._live_cache = (now, live)
+        return live
+
+    def forecast(
+        self,
+        *,
+        actual_total_s: float | None = None,
+        job_offset_s: float | None = None,
+        actual_job_total_s: float | None = None,
+    ) -> Forecast | None:
+        """The run's forecast (``ForecastPolicy`` picks it); None before any step time after
+        the warm-up."""
+        self._catch_up()
+        latest: Snapshot = self.forecaster.snapshot()
+        if latest.level is None:
+            return None
+        return self.policy.forecast(
+            latest,
+            self.total_steps,
+            history=tuple(self.history),
+            steps_done=self.steps,
+            actual_total_s=actual_total_s,
+            job_offset_s=job_offset_s,
+            actual_job_total_s=actual_job_total_s,
+        )
+
+    @property
+    def actual_total_s(self) -> float | None:
+        """Rank 0's clock at the run's end, once it ran all its steps."""
+        n = self.total_steps
+        if self.end_ns is None or not n or self.steps < n:
+            return None
+        return self.end_ns / 1e9
+
+    def table(self):
+        return self.phases.table(op_names=self.op_names)
+
+
+def feed_recorded(
+    oa: OnlineAnalysis,
+    step_t_ns: np.ndarray,
+    marks: list[dict],
+    exchanges: list[tuple[int, int, int, int]],
+    batch,
+    end_ns: int | None,
+    watch=None,
+    crashed: bool = False,
+) -> None:
+    """Feed a recorded stream of rank 0 to ``oa`` in the order the Lens fed it.
+
+    ``exchanges``: (seq, steps done, ticks covered, disabled ranks) per exchanged batch;
+    ``batch(lo, hi, disabled)`` returns the ``on_batch`` arguments for ticks [lo, hi). Marks
+    and exchanges are ordered by the steps done when they were recorded, then their ``seq``;
+    each comes after the step end it followed. ``watch(oa)`` runs after each step end (a
+    benchmark reads the forecast a user would have seen there)."""
+    events: list[tuple[int, int, int, object]] = []  # (steps done, seq, kind, payload)
+    for m in marks:
+        if m.get("kind") in ("schedule", "section"):
+            events.append((int(m.get("at_step", m.get("step", 0))), int(m.get("seq", 0)), 0, m))
+    lo = 0
+    for seq, step, ticks, disabled in exchanges:
+        events.append((int(step), int(seq), 1, (lo, int(ticks), int(disabled))))
+        lo = int(ticks)
+    events.sort(key=lambda e: (e[0], e[1]))
+    times = np.asarray(step_t_ns).tolist()
+    j = 0
+    for s in range(len(times) + 1):
+        while j < len(events) and events[j][0] <= s:
+            _, _, kind, payload = events[j]
+            j += 1
+            if kind == 0:
+                oa.on_mark(payload)
+            else:
+                oa.on_batch(*batch(*payload))
+        if s < len(times):
+            oa.on_step(s, int(times[s]))
+            if watch is not None:
+                watch(oa)
+    if end_ns is not None:
+        oa.on_close(int(end_ns), crashed=crashed)
