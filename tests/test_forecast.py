@@ -303,7 +303,7 @@ def test_the_run_model_writes_nothing_and_its_subscribers_see_it(tmp_path, capfd
     """``OnlineAnalysis`` is pure: rank 0 of a run with a run directory and progress lines
     asked for, it writes no file and prints nothing; a subscriber sees each step end once,
     in order, and the signature once."""
-    from ailens._exchange import Summed
+    from ailens.record.exchange import Summed
 
     class Seen:
         flush_every = 0
