@@ -14,7 +14,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from ailens import Lens, _buffer
+from ailens import Lens
+from ailens.record import buffer as _buffer
 from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

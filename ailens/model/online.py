@@ -19,9 +19,9 @@ from typing import Protocol
 
 import numpy as np
 
-from .._config import LensConfig
-from .._exchange import Summed
 from ..phases import SIZE_KEY_FACTOR, OnlinePhases
+from ..record.config import LensConfig
+from ..record.exchange import Summed
 from .forecast import Forecast, Forecaster, Prediction, Snapshot
 from .forecast.policy import ForecastPolicy
 
