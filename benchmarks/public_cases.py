@@ -9,9 +9,9 @@ value and a baseline, in the JSON shape of issue 23::
 
 ``CASE_BUILDERS`` lists the functions that make the cases; each takes the data folder and
 returns its cases. Collectives (``collective_cases``): a platform is fitted
-(``predict.nccl.fit_platform``) on the all-reduce tables of some GPU counts and predicts the other
-counts; the baseline is the alpha-beta ring model of ``predict/collectives.py`` fitted on the same
-rows. Size bands (per-rank buffer): latency-bound <= 64 KiB, bandwidth-bound >= 64 MiB,
+(``predict.nccl_fit.fit_platform``) on the all-reduce tables of some GPU counts and predicts the
+other counts; the baseline is the alpha-beta ring model of ``predict/collectives.py`` fitted on
+the same rows. Size bands (per-rank buffer): latency-bound <= 64 KiB, bandwidth-bound >= 64 MiB,
 middle between (on these A100/V100 tables the bus bandwidth is < 5 % of its peak at 64 KiB
 and > 80 % at 64 MiB).
 """

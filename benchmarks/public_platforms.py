@@ -2,8 +2,8 @@
 
     python benchmarks/public_platforms.py [--data DIR]   # rewrites ailens/predict/platform_data/
 
-Each is ``ailens calibrate --from-nccl-tests``'s fit (``predict.nccl.fit_platform``) on every GPU
-count of one source, starting from the datasheet default of its node: labels a user can give
+Each is ``ailens calibrate --from-nccl-tests``'s fit (``predict.nccl_fit.fit_platform``) on every
+GPU count of one source, starting from the datasheet default of its node: labels a user can give
 instead of a datasheet default when the cluster is of the same kind. The benchmark
 (``bench_whatif.py --public``) does not use them: its cases fit on some counts and predict
 the others.

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from .. import __version__
+from .._version import __version__
 from . import export, forecast, history, probe, report, whatif
 from ._common import EXIT_USAGE, CliError
 

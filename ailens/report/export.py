@@ -131,7 +131,7 @@ def _step_events(trace, shift: int, counter: str) -> Iterator[dict]:
 
 def _collective_events(trace, shift: int, counter: str, phase_ids, simo) -> Iterator[dict]:
     """Each collective on its lane, and the compute gap before it (the Lens's own, see
-    _ticks.py) on the compute track."""
+    record/ticks.py) on the compute track."""
     pid = trace.rank
     ev = trace.events
     n = len(ev["op"])

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
 from .._io import fmt_s
+from .._version import __version__
 from .rows import NO_TICKS, Header, Section
 from .sections import build_report
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .. import __version__
 from .._io import fmt_s
+from .._version import __version__
 from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 from .rows import (
     COUNTER_LABELS,

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..predict.collectives import canonical_op, fit_cost_params
 
 OPS = ("allreduce", "allgather", "broadcast")
