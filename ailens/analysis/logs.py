@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model.timeline import Section, Timeline
+from ..model.timeline import SCHEDULE_KEYS, Section, Timeline
 
 __all__ = ["read_csv", "read_mlperf", "read_run_dir", "read_timeline"]
 
@@ -117,7 +117,7 @@ def read_run_dir(path: str | Path) -> Timeline:
         if m.get("kind") == "section":
             sections.append(Section(str(m["name"]), m["t_begin_ns"] / 1e9, m["t_end_ns"] / 1e9))
         elif m.get("kind") == "schedule":
-            schedule.update({k: v for k, v in m.items() if k in _SCHEDULE_FIELDS and v})
+            schedule.update({k: v for k, v in m.items() if k in SCHEDULE_KEYS and v})
     end = first.info.get("end_ns") if run.complete else None
     if end is not None and not first.info.get("crashed") and not schedule.get("total_steps"):
         schedule["total_steps"] = len(step_s)  # a run that ended normally ran all its steps
@@ -133,21 +133,6 @@ def read_run_dir(path: str | Path) -> Timeline:
         steps_per_epoch=float(spe) if spe else None,
         info={"file": str(path), "ranks": run.world_size},
     )
-
-
-_SCHEDULE_FIELDS = {
-    "total_steps",
-    "steps_per_epoch",
-    "epochs",
-    "eval_every_epochs",
-    "eval_every_steps",
-    "eval_steps",
-    "checkpoint_every_steps",
-    "eval_start_step",
-    "eval_start_epoch",
-    "eval_at_steps",
-    "eval_at_epochs",
-}
 
 
 # --------------------------------------------------------------------------- CSV

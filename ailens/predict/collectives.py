@@ -10,12 +10,12 @@ family a run used, which is what a calibration must have measured to apply to it
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+from ..analysis.ops import CANONICAL_OPS, canonical_op
 
 __all__ = [
     "CANONICAL_OPS",
@@ -58,55 +58,6 @@ DEFAULT_INTER = CostParams(
 # MPICH's default switch from binomial to scatter+allgather broadcast.
 BCAST_SHORT_BYTES = 12288
 BCAST_MIN_PROCS_LONG = 8
-
-CANONICAL_OPS = (
-    "allreduce",
-    "allgather",
-    "broadcast",
-    "reduce_scatter",
-    "alltoall",
-    "reduce",
-    "gather",
-    "scatter",
-    "barrier",
-)
-_ALIASES = {
-    "allreduce": "allreduce",
-    "allgather": "allgather",
-    "allgatherv": "allgather",
-    "allgatherobject": "allgather",
-    "broadcast": "broadcast",
-    "bcast": "broadcast",
-    "broadcastobject": "broadcast",
-    "reducescatter": "reduce_scatter",
-    "reducescattertensor": "reduce_scatter",
-    "alltoall": "alltoall",
-    "alltoallv": "alltoall",
-    "alltoallsingle": "alltoall",
-    "reduce": "reduce",
-    "gather": "gather",
-    "gatherv": "gather",
-    "scatter": "scatter",
-    "scatterv": "scatter",
-    "barrier": "barrier",
-    "join": "barrier",
-}
-
-
-@lru_cache(maxsize=256)
-def canonical_op(name: str) -> str | None:
-    """Canonical collective for an op name as integrations record it ("MPI_Allreduce",
-    "all_reduce", "grouped_allreduce", "iallreduce", "allreduce_async", ...), or None."""
-    s = re.sub(r"[^a-z]", "", str(name).lower())
-    for prefix in ("mpi", "hvd", "dist", "torch", "grouped", "nccl", "gloo"):
-        s = s.removeprefix(prefix)
-    for suffix in ("async", "inplace", "coalesced", "tensor", "into", "base"):
-        s = s.removesuffix(suffix)
-    if s in _ALIASES:
-        return _ALIASES[s]
-    if s.startswith("i") and s[1:] in _ALIASES:  # nonblocking MPI_I*
-        return _ALIASES[s[1:]]
-    return None
 
 
 def _log2ceil(p: int) -> int:
