@@ -5,7 +5,8 @@ a corpus of real runs replayed deterministically, and live on the examples.
     .venv/bin/python benchmarks/bench_forecast.py record                   # re-record (quiet!)
     .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
 
-``corpus`` replays, each tagged with its ``source``:
+``corpus`` replays, each tagged with its ``source`` (``mlperf``, ``recorded`` or ``synthetic``)
+and its ``set`` (the source, with ``recorded-loaded`` for recordings made on a loaded machine):
 
 - ``mlperf``: the MLPerf Training logs under ``benchmarks/forecast_corpus/mlperf/`` (real
   large-scale runs; see its README for provenance and the selection rule), through the public
@@ -15,8 +16,9 @@ a corpus of real runs replayed deterministically, and live on the examples.
 - ``recorded``: runs of the examples recorded by ``record`` on a quiet machine (1-minute load
   average <= 0.5 before the run, not forced), through the same code as ``ailens predict``
   (``analyze`` -> ``OnlineAnalysis``);
-- ``recorded-loaded``: recordings made while other work shared the machine (every run recorded
-  before the load check existed): a robustness set, reported apart, never in the headline;
+- ``recorded-loaded`` (source ``recorded``): recordings made while other work shared the machine
+  (every run recorded before the load check existed): a robustness set, reported apart, never in
+  the headline;
 - ``synthetic``: runs with known answers (a real Lens driven by a fake clock: steady, noisy,
   evaluation marked or not, checkpoints, changes of speed, one-off pauses, drift).
 
@@ -24,8 +26,8 @@ At 1, 5, 10, 20 and 50 % of the steps it takes the forecast a user would have re
 the progress-bar ETA (elapsed + remaining steps x mean step time so far, as tqdm and Keras'
 progbar compute it) and Composer's RuntimeEstimator (``ailens.model.baselines``), all scored against
 the run's actual total. The headline (``summary``) is over the real runs (``mlperf`` and
-``recorded``); ``synthetic`` and ``recorded-loaded`` are reported apart. The table groups by
-source and by model family.
+``recorded`` sets); ``synthetic`` and ``recorded-loaded`` are reported apart. The tables group by
+set (``summary_by_source``) and by set and model family.
 
 Goals (issue 21): median |error| <= 2 % at 5 %, <= 1 % at 10 %, <= 0.5 % at 20 %; closer than
 the better baseline on >= 80 % of (run, fraction) points and worse by > 0.25 points on <= 5 %;
@@ -65,7 +67,7 @@ SCORED = ("5", "10", "20", "50")  # the fractions the summaries score
 QUIET_LOAD = 0.5
 # The headline figures: real runs on quiet machines (synthetic runs and loaded recordings are
 # reported apart).
-HEADLINE_SOURCES = ("mlperf", "recorded")
+HEADLINE_SETS = ("mlperf", "recorded")
 
 
 # --------------------------------------------------------------------------- replay
@@ -312,6 +314,7 @@ def corpus(args) -> int:
                     "name": "mlperf/" + x["file"].removesuffix(".txt.gz"),
                     "kind": "mlperf",
                     "source": "mlperf",
+                    "set": "mlperf",
                     "family": _FAMILY.get(x["benchmark"], x["benchmark"]),
                     "structure": ["eval"] if row["evaluations"] else [],
                     "nodes": x.get("nodes_from_name"),
@@ -329,7 +332,8 @@ def corpus(args) -> int:
             {
                 "name": d.name,
                 "kind": _load_group(case),
-                "source": _source(case),
+                "source": "recorded",
+                "set": _set(case),
                 "family": d.name.split("-")[0],
                 "structure": case["structure"],
                 "load": [case.get("load_before"), case.get("load_after")],
@@ -348,27 +352,27 @@ def corpus(args) -> int:
                             "name": f"synthetic/{name}/{seed}",
                             "kind": "synthetic",
                             "source": "synthetic",
+                            "set": "synthetic",
                             "family": "synthetic",
                             "structure": structure,
                             **row,
                         }
                     )
-    headline = [r for r in rows if r["source"] in HEADLINE_SOURCES]
+    headline = [r for r in rows if r["set"] in HEADLINE_SETS]
     summary = summarise(headline)
     groups = {k: summarise([r for r in rows if r["kind"] == k]) for k in _kinds(rows)}
-    by_source = {
-        k: summarise([r for r in rows if r["source"] == k]) for k in _values(rows, "source")
-    }
+    # By set: the sources, with the recordings made on a loaded machine apart.
+    by_source = {k: summarise([r for r in rows if r["set"] == k]) for k in _values(rows, "set")}
     by_family = {
-        f"{src}/{fam}": summarise([r for r in rows if r["source"] == src and r["family"] == fam])
-        for src, fam in sorted({(r["source"], r["family"]) for r in rows})
+        f"{src}/{fam}": summarise([r for r in rows if r["set"] == src and r["family"] == fam])
+        for src, fam in sorted({(r["set"], r["family"]) for r in rows})
     }
     print(table(rows, summary))
     print("\n" + group_table("source", by_source))
     print("\n" + group_table("source/family", by_family))
     for src, sm in by_source.items():
         print(f"\n-- {src} ({sm['runs']} runs)\n" + "\n".join(summary_lines(sm)))
-    print(f"\n-- headline: real runs, {' + '.join(HEADLINE_SOURCES)} ({summary['runs']} runs)")
+    print(f"\n-- headline: real runs, {' + '.join(HEADLINE_SETS)} ({summary['runs']} runs)")
     print("\n".join(summary_lines(summary)))
     if args.json:
         doc = {
@@ -386,9 +390,9 @@ def corpus(args) -> int:
 _FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
 
 
-def _source(case: dict) -> str:
-    """ "recorded" for a recording made on a quiet machine (the recorder's load check passed,
-    not forced), else "recorded-loaded"."""
+def _set(case: dict) -> str:
+    """The set of a recording (its ``source`` is "recorded"): "recorded" when made on a quiet
+    machine (the recorder's load check passed, not forced), else "recorded-loaded"."""
     before = case.get("load_1min_before")
     quiet = before is not None and float(before) <= QUIET_LOAD and not case.get("forced")
     return "recorded" if quiet else "recorded-loaded"
@@ -780,7 +784,7 @@ def _keep_loaded(out: Path) -> None:
     """A loaded recording stored under ``out`` moves to the first free ``<case>-recN``: the
     robustness set keeps it when the case is recorded again."""
     case = harness.read_json(out / "case.json")
-    if case is None or _source(case) != "recorded-loaded":
+    if case is None or _set(case) != "recorded-loaded":
         return
     n = 0
     while (dst := out.with_name(f"{out.name}-rec{n}")).exists():
