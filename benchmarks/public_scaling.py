@@ -386,6 +386,21 @@ def _accumulation(settings: dict, precision: str) -> int:
     return 1
 
 
+def _dle_series(rows: list[dict], same=None) -> list[list[dict]]:
+    """A table's rows in order, cut into series of growing GPU counts (and equal ``same(row)``
+    when given); series of fewer than two rows are dropped."""
+    rows = sorted(rows, key=lambda r: int(r["row_index"]))
+    runs: list[list[dict]] = []
+    cur: list[dict] = []
+    for r in rows:
+        if cur and (int(r["gpus"]) <= int(cur[-1]["gpus"]) or (same and same(r) != same(cur[0]))):
+            runs.append(cur)
+            cur = []
+        cur.append(r)
+    runs.append(cur)
+    return [run for run in runs if len(run) >= 2]
+
+
 def _dle_cases(rows: list[dict]) -> list[dict]:
     cases = []
     series: dict[tuple, list[dict]] = {}
@@ -408,22 +423,12 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
         )
         series.setdefault(key, []).append(r)
     for (readme, heading, _t, prec, batch, settings), rs in sorted(series.items()):
-        rs.sort(key=lambda r: int(r["row_index"]))
         # Rows of one table at one batch can hold several settings (datasets, sequence
         # lengths): a series restarts when the GPU count does not grow.
-        runs, cur = [], []
-        for r in rs:
-            if cur and int(r["gpus"]) <= int(cur[-1]["gpus"]):
-                runs.append(cur)
-                cur = []
-            cur.append(r)
-        runs.append(cur)
         folder = readme.rsplit("/README.md", 1)[0]
         pc = DLE_PARAMETERS.get(folder)
         plat = DEFAULT_PLATFORMS["dgx2-v100" if "DGX-2" in heading else "dgx1-v100"]
-        for run in runs:
-            if len(run) < 2:
-                continue
+        for run in _dle_series(rs):
             src = run[0]
             params = pc[0] if pc else 0
             dtype = 2 if prec == "mixed" and "TensorFlow" in readme else 4
@@ -486,23 +491,11 @@ def _dle_strong_cases(rows: list[dict]) -> list[dict]:
         key = (r["readme"], r["platform_heading"], r["table_index"], r["precision"], settings)
         series.setdefault(key, []).append(r)
     for (readme, heading, _t, prec, settings), rs in sorted(series.items()):
-        rs.sort(key=lambda r: int(r["row_index"]))
-        runs, cur = [], []
-        for r in rs:
-            same = cur and int(r["gpus"]) * float(r["batch_per_gpu"]) == int(
-                cur[0]["gpus"]
-            ) * float(cur[0]["batch_per_gpu"])
-            if cur and (int(r["gpus"]) <= int(cur[-1]["gpus"]) or not same):
-                runs.append(cur)
-                cur = []
-            cur.append(r)
-        runs.append(cur)
+        # A strong-scaling series keeps its global batch (GPUs x batch per GPU).
         folder = readme.rsplit("/README.md", 1)[0]
         pc = DLE_PARAMETERS.get(folder)
         plat = DEFAULT_PLATFORMS["dgx2-v100" if "DGX-2" in heading else "dgx1-v100"]
-        for run in runs:
-            if len(run) < 2:
-                continue
+        for run in _dle_series(rs, lambda r: int(r["gpus"]) * float(r["batch_per_gpu"])):
             src = run[0]
             params = pc[0] if pc else 0
             gb = int(src["gpus"]) * float(src["batch_per_gpu"])

@@ -24,17 +24,7 @@ What the run cannot show yet is a stated prior (the step spread, a cold first se
 unseen evaluation's cost, the step time's wander over the run), replaced by what it measures
 as it goes; docs/forecast.md lists each with its figure.
 
-At ``S`` steps done of ``N``, with ``R = N - S``::
-
-    predicted total = elapsed(S) + R * level + sum over extras and sections of
-                      (remaining occurrences x time per occurrence)
-    interval        = predicted total +/- z * sqrt(R^2 var(level) + R sd^2 + drift(R)
-                                               + sum over parts of their variance)
-
-``var(level)`` is the uncertainty of the regime's mean step time (step-to-step, or from batch
-means of ``BLOCK`` steps when larger: slow swings), ``sd`` the step-to-step spread and
-``drift(R)`` the risk that the speed moves again before the end: the changes of speed seen so
-far and the wander of the batch means beyond their noise, scaled to the remaining steps.
+The total and its interval are summed in ``snapshot.py`` (its docstring has the formula).
 
 The signature is the first evaluation at which the interval's half-width is within
 ``signature_rel_tol`` of the predicted total (after ``signature_min_steps`` steps); the
