@@ -82,6 +82,8 @@ class RunAnalysis:
     nodes: tuple[dict, ...]  # one per rank present: the node it ran on (meta "node")
     work_mean: np.ndarray  # (n_ticks,) work before each collective, mean over ranks
     steps: StepTable  # per step and rank: wall, compute, exposed comm, overlap, sections
+    # Every (op name, bytes) any rank recorded, ticks past those every rank holds included.
+    op_sizes: tuple[tuple[str, int], ...] = ()
     online: dict | None = None  # forecast.json as rank 0 wrote it, if present
 
 
@@ -180,6 +182,7 @@ def analyze(
         nodes=tuple(dict(t.meta.get("node") or {}) for t in traces),
         work_mean=work.astype(np.float64).mean(1) if n else np.zeros(0),
         steps=_step_table(run, lt),
+        op_sizes=_op_sizes(traces),
         online=online,
     )
 
@@ -376,6 +379,16 @@ def _feed(run: Run, cfg, names, mag, comm_r, compute_r, key, tick_step, total_st
     crashed = bool(first.info.get("crashed"))
     feed_recorded(oa, first.steps["t_ns"], marks, rows, batch, end, watch, crashed)
     return oa
+
+
+def _op_sizes(traces) -> tuple[tuple[str, int], ...]:
+    pairs = set()
+    for t in traces:
+        ev = t.events
+        for op_id, nbytes in set(zip(ev["op"].tolist(), ev["nbytes"].tolist(), strict=True)):
+            if op_id < len(t.ops):
+                pairs.add((t.ops[op_id], int(nbytes)))
+    return tuple(sorted(pairs))
 
 
 def _wall_total(run: Run) -> float:

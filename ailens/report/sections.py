@@ -40,7 +40,7 @@ __all__ = [
 def header(a) -> Header:
     """Run identity, counter, headline numbers (the page's cards) and warnings."""
     run, meta, f = a.run, a.run.meta, a.forecast
-    hosts = sorted({str(t.meta.get("host", "?")) for t in run.ranks})
+    hosts = sorted({h or "?" for h in a.hosts})
     backend = f"/{meta['backend']}" if meta.get("backend") else ""
     counter = COUNTER_LABELS.get(a.counter, a.counter)
     if meta.get("counter_fallback"):

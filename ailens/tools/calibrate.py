@@ -189,17 +189,10 @@ def _fit(rows: list[dict], p: int, source: str, idle_cpu: float = 0.0) -> dict |
 
 def run_sizes(run_dir: str | os.PathLike) -> list[tuple[str, int]]:
     """The (op, bytes) pairs a recorded run's collectives used (ops calibrate can time)."""
-    from ..record.reader import load_run
+    from ..analysis.run_analysis import analyze
 
-    run = load_run(run_dir)
-    pairs = set()
-    for t in run.ranks:
-        ev = t.events
-        for op_id, n in set(zip(ev["op"].tolist(), ev["nbytes"].tolist(), strict=True)):
-            kind = canonical_op(t.ops[op_id]) if op_id < len(t.ops) else None
-            if kind in OPS and n > 0:
-                pairs.add((kind, int(n)))
-    return sorted(pairs)[:48]
+    kinds = {(canonical_op(op), n) for op, n in analyze(run_dir).op_sizes}
+    return sorted((k, n) for k, n in kinds if k in OPS and n > 0)[:48]
 
 
 # --------------------------------------------------------------------------- compute probe

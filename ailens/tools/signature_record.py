@@ -24,8 +24,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from .._io import write_json
 
 __all__ = [
@@ -65,13 +63,7 @@ def _phases(a) -> list[dict]:
     """Per phase of the run: op, SIMO, occurrences per step, time/compute/comm per
     occurrence, mean work before its collective (counter units, mean over ranks) and its
     mean payload bytes."""
-    n = a.n_ticks
     steps = max(len(a.step_end_s), 1)
-    work = (
-        np.stack([t.events["work"][:n] for t in a.run.ranks], axis=1).astype(np.float64).mean(1)
-        if n
-        else np.zeros(0)
-    )
     out = []
     for ph in a.table.phases:
         m = a.phase_ids == ph.id
@@ -85,7 +77,7 @@ def _phases(a) -> list[dict]:
                 "time_per_occurrence_s": float(ph.time_per_occurrence_s),
                 "compute_per_occurrence_s": float(ph.compute_per_occurrence_s),
                 "comm_per_occurrence_s": float(ph.comm_per_occurrence_s),
-                "work_per_occurrence": float(work[m].mean()) if m.any() else 0.0,
+                "work_per_occurrence": float(a.work_mean[m].mean()) if m.any() else 0.0,
                 "bytes_per_occurrence": float(a.tick_nbytes[m].mean()) if m.any() else 0.0,
                 "share": float(ph.share),
             }

@@ -19,7 +19,7 @@ import numpy as np
 from ..collectives import Fit, canonical_op, fit_cost_params, transport_of
 from .layout import Layout
 from .replay import Cpu, unstretch
-from .steps import Steps, pure_durations, split_steps
+from .steps import Steps, split_steps
 
 __all__ = ["CommGroup", "MeasuredRun", "Prepared", "RunFeatures", "features", "prepare"]
 
@@ -107,14 +107,12 @@ def _threads(meta: dict, run_meta: dict, framework: str) -> tuple[int | None, st
     return None, ""
 
 
-def _node_cores(traces) -> tuple[float | None, str]:
+def _node_cores(a) -> tuple[float | None, str]:
     """Usable cores of the busiest node: the union of its ranks' affinity, capped by the
     CPU quota."""
     by_host: dict[str, set] = {}
     quota: dict[str, float] = {}
-    for t in traces:
-        node = t.meta.get("node") or {}
-        host = str(t.meta.get("host", ""))
+    for host, node in zip(a.hosts, a.nodes, strict=True):
         aff = node.get("affinity")
         cpus = (
             set(aff) if isinstance(aff, list) and aff else set(range(int(node.get("cores") or 0)))
@@ -125,7 +123,7 @@ def _node_cores(traces) -> tuple[float | None, str]:
             quota[host] = min(quota.get(host, math.inf), float(q))
     if not any(by_host.values()):
         return None, ""
-    host = max(by_host, key=lambda h: sum(1 for t in traces if str(t.meta.get("host")) == h))
+    host = max(by_host, key=a.hosts.count)
     cores = float(len(by_host[host]))
     if host in quota and quota[host] < cores:
         return quota[host], "CPU quota of the node's cgroup"
@@ -174,7 +172,7 @@ def prepare(a, *, warmup: int | None = None) -> Prepared:
         raise ValueError(
             f"{a.run.path}: no training step after the {warm} warm-up steps; nothing to scale"
         )
-    pure = pure_durations(a)
+    pure = np.asarray(a.comm_min_s, dtype=np.float64)  # exclusive comm, fastest rank
     names = np.asarray(a.op_names, dtype=object)
     ops = names[a.tick_op]
     steady = np.isin(split.tick_step, steps.idx)
@@ -230,7 +228,7 @@ def _layout(a, meta: dict, run_meta: dict, framework: str) -> tuple[Layout, dict
     rpn = max(named.count(h) for h in set(named)) if named else a.ranks
     sources = {"ranks": "the run", "ranks_per_node": "hostnames of the ranks"}
     threads, t_src = _threads(meta, run_meta, framework)
-    cores, c_src = _node_cores(a.run.ranks)
+    cores, c_src = _node_cores(a)
     if cores is None:
         cores, c_src = float(os.cpu_count() or 1), "assumed: this machine's cores (not recorded)"
         notes.append(f"cores per node not recorded: assumed {cores:g} (this machine)")
@@ -322,11 +320,4 @@ def _robust_sd(x: np.ndarray) -> float:
 
 def _sections_per_step(a) -> float:
     """Evaluation/checkpoint seconds per step over the whole recording (rank 0)."""
-    t = a.run.ranks[0]
-    total = sum(
-        max(int(m.get("t_end_ns", 0)) - int(m.get("t_begin_ns", 0)), 0)
-        for m in t.marks
-        if m.get("kind") == "section"
-    )
-    n = max(len(a.step_end_s), 1)
-    return total / 1e9 / n
+    return a.steps.section_total_s[0] / max(len(a.step_end_s), 1)
