@@ -37,6 +37,7 @@ from ..record.recorder import Recorder, WriterFactory, schedule_mark
 from ..record.session import ExchangeSession
 from ..record.ticks import TickSummary
 from ..record.writer import WriterThread
+from .failopen import FailOpen
 
 log = logging.getLogger("ailens")
 
@@ -79,19 +80,20 @@ class Lens:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} does not fit world size {self.world_size}")
         self._clock = clock = clock or time.perf_counter_ns
-        self.disabled: str | None = None
-        self.closed = self._crashed = self._disk_warned = False
+        self.fail_open = FailOpen(self.rank, self._on_disable)
+        self.closed = self._crashed = False
         self._steps = 0
         self._close_hooks: list[Callable[[], None]] = []
         self.recorder: Recorder | None = None
         self.online: OnlineAnalysis | None = None
         self._live: LiveOutput | None = None  # rank 0's progress lines, forecast.json
         self.session = ExchangeSession(cfg, self.rank, self.world_size, exchange, clock=clock,
-                                       fault=self._fault, disabled=self._is_disabled)  # fmt: skip
+                                       fault=self._fault,
+                                       disabled=lambda: self.disabled is not None)  # fmt: skip
         self._buf = self.session.buf  # until the Lens runs, it counts ticks (disabled path)
         self._install_disabled_methods()
         if not cfg.enabled:
-            self.disabled = "disabled by configuration"
+            self.fail_open.reason = "disabled by configuration"
             return
         self.counter = work_counter if work_counter is not None else open_counter(cfg.counter)
         if self.counter.fallback_reason and self.rank == 0:  # a notice per job, not per rank
@@ -113,14 +115,14 @@ class Lens:
         self._buf = self.session.buf = rec.buf
         self.online = OnlineAnalysis(cfg, self.world_size, self.rank, rec.op_names)
         if self.rank == 0:
-            proc = self.meta["process_start_wall_ns"]
-            known = bool(proc and proc <= self.start_wall_ns)
-            self._live = LiveOutput(
+            self._live = live = LiveOutput.for_run(
                 self.online,
-                job_offset_s=(self.start_wall_ns - proc) / 1e9 if known else None,
-                process_start_wall_ns=proc if known else None,
+                lens_start_wall_ns=self.start_wall_ns,
+                process_start_wall_ns=self.meta["process_start_wall_ns"],
             )
-        rec.open(writer, self._fault_from_writer, self._disk_trouble)
+            self.fail_open.on_disk_trouble = lambda: setattr(live, "io_failed", True)
+        rec.open(writer, lambda e: self.fail_open.writer_fault(e, rec.writer.path),
+                 self.fail_open.disk_trouble)  # fmt: skip
         self._install_live_methods()
         atexit.register(self._atexit)
         if cfg.total_steps or cfg.steps_per_epoch:
@@ -164,6 +166,11 @@ class Lens:
             self._exchange(evaluate=session.alone)
 
     # ------------------------------------------------------------ public state
+
+    @property
+    def disabled(self) -> str | None:
+        """Why ailens is off on this rank (None while it records)."""
+        return self.fail_open.reason
 
     @property
     def ticks(self) -> int:
@@ -322,7 +329,7 @@ class Lens:
                     self._live.finish(self.run_dir)
         except OSError as e:
             # A full or read-only disk is not an internal error; the trace is unaffected.
-            self._disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
+            self.fail_open.disk_trouble(f"cannot write the online results to {self.run_dir} ({e})")
         except Exception as e:  # noqa: BLE001
             self._fault(e)
         self._shutdown()
@@ -371,47 +378,15 @@ class Lens:
         return {"closed": self.closed, "crashed": self._crashed, "disabled": self.disabled,
                 "ticks": self._buf.ticks, "steps": self._steps}  # fmt: skip
 
-    def _is_disabled(self) -> bool:
-        return self.disabled is not None
-
     # ------------------------------------------------------------ fail open
 
     def _fault(self, exc: BaseException, disk: bool = False) -> None:
-        if self.disabled is not None:
-            return
-        self.disabled = f"{type(exc).__name__}: {exc}"
-        # An unusable run directory is not a bug in ailens: say so, without a traceback.
-        log.warning(
-            "ailens: %s on rank %d, instrumentation disabled on this rank; training continues (%s)",
-            "cannot write to the run directory" if disk else "internal error",
-            self.rank,
-            self.disabled,
-            exc_info=None if disk else exc,
-        )
+        self.fail_open.fault(exc, disk)
+
+    def _on_disable(self, thread: str) -> None:
         self._install_disabled_methods()
-        if self.recorder is not None:
+        if thread == "training" and self.recorder is not None:
             self.recorder.keep(self._exit_state())  # what was recorded, with the reason
-
-    def _fault_from_writer(self, exc: BaseException) -> None:
-        # Runs on the writer thread: only mark disabled; the training thread owns the buffers.
-        if self.disabled is None:
-            self.disabled = f"trace file {self.recorder.writer.path}: {type(exc).__name__}: {exc}"
-            log.warning(
-                "ailens: cannot write the trace on rank %d, instrumentation disabled on "
-                "this rank; training continues (%s)",
-                self.rank,
-                self.disabled,
-            )
-            self._install_disabled_methods()
-
-    def _disk_trouble(self, message: str) -> None:
-        # The first disk problem on this rank is a warning, later ones (the same full disk
-        # seen by another file) only info: one clear warning, not one per chunk.
-        level = logging.INFO if self._disk_warned else logging.WARNING
-        self._disk_warned = True
-        log.log(level, "ailens: rank %d: %s", self.rank, message)
-        if self._live is not None:
-            self._live.io_failed = True  # the live forecast.json would hit the same disk
 
     def _shutdown(self) -> None:
         if self.recorder is not None and self.recorder.writer is not None:

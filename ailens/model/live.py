@@ -44,6 +44,18 @@ class LiveOutput:
         self._last_write_ns = 0  # the Lens's clock, like every time here
         oa.subscribe(self)
 
+    @classmethod
+    def for_run(cls, oa: OnlineAnalysis, *, lens_start_wall_ns: int, process_start_wall_ns):
+        """The live outputs of a run whose Lens started at ``lens_start_wall_ns``; the
+        process start counts only when known and not after it."""
+        proc = process_start_wall_ns
+        known = bool(proc and proc <= lens_start_wall_ns)
+        return cls(
+            oa,
+            job_offset_s=(lens_start_wall_ns - proc) / 1e9 if known else None,
+            process_start_wall_ns=proc if known else None,
+        )
+
     # ------------------------------------------------------------ events of the model
 
     def on_step(self, oa: OnlineAnalysis) -> None:
