@@ -1,6 +1,6 @@
-"""Files and durations, written one way everywhere: the JSON reader of a run's optional side
-files, the atomic writer (temp file + rename: a reader never sees half a file), and the
-duration formatter of every output."""
+"""Files and durations, written one way everywhere: the JSON readers (a run's optional side
+files; a file the user named, checked), the atomic writer (temp file + rename: a reader never
+sees half a file), and the duration formatter of every output."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
-__all__ = ["fmt_s", "read_json", "write_json", "write_text"]
+__all__ = ["fmt_s", "read_json", "read_json_file", "write_json", "write_text"]
 
 
 def read_json(path: Path) -> dict | None:
@@ -17,9 +18,39 @@ def read_json(path: Path) -> dict | None:
     optional side files of a run: forecast.json, calibration.json)."""
     try:
         doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
+
+
+def read_json_file(
+    path: str | os.PathLike, *, what: str, error: type[Exception], fix: str | None = None
+) -> dict[str, Any]:
+    """The JSON object in a file the user named (a platform, a job description, a model...),
+    or ``error`` with one message naming the file, what is wrong and ``fix``: "P: cannot
+    read WHAT (strerror)", "P: not a WHAT: not JSON (parser's message)" or "P: not a WHAT:
+    a JSON array where a JSON object is expected", each followed by "; FIX"."""
+    p = Path(path)
+    tail = f"; {fix}" if fix else ""
+    try:
+        doc = json.loads(p.read_text())
+    except OSError as e:
+        raise error(f"{p}: cannot read {what} ({e.strerror or e}){tail}") from None
+    except (ValueError, RecursionError) as e:  # bad UTF-8 too; RecursionError: nested too deep
+        raise error(f"{p}: not a {what}: not JSON ({e}){tail}") from None
+    if not isinstance(doc, dict):
+        raise error(
+            f"{p}: not a {what}: a JSON {_json_kind(doc)} where a JSON object is expected{tail}"
+        )
+    return doc
+
+
+def _json_kind(doc: object) -> str:
+    if isinstance(doc, bool):
+        return "boolean"
+    if isinstance(doc, (int, float)):
+        return "number"
+    return {list: "array", str: "string"}.get(type(doc), "null")
 
 
 def write_json(path: Path, doc: dict, *, indent: int | None = 2, sort_keys: bool = False) -> None:

@@ -4,9 +4,10 @@ groups, loading and analysing a run directory, the what-if rows, printing."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from .._io import read_json_file
 
 EXIT_USAGE = 2
 
@@ -172,15 +173,12 @@ def _calibration(args) -> dict | None:
     path = args.calibration
     if path is None:
         return None
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise CliError(f"{path}: cannot read calibration ({e.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CliError(f"{path}: not a calibration JSON file ({e})") from None
-    if not isinstance(doc, dict):
-        raise CliError(f"{path}: not a calibration JSON object (expected keys intra/inter)")
-    return doc
+    return read_json_file(
+        path,
+        what="calibration",
+        error=CliError,
+        fix="write one with `ailens calibrate` (a JSON object with keys intra/inter)",
+    )
 
 
 def whatif_rows(args, a, ranks: list[int], *, strict: bool = True):

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .._io import read_json, read_json_file
 from ._common import (
     CliError,
     add_analysis_opts,
@@ -139,11 +140,8 @@ def _cluster_platform_flag(args) -> None:
         return
     cluster = str(p) in platform_labels()
     if not cluster and p.is_file():
-        try:
-            doc = json.loads(p.read_text())
-        except (OSError, ValueError):
-            doc = None  # reported by the probe reader below
-        cluster = isinstance(doc, dict) and "devices_per_node" in doc
+        doc = read_json(p)  # None when bad: reported by the probe reader below
+        cluster = doc is not None and "devices_per_node" in doc
     if cluster:
         if args.cluster is not None and args.cluster != str(p):
             raise CliError(f"--platform {p} and --cluster {args.cluster}: give one platform")
@@ -159,17 +157,14 @@ def _job_input(args):
         return None
     if not path.exists():
         raise CliError(f"{path}: no such run directory, signature.json or job description")
+    doc = read_json_file(
+        path,
+        what="run directory, signature.json or job description",
+        error=CliError,
+        fix="give a run directory, a signature.json or a job description (docs/whatif.md)",
+    )
     try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise CliError(f"{path}: cannot read ({e.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise CliError(
-            f"{path}: not a run directory and not JSON ({e}); give a run directory, "
-            "a signature.json or a job description (docs/whatif.md)"
-        ) from None
-    try:
-        if isinstance(doc, dict) and doc.get("format") == "ailens-signature":
+        if doc.get("format") == "ailens-signature":
             return job_from_signature(doc, str(path))
         return load_job(path)
     except JobError as e:
@@ -253,10 +248,14 @@ def _learned_inputs(args) -> tuple[dict | None, dict | None]:
         except LearnError as e:
             raise CliError(str(e)) from None
     if args.platform is not None:
+        doc = read_json_file(
+            args.platform,
+            what="platform descriptor",
+            error=CliError,
+            fix=f"write one with `ailens probe -o {args.platform}`",
+        )
         try:
-            platform = check_platform(json.loads(args.platform.read_text()), str(args.platform))
-        except OSError as e:
-            raise CliError(f"{args.platform}: cannot read platform ({e.strerror})") from None
+            platform = check_platform(doc, str(args.platform))
         except ValueError as e:
             raise CliError(
                 str(e) if str(args.platform) in str(e) else f"{args.platform}: {e}"

@@ -20,11 +20,12 @@ The JSON a person writes (every key but ``step_s`` has a default, said in ``assu
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+
+from .._io import read_json_file
 
 __all__ = [
     "JOB_FORMAT",
@@ -319,14 +320,7 @@ def _step(doc: dict, where: str) -> tuple[float, tuple, float | None]:
 def load_job(path: str | os.PathLike) -> JobDescription:
     """A job description from a JSON file (JobError names the file and the fix)."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise JobError(f"{p}: cannot read job description ({e.strerror})") from None
-    except ValueError as e:
-        raise JobError(
-            f"{p}: not JSON ({e}); a job description is a JSON object, see docs/whatif.md"
-        ) from None
+    doc = read_json_file(p, what="job description", error=JobError, fix="see docs/whatif.md")
     job = job_from_dict(doc, str(p))
     # A platform file named relative to the description is found beside it.
     if job.platform and not Path(job.platform).is_absolute():

@@ -21,7 +21,6 @@ protocol; the other protocols are scaled by NCCL's ratios).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from .._io import read_json_file
 
 __all__ = [
     "DEFAULT_PLATFORMS",
@@ -493,8 +494,5 @@ def load_platform(path_or_label: str | os.PathLike) -> Platform:
             f"platform {s!r}: no such file and not a known label "
             f"(labels: {', '.join(platform_labels())})"
         )
-    try:
-        doc = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{f}: not readable JSON ({e}); write it with ailens calibrate") from None
+    doc = read_json_file(f, what="platform", error=ValueError, fix="write it with ailens calibrate")
     return platform_from_dict(doc, str(f))

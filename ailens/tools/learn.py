@@ -21,14 +21,13 @@ model file. The learners themselves are in ``learners``.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .._io import write_json
+from .._io import read_json_file, write_json
 from .learners import LEARNERS, LearnError, fit_learner, predict_residual, torch_available
 from .signature_record import GRID_CORES, GRID_RANKS, GRID_THREADS, signature_record
 
@@ -321,13 +320,8 @@ def save_model(model: dict, path: str | os.PathLike) -> None:
 def load_model(path: str | os.PathLike) -> dict:
     """A model file from ``ailens fit``, checked (LearnError naming the file)."""
     p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except OSError as e:
-        raise LearnError(f"{p}: cannot read model ({e.strerror})") from None
-    except ValueError as e:
-        raise LearnError(f"{p}: not a model JSON file ({e}); write one with `ailens fit`") from None
-    if not isinstance(doc, dict) or doc.get("format") != "ailens-learned-model":
+    doc = read_json_file(p, what="model", error=LearnError, fix="write one with `ailens fit`")
+    if doc.get("format") != "ailens-learned-model":
         raise LearnError(
             f"{p}: not an ailens model; write one with `ailens fit --history H -o {p}`"
         )

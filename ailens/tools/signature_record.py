@@ -18,13 +18,12 @@ Version history: 1 (first).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from pathlib import Path
 
-from .._io import write_json
+from .._io import read_json_file, write_json
 
 __all__ = [
     "RECORD_FILE",
@@ -317,11 +316,11 @@ def read_record(path: str | os.PathLike) -> dict:
     """A signature record from a file or a run directory, checked."""
     p = Path(path)
     p = p / RECORD_FILE if p.is_dir() else p
-    try:
-        rec = json.loads(p.read_text())
-    except OSError as e:
-        raise RecordError(f"{p}: cannot read signature record ({e.strerror})") from None
-    except ValueError as e:
-        raise RecordError(f"{p}: not a JSON signature record ({e})") from None
+    rec = read_json_file(
+        p,
+        what="signature record",
+        error=RecordError,
+        fix="make it from the run directory with `ailens history add RUN_DIR --rebuild`",
+    )
     check_record(rec, str(p))
     return rec
