@@ -411,30 +411,55 @@ def test_report_and_export_of_a_real_mpi_run(tmp_path):
         assert len(colls) == 60, rank
 
 
-def test_the_core_imports_no_tool_and_no_command():
-    """Tools (calibrate, probe, history, learn, signature record) and the command line sit on
-    top of the core: no module of ailens outside ailens/tools and ailens/cli (and
-    ``python -m ailens``'s ailens/__main__.py) imports them."""
+# What each part of the core may import (docs/internals.md, "Layers"): the layers below it.
+_LEAVES = {"_io", "_version", "_recorder"}
+_MAY_IMPORT = {
+    "phases": set(),
+    "record": {"_version", "_recorder", "phases"},
+    "model": {"_io", "phases", "record"},
+    "live": {"model", "record"},
+    "analysis": {"_io", "model", "phases", "record"},
+    "predict": {"_io", "analysis.ops"},
+    "report": {"_io", "_version", "phases", "record"},
+    "tools": {"_io", "_version", "analysis", "predict", "record"},
+}
+
+
+def _ailens_imports(path, rel):
+    """(line, imported ailens module) of every import in ``path`` (``rel``: its parts under
+    ailens/), relative imports resolved, imports inside functions included."""
     import ast
 
+    pkg = ["ailens", *rel[:-1]]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            names = [".".join([*base, *(node.module or "").split(".")]).strip(".")]
+            if not node.module:  # from . import x
+                names = [".".join([*base, a.name]) for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        yield from ((node.lineno, n) for n in names if n.startswith("ailens."))
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    """The recorder imports no analysis or prediction, the predictors no report, nothing in
+    the core a tool or a command; tools and the command line sit on top (ailens/__init__ and
+    ailens/__main__ are the package's front doors)."""
     root = REPO / "ailens"
     offenders = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root).parts
-        if rel[0] in ("tools", "cli", "integrations", "__main__.py"):
+        layer = rel[0].removesuffix(".py")
+        if layer in ("cli", "integrations", "__init__", "__main__") or layer in _LEAVES:
             continue
-        pkg = ["ailens", *rel[:-1]]
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = pkg[: len(pkg) - node.level + 1] if node.level else []
-                names = [".".join([*base, *(node.module or "").split(".")]).strip(".")]
-                if not node.module:  # from . import x
-                    names = [".".join([*base, a.name]) for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            for name in names:
-                if name.startswith(("ailens.tools", "ailens.cli")):
-                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
+        allowed = _MAY_IMPORT[layer] | {layer}
+        for line, name in _ailens_imports(path, rel):
+            if not any(name == f"ailens.{a}" or name.startswith(f"ailens.{a}.") for a in allowed):
+                offenders.append(f"{path.relative_to(REPO)}:{line} ({layer}) imports {name}")
     assert not offenders, offenders
+    assert _LEAVES | set(_MAY_IMPORT) | {"cli", "integrations", "__init__", "__main__"} >= {
+        p.name.removesuffix(".py") for p in root.iterdir() if p.suffix == ".py" or p.is_dir()
+    } - {"__pycache__"}, "a new part of ailens/: give it a row in _MAY_IMPORT and the docs"
