@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 import _harness as harness  # noqa: E402
 
 import ailens  # noqa: E402
-from ailens.model.baselines import composer_total_s, naive_total_s  # noqa: E402
+from ailens.model import composer_total_s, naive_total_s  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
 MLPERF = CORPUS / "mlperf"

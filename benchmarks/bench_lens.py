@@ -40,9 +40,7 @@ from collections.abc import Callable
 import _harness as harness
 
 from ailens import Lens
-from ailens.record import buffer as _buffer
-from ailens.record import recorder as _recorder
-from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
+from ailens.record import IMPLEMENTATION, NativeEventBuffer, PyEventBuffer, using_event_buffer
 
 
 def loop_pair(n: int, begin: Callable, end: Callable) -> None:
@@ -58,12 +56,9 @@ def loop_two(n: int, f: Callable, g: Callable) -> None:
 
 
 def lens_with(impl: type, run_dir: str, **kw) -> Lens:
-    """A Lens whose event buffer is ``impl`` (the module picks one at import; choose here)."""
-    chosen, _recorder.EventBuffer = _recorder.EventBuffer, impl
-    try:
+    """A Lens whose event buffer is ``impl`` (ailens picks one at import; choose here)."""
+    with using_event_buffer(impl):
         return Lens(run_dir=run_dir, **kw)
-    finally:
-        _recorder.EventBuffer = chosen
 
 
 def buffer_with(impl: type, read_work: Callable[[], int] | None):
@@ -163,12 +158,12 @@ def main() -> int:
     for r in rows:
         print(f"{r['name']:<32} {r['ns']:>8.1f} {r['ratio_to_2_cpu_reads']:>14.3f} "
               f"{r['ratio_min']:>6.3f}..{r['ratio_max']:<6.3f}")  # fmt: skip
-    print(f"compiled hot path: {'in use' if _buffer.IMPLEMENTATION == 'c' else 'NOT BUILT'}; "
+    print(f"compiled hot path: {'in use' if IMPLEMENTATION == 'c' else 'NOT BUILT'}; "
           f"{args.rounds} rounds x {args.loops} iterations; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     if args.json:
         doc = {"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
-               "implementation": _buffer.IMPLEMENTATION, "python": sys.version}  # fmt: skip
+               "implementation": IMPLEMENTATION, "python": sys.version}  # fmt: skip
         harness.write_json(args.json, doc, newline=False)
     return 0
 
