@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 import _harness as harness  # noqa: E402
 
 import ailens  # noqa: E402
-from ailens.model.baselines import composer_total_s, naive_total_s  # noqa: E402
+from ailens.model import composer_total_s, naive_total_s  # noqa: E402
 
 CORPUS = REPO / "benchmarks" / "forecast_corpus"
 MLPERF = CORPUS / "mlperf"
@@ -300,28 +300,45 @@ SYNTHETIC = (
 
 
 def corpus(args) -> int:
+    rows = [] if args.no_mlperf else mlperf_rows()
+    rows += recorded_rows(args.dir)
+    if not args.no_synthetic:
+        rows += synthetic_rows(args.seeds)
+    report_corpus(rows, args.json)
+    return 0
+
+
+def mlperf_rows() -> list[dict]:
+    """A row per MLPerf log of ``forecast_corpus/mlperf/index.json`` (none without it)."""
     rows = []
     index = MLPERF / "index.json"
-    if not args.no_mlperf and index.is_file():
-        for x in json.loads(index.read_text()):
-            try:
-                row = replay_mlperf(MLPERF / x["file"])
-            except ValueError as e:
-                print(f"skipped {x['file']}: {e}", file=sys.stderr)
-                continue
-            rows.append(
-                {
-                    "name": "mlperf/" + x["file"].removesuffix(".txt.gz"),
-                    "kind": "mlperf",
-                    "source": "mlperf",
-                    "set": "mlperf",
-                    "family": _FAMILY.get(x["benchmark"], x["benchmark"]),
-                    "structure": ["eval"] if row["evaluations"] else [],
-                    "nodes": x.get("nodes_from_name"),
-                    **row,
-                }
-            )
-    for d in sorted(p for p in args.dir.iterdir() if (p / "case.json").is_file()):
+    if not index.is_file():
+        return rows
+    for x in json.loads(index.read_text()):
+        try:
+            row = replay_mlperf(MLPERF / x["file"])
+        except ValueError as e:
+            print(f"skipped {x['file']}: {e}", file=sys.stderr)
+            continue
+        rows.append(
+            {
+                "name": "mlperf/" + x["file"].removesuffix(".txt.gz"),
+                "kind": "mlperf",
+                "source": "mlperf",
+                "set": "mlperf",
+                "family": _FAMILY.get(x["benchmark"], x["benchmark"]),
+                "structure": ["eval"] if row["evaluations"] else [],
+                "nodes": x.get("nodes_from_name"),
+                **row,
+            }
+        )
+    return rows
+
+
+def recorded_rows(corpus_dir: Path) -> list[dict]:
+    """A row per recorded run (a folder with a ``case.json``) in ``corpus_dir``."""
+    rows = []
+    for d in sorted(p for p in corpus_dir.iterdir() if (p / "case.json").is_file()):
         case = json.loads((d / "case.json").read_text())
         try:
             row = replay(d)
@@ -340,24 +357,35 @@ def corpus(args) -> int:
                 **row,
             }
         )
-    if not args.no_synthetic:
-        with tempfile.TemporaryDirectory() as tmp:
-            for name in SYNTHETIC:
-                for seed in range(args.seeds):
-                    run_dir = Path(tmp) / f"{name}-{seed}"
-                    structure = synthetic(name, run_dir, seed)
-                    row = replay(run_dir)
-                    rows.append(
-                        {
-                            "name": f"synthetic/{name}/{seed}",
-                            "kind": "synthetic",
-                            "source": "synthetic",
-                            "set": "synthetic",
-                            "family": "synthetic",
-                            "structure": structure,
-                            **row,
-                        }
-                    )
+    return rows
+
+
+def synthetic_rows(seeds: int) -> list[dict]:
+    """A row per synthetic run (``SYNTHETIC``, ``seeds`` seeds each), written and replayed in
+    a temporary folder."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in SYNTHETIC:
+            for seed in range(seeds):
+                run_dir = Path(tmp) / f"{name}-{seed}"
+                structure = synthetic(name, run_dir, seed)
+                row = replay(run_dir)
+                rows.append(
+                    {
+                        "name": f"synthetic/{name}/{seed}",
+                        "kind": "synthetic",
+                        "source": "synthetic",
+                        "set": "synthetic",
+                        "family": "synthetic",
+                        "structure": structure,
+                        **row,
+                    }
+                )
+    return rows
+
+
+def report_corpus(rows: list[dict], json_path) -> None:
+    """Print the corpus' tables and summaries; write them to ``json_path`` when given."""
     headline = [r for r in rows if r["set"] in HEADLINE_SETS]
     summary = summarise(headline)
     groups = {k: summarise([r for r in rows if r["kind"] == k]) for k in _kinds(rows)}
@@ -374,7 +402,7 @@ def corpus(args) -> int:
         print(f"\n-- {src} ({sm['runs']} runs)\n" + "\n".join(summary_lines(sm)))
     print(f"\n-- headline: real runs, {' + '.join(HEADLINE_SETS)} ({summary['runs']} runs)")
     print("\n".join(summary_lines(summary)))
-    if args.json:
+    if json_path:
         doc = {
             "runs": rows,
             "summary": summary,
@@ -382,8 +410,7 @@ def corpus(args) -> int:
             "summary_by_source": by_source,
             "summary_by_family": by_family,
         }
-        harness.write_json(args.json, doc)
-    return 0
+        harness.write_json(json_path, doc)
 
 
 # MLPerf benchmark names -> model family (v0.6 Google logs call Mask R-CNN "mask").

@@ -43,19 +43,17 @@ sys.path.insert(0, str(REPO))
 
 import _harness as harness  # noqa: E402
 
-from ailens.tools.learn import (  # noqa: E402
+from ailens.tools import (  # noqa: E402
+    LEARNERS,
+    LearnError,
     config_key,
     configs,
+    fit_learner,
     fit_model,
     mape,
     pairs,
-    split_configs,
-)
-from ailens.tools.learners import (  # noqa: E402
-    LEARNERS,
-    LearnError,
-    fit_learner,
     predict_residual,
+    split_configs,
     torch_available,
 )
 

@@ -40,9 +40,7 @@ from collections.abc import Callable
 import _harness as harness
 
 from ailens import Lens
-from ailens.record import buffer as _buffer
-from ailens.record import recorder as _recorder
-from ailens.record.buffer import NativeEventBuffer, PyEventBuffer
+from ailens.record import IMPLEMENTATION, NativeEventBuffer, PyEventBuffer, using_event_buffer
 
 
 def loop_pair(n: int, begin: Callable, end: Callable) -> None:
@@ -58,12 +56,9 @@ def loop_two(n: int, f: Callable, g: Callable) -> None:
 
 
 def lens_with(impl: type, run_dir: str, **kw) -> Lens:
-    """A Lens whose event buffer is ``impl`` (the module picks one at import; choose here)."""
-    chosen, _recorder.EventBuffer = _recorder.EventBuffer, impl
-    try:
+    """A Lens whose event buffer is ``impl`` (ailens picks one at import; choose here)."""
+    with using_event_buffer(impl):
         return Lens(run_dir=run_dir, **kw)
-    finally:
-        _recorder.EventBuffer = chosen
 
 
 def buffer_with(impl: type, read_work: Callable[[], int] | None):
@@ -85,14 +80,24 @@ def buffer_with(impl: type, read_work: Callable[[], int] | None):
     return buf
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--loops", type=int, default=20000, help="iterations per benchmark and round")
-    p.add_argument("--json", metavar="OUT", help="write the figures to this JSON file")
-    args = p.parse_args()
+def step_end_pairs(run_dir: str, n: int) -> float:
+    """ns per step of ``n`` (at most 2000) steps of one pair each, on a fresh Lens."""
+    lens = Lens(run_dir=tempfile.mkdtemp(dir=run_dir), counter="cpu-ns")
+    begin, end, step_end = lens.collective_begin, lens.collective_end, lens.step_end
+    n = min(n, 2000)
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        begin("allreduce", 4096)
+        end()
+        step_end()
+    dt = time.perf_counter_ns() - t0
+    lens.close()
+    return dt / n
 
-    run_dir = tempfile.mkdtemp(prefix="ailens-bench-")
+
+def make_benches(run_dir: str) -> tuple[dict[str, Callable[[int], float | None]], list[Lens]]:
+    """The benchmarks by name (each runs ``n`` iterations; returns None or its own ns per
+    iteration) and the Lenses they use (close them after)."""
     impls = {"python": PyEventBuffer}
     if NativeEventBuffer is not None:
         impls["c"] = NativeEventBuffer
@@ -113,38 +118,30 @@ def main() -> int:
             benches[f"buffer/pair {what} [{name}]"] = lambda n, b=buf: loop_pair(n, b.begin, b.end)
     off = Lens(run_dir=run_dir, enabled=False)
     lenses.append(off)
-
-    def steps(n: int) -> None:
-        lens = Lens(run_dir=tempfile.mkdtemp(dir=run_dir), counter="cpu-ns")
-        begin, end, step_end = lens.collective_begin, lens.collective_end, lens.step_end
-        n = min(n, 2000)
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            begin("allreduce", 4096)
-            end()
-            step_end()
-        dt = time.perf_counter_ns() - t0
-        lens.close()
-        return dt / n
-
-    benches["lens/step_end + pair"] = steps
+    benches["lens/step_end + pair"] = lambda n: step_end_pairs(run_dir, n)
     benches["lens/pair disabled"] = lambda n: loop_pair(n, off.collective_begin, off.collective_end)
+    return benches, lenses
 
+
+def sample(benches: dict, rounds: int, loops: int) -> dict[str, list[float]]:
+    """ns per iteration of each benchmark, once per round, in a shuffled order each round
+    (after a warm-up)."""
     for fn in benches.values():  # warm-up: first-call set-up, op interning, caches
-        fn(args.loops // 10 + 1)
+        fn(loops // 10 + 1)
     samples: dict[str, list[float]] = {name: [] for name in benches}
     order = list(benches)
     rng = random.Random(0)
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         rng.shuffle(order)
         for name in order:
             t0 = time.perf_counter_ns()
-            ns = benches[name](args.loops)  # None, or its own ns per iteration
-            samples[name].append(ns or (time.perf_counter_ns() - t0) / args.loops)
-    for lens in lenses:
-        lens.close()
-    shutil.rmtree(run_dir, ignore_errors=True)
+            ns = benches[name](loops)  # None, or its own ns per iteration
+            samples[name].append(ns or (time.perf_counter_ns() - t0) / loops)
+    return samples
 
+
+def figures(samples: dict[str, list[float]]) -> list[dict]:
+    """Per benchmark: the median ns and the ratio to the two CPU-time reads, round by round."""
     ref = samples["reads/2x process_time_ns"]
     rows = []
     for name, ns in samples.items():
@@ -158,17 +155,35 @@ def main() -> int:
                 "ratio_max": round(max(ratios), 3),
             }
         )
+    return rows
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--loops", type=int, default=20000, help="iterations per benchmark and round")
+    p.add_argument("--json", metavar="OUT", help="write the figures to this JSON file")
+    args = p.parse_args()
+
+    run_dir = tempfile.mkdtemp(prefix="ailens-bench-")
+    benches, lenses = make_benches(run_dir)
+    samples = sample(benches, args.rounds, args.loops)
+    for lens in lenses:
+        lens.close()
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+    rows = figures(samples)
     load = harness.loadavg()
     print(f"{'benchmark':<32} {'ns/iter':>8} {'/ 2 cpu reads':>14} {'(min..max)':>14}")
     for r in rows:
         print(f"{r['name']:<32} {r['ns']:>8.1f} {r['ratio_to_2_cpu_reads']:>14.3f} "
               f"{r['ratio_min']:>6.3f}..{r['ratio_max']:<6.3f}")  # fmt: skip
-    print(f"compiled hot path: {'in use' if _buffer.IMPLEMENTATION == 'c' else 'NOT BUILT'}; "
+    print(f"compiled hot path: {'in use' if IMPLEMENTATION == 'c' else 'NOT BUILT'}; "
           f"{args.rounds} rounds x {args.loops} iterations; load average {load[0]:.2f} "
           f"{load[1]:.2f} {load[2]:.2f}")  # fmt: skip
     if args.json:
         doc = {"rows": rows, "loadavg": load, "rounds": args.rounds, "loops": args.loops,
-               "implementation": _buffer.IMPLEMENTATION, "python": sys.version}  # fmt: skip
+               "implementation": IMPLEMENTATION, "python": sys.version}  # fmt: skip
         harness.write_json(args.json, doc, newline=False)
     return 0
 

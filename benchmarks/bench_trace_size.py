@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ailens import Lens, LensConfig, load_run
-from ailens.record.trace import TraceWriter
+from ailens.record import TraceWriter
 
 PER_STEP = 26  # broadcast + 24 buckets + loss allreduce
 

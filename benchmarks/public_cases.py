@@ -9,7 +9,7 @@ value and a baseline, in the JSON shape of issue 23::
 
 ``CASE_BUILDERS`` lists the functions that make the cases; each takes the data folder and
 returns its cases. Collectives (``collective_cases``): a platform is fitted
-(``predict.nccl_fit.fit_platform``) on the all-reduce tables of some GPU counts and predicts the
+(``ailens.predict.fit_platform``) on the all-reduce tables of some GPU counts and predicts the
 other counts; the baseline is the alpha-beta ring model of ``predict/collectives.py`` fitted on
 the same rows. Size bands (per-rank buffer): latency-bound <= 64 KiB, bandwidth-bound >= 64 MiB,
 middle between (on these A100/V100 tables the bus bandwidth is < 5 % of its peak at 64 KiB
@@ -25,11 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ailens.predict.collectives import CostParams, _coefficients, _nnls_small, collective_time
-from ailens.predict.nccl import busbw_factor, nccl_collective_s
-from ailens.predict.nccl_fit import fit_platform
-from ailens.predict.nccl_tests import NcclTestsTable
-from ailens.predict.platforms import DEFAULT_PLATFORMS
+from ailens.predict import (
+    DEFAULT_PLATFORMS,
+    CostParams,
+    NcclTestsTable,
+    busbw_factor,
+    collective_time,
+    cost_coefficients,
+    fit_platform,
+    nccl_collective_s,
+    nonnegative_least_squares,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 LATENCY_MAX_BYTES = 64 << 10
@@ -105,12 +111,12 @@ def _alpha_beta(tables: list[NcclTestsTable]) -> CostParams:
     a, y = [], []
     for t in tables:
         for i, s in enumerate(t.sizes):
-            a.append(_coefficients("allreduce", t.ranks, s))
+            a.append(cost_coefficients("allreduce", t.ranks, s))
             y.append(t.seconds(i))
     a, y = np.array(a), np.array(y)
     w = 1 / y
     # beta and gamma multiply the same bytes here: one column for both.
-    x = _nnls_small((a * w[:, None])[:, :2], y * w)
+    x = nonnegative_least_squares((a * w[:, None])[:, :2], y * w)
     return CostParams(float(x[0]), float(x[1]), 0.0, source="alpha-beta fit")
 
 

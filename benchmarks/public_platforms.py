@@ -21,8 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import public_cases as pc  # noqa: E402
 
-from ailens.predict.nccl_fit import fit_platform  # noqa: E402
-from ailens.predict.platforms import DEFAULT_PLATFORMS, platform_to_dict  # noqa: E402
+from ailens.predict import DEFAULT_PLATFORMS, fit_platform, platform_to_dict  # noqa: E402
 
 OUT = pc.REPO / "ailens" / "predict" / "platform_data"
 

@@ -2,7 +2,7 @@
 
 Each case predicts a job's step time at a larger GPU count from its SMALLEST measured
 configuration alone (its step time, batch and gradient size, and the platform the source
-names), with the cluster what-if (``ailens.predict.cluster.predict``, the same predictor as
+names), with the cluster what-if (``ailens.predict.predict``, the same predictor as
 ``ailens whatif JOB.json``), beside the measured step and the ideal-scaling baseline (the
 source's step time x the per-device work ratio: 1 for weak scaling; communication ignored).
 Nothing of a target's measurement is used.
@@ -47,9 +47,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from ailens.predict.cluster import predict
-from ailens.predict.job import JobDescription, ddp_buckets
-from ailens.predict.platforms import DEFAULT_PLATFORMS, Link
+from ailens.predict import DEFAULT_PLATFORMS, JobDescription, Link, ddp_buckets, predict
 
 MB = 1024 * 1024
 GB = 1e9

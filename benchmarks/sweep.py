@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import _harness as harness  # noqa: E402
 
-from ailens.tools.signature_record import signature_record  # noqa: E402
+from ailens.tools import signature_record  # noqa: E402
 
 OUT = REPO / "benchmarks" / "history"
 CGROUP = Path("/sys/fs/cgroup/cpu")

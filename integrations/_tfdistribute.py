@@ -4,7 +4,7 @@ exchanging through it. Used by the Keras adapter for ``fit`` under such a strate
 Every all-reduce that goes through the strategy (``ReplicaContext.all_reduce``,
 ``extended.batch_reduce_to`` / ``reduce_to``: the optimizer's gradient all-reduce, one batched
 call per step) is recorded as one ``allreduce`` with the summed bytes of the local tensors, by
-the run-time graph hooks of ``ailens.integrations._tfhooks``. Those three methods are wrapped
+the run-time graph hooks of ``ailens.integrations.tfgraph``. Those three methods are wrapped
 on the strategy's ``extended`` object (``_replica_ctx_all_reduce`` is private TF API: the
 funnel ``all_reduce`` uses without ``merge_call``) until detach. Not seen: collectives TF
 issues without those calls (``SyncOnRead`` variable reads, ``tf.raw_ops`` collectives), and
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _tfhooks
+from . import tfgraph
 from ._base import Attachment, open_lens, quiet
 
 
@@ -58,9 +58,9 @@ class StrategyAttachment(Attachment):
                 if real is not None:
                     payload = lambda a, k, name=name: (self._local_tensors(tf, name, a, k), None)  # noqa: E731
                     self.patches.set(
-                        ext, name, _tfhooks.wrap(tf, "tf.distribute", real, "allreduce", payload)
+                        ext, name, tfgraph.wrap(tf, "tf.distribute", real, "allreduce", payload)
                     )
-            _tfhooks.activate("tf.distribute", self)
+            tfgraph.activate("tf.distribute", self)
         except Exception as e:  # noqa: BLE001
             self.patches.restore()
             lens.disable(e)

@@ -18,7 +18,7 @@ the training function is first traced; nothing else. Each call of the training f
 step; each graph collective costs two Python calls per run (~40 us each). For short steps,
 ``attach(hvd, steps="manual")`` and ``lens.step_end()`` after each call: the graphs then time
 their collectives themselves, with no Python call, and ailens reads them every 32 step ends
-(see ``ailens.integrations._tfhooks``). With Keras use
+(see ``ailens.integrations.tfgraph``). With Keras use
 ``ailens.integrations.keras.LensCallback``, which attaches this adapter that way itself.
 
 ``attach`` is collective (the ranks agree on a run id through Horovod): call it on every rank
@@ -71,7 +71,7 @@ import numpy as np
 
 from ailens import detect_rank_world
 
-from . import _tfhooks
+from . import tfgraph
 from ._base import Attachment, log, named_like, open_lens, quiet
 
 __all__ = ["HorovodLens", "attach"]
@@ -160,11 +160,11 @@ class HorovodLens(Attachment):
         """Mark the end of a training step; from then on steps are not inferred."""
         super().step_end()
         if self.collects_graphs:
-            _tfhooks.step_ended("tensorflow", self)
+            tfgraph.step_ended("tensorflow", self)
 
     def _before_close(self) -> None:
         if self.collects_graphs:
-            _tfhooks.collect("tensorflow", self)
+            tfgraph.collect("tensorflow", self)
 
     def _exchange(self, a: np.ndarray) -> np.ndarray:
         """Elementwise SUM across ranks with Horovod itself; not recorded."""
@@ -199,11 +199,11 @@ class HorovodLens(Attachment):
         _attached[self.kind] = self
         self.patches.on_restore(lambda: _attached.pop(self.kind, None))
         if self.kind == "tensorflow":
-            _tfhooks.activate("tensorflow", self)
+            tfgraph.activate("tensorflow", self)
             if self.collects_graphs:
                 import tensorflow as tf
 
-                _tfhooks.prepare_slates(tf, "tensorflow")
+                tfgraph.prepare_slates(tf, "tensorflow")
 
     def _count_steps(self, optimizer) -> None:
         """Each ``optimizer.step()`` call on this object ends a step. Not torch's step hooks:
@@ -228,7 +228,7 @@ class HorovodLens(Attachment):
         if self.kind == "tensorflow":
             import tensorflow as tf
 
-            return _tfhooks.wrap(tf, "tensorflow", real, op, _tf_payload(real))
+            return tfgraph.wrap(tf, "tensorflow", real, op, _tf_payload(real))
 
         def keep_open(handle, end: Callable[[], None]):  # synchronize/poll end the tick
             self._handles[handle] = end
@@ -263,7 +263,7 @@ def _run_facts(kind: str, optimizer: Any) -> dict:
     fw = importlib.import_module("torch" if kind == "torch" else "tensorflow")
     facts = {"framework_version": f"horovod {horovod.__version__}, {kind} {fw.__version__}"}
     if kind == "tensorflow":
-        return {**facts, **_tfhooks.tf_threads(fw)}
+        return {**facts, **tfgraph.tf_threads(fw)}
     facts.update(threads=fw.get_num_threads(), interop_threads=fw.get_num_interop_threads())
     if optimizer is not None:
         facts["param_count"] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])

@@ -35,7 +35,7 @@ Collectives:
   ``BroadcastGlobalVariablesCallback`` and the allreduces of ``MetricAverageCallback`` are
   recorded at run time with their bytes. Inside Keras' graphs each collective is timed by the
   graph itself (``tf.timestamp``, no Python call per collective) and read every 32 batches
-  (``ailens.integrations._tfhooks``). Put the callback in the *first* ``fit``: graphs Keras
+  (``ailens.integrations.tfgraph``). Put the callback in the *first* ``fit``: graphs Keras
   traced before ailens attached carry no recording hooks (a notice says so when the first
   step recorded no collective).
 - ``tf.distribute.MultiWorkerMirroredStrategy``: every all-reduce that goes through the
@@ -56,7 +56,7 @@ from typing import Any
 
 from ailens import Lens, LensConfig
 
-from . import _tfdistribute, _tfhooks
+from . import _tfdistribute, tfgraph
 from ._base import Attachment, disabled_lens, goes_on_without, open_lens
 
 __all__ = ["LensCallback"]
@@ -220,7 +220,7 @@ def _run_facts(model, batch_size: int | None) -> dict:
     base = _callback_base().__module__.split(".")[0]
     facts: dict[str, Any] = {
         "framework_version": f"{base} {sys.modules[base].__version__}, tensorflow {tf.__version__}",
-        **_tfhooks.tf_threads(tf),
+        **tfgraph.tf_threads(tf),
     }
     if batch_size:
         facts["batch_size"] = batch_size

@@ -1,12 +1,44 @@
 """Prediction: what a run's steps would take elsewhere.
 
 * ``whatif``: the run-directory what-if (other ranks, threads, cores, links) from a
-  recorded run's analysis;
+  recorded run's analysis (a package with its own ``__all__``: ``ailens.predict.whatif``);
 * ``cluster`` + ``job``: the cluster what-if of a data-parallel job (a description, a
-  signature record or a run's features) on GPUs of a described platform;
+  signature record or a run's features) on GPUs of a described platform (``predict``);
 * ``collectives`` (alpha-beta-gamma cost models and their fit), ``nccl`` (NCCL's cost
-  model on a platform and its fit), ``platforms`` (platforms as data, packaged fits in
-  ``platform_data/``).
+  model on a platform), ``nccl_tests`` (nccl-tests output read as tables), ``nccl_fit`` (a
+  platform fitted on those tables), ``platforms`` (platforms as data, packaged fits in
+  ``platform_data/``), ``terms`` (a predicted time as named terms).
 
-Imports only the layers below it (analysis, model, record) and never renders.
+The names below are this package's public API (imported on first use, so importing
+``ailens.predict`` costs nothing). Imports only the layers below it (analysis, model,
+record) and never renders.
 """
+
+# This package's modules and the public names each defines.
+_EXPORTS = {
+    "cluster": ("ClusterPrediction", "ClusterTarget", "predict"),
+    "collectives": ("CANONICAL_OPS", "DEFAULT_INTER", "DEFAULT_INTRA", "CostParams", "Fit",
+                    "canonical_op", "collective_time", "cost_coefficients", "fit_cost_params",
+                    "nonnegative_least_squares", "transport_of"),
+    "job": ("JOB_FORMAT", "JobDescription", "JobError", "ddp_buckets", "job_from_dict",
+            "job_from_features", "job_from_signature", "load_job"),
+    "nccl": ("BUSBW_FACTOR", "CollectiveEstimate", "busbw_factor", "nccl_collective_s"),
+    "nccl_fit": ("fit_platform",),
+    "nccl_tests": ("NcclTestsTable", "parse_nccl_tests", "platform_from_nccl_tests"),
+    "platforms": ("DEFAULT_PLATFORMS", "PLATFORM_VERSION", "Link", "Platform", "load_platform",
+                  "platform_labels", "platform_from_dict", "platform_to_dict", "ring_links"),
+    "terms": ("Term", "TermValue", "expected_max_normal"),
+}  # fmt: skip
+_LAZY = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from importlib import import_module
+
+        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,9 @@ __all__ = [
     "Fit",
     "canonical_op",
     "collective_time",
+    "cost_coefficients",
     "fit_cost_params",
+    "nonnegative_least_squares",
     "transport_of",
 ]
 
@@ -116,8 +118,9 @@ def collective_time(
     return lg * a  # barrier
 
 
-def _coefficients(op: str, p: int, nbytes: float) -> tuple[float, float, float]:
-    """(alpha, beta, gamma) coefficients of the model: it is linear in the parameters."""
+def cost_coefficients(op: str, p: int, nbytes: float) -> tuple[float, float, float]:
+    """The coefficients of alpha, beta and gamma in :func:`collective_time` for one collective
+    (the model is linear in them): a row of the least-squares system that fits them."""
     unit = [
         collective_time(op, p, nbytes, CostParams(*e)) for e in ((1, 0, 0), (0, 1, 0), (0, 0, 1))
     ]
@@ -142,9 +145,9 @@ class Fit:
         return d
 
 
-def _nnls_small(a: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Non-negative least squares for a handful of columns: the best feasible solution over
-    all supports (the optimum is the unconstrained fit on its own support)."""
+def nonnegative_least_squares(a: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x >= 0`` minimising ``|a x - y|`` for a handful of columns: the best feasible solution
+    over all supports (the optimum is the unconstrained fit on its own support)."""
     k = a.shape[1]
     best, best_res = np.zeros(k), float(y @ y)
     for mask in range(1, 1 << k):
@@ -192,7 +195,7 @@ def fit_cost_params(
         return Fit(None, 0, 0, None, (), "no collective with a positive duration")
     keys = sorted(groups)
     y = np.array([float(np.median(groups[k])) for k in keys])
-    a = np.array([_coefficients(o, p, n) for o, n in keys])
+    a = np.array([cost_coefficients(o, p, n) for o, n in keys])
     w = 1.0 / y  # relative error: each group counts the same whatever its size
     aw, yw = a * w[:, None], y * w
     names = ["alpha", "beta", "gamma"]
@@ -222,12 +225,12 @@ def fit_cost_params(
     if alpha_fixed is not None:
         # Fit beta to what alpha leaves; if alpha alone overshoots, scale alpha down instead.
         rest = yw - aw[:, 0] * alpha_fixed
-        sol = _nnls_small(aw[:, [1]], rest)
+        sol = nonnegative_least_squares(aw[:, [1]], rest)
         x[0], x[1] = alpha_fixed, sol[0]
         if sol[0] == 0:
-            x[0] = float(_nnls_small(aw[:, [0]], yw)[0])
+            x[0] = float(nonnegative_least_squares(aw[:, [0]], yw)[0])
     else:
-        x[cols] = _nnls_small(aw[:, cols], yw)
+        x[cols] = nonnegative_least_squares(aw[:, cols], yw)
     pred = a @ x
     rel = float(np.sqrt(np.mean(((pred - y) / y) ** 2)))
     params = CostParams(float(x[0]), float(x[1]), float(x[2]), source=source)

@@ -5,7 +5,7 @@ the NCCL cost model's fit of ``nccl_fit.py``)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from .platforms import GB, NCCL_NET_STEP_S, NCCL_NVLINK_STEP_S, Link, Platform, load_platform
 
@@ -51,15 +51,75 @@ _OP_OF_BINARY = {
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 
 
+@dataclass
+class _Header:
+    """What the ``#`` lines of an nccl-tests output said so far."""
+
+    kind: str | None  # the op: given, else from the binary's name
+    hosts: list[str] = field(default_factory=list)  # one per rank
+    ngpus: int | None = None
+    nthread: int | None = None
+    has_root: bool = False  # the table has a root column
+
+    def read(self, s: str) -> None:
+        m = re.search(r"Rank\s+\d+.*?\bon\s+(\S+)\s+device", s)
+        if m:
+            self.hosts.append(m.group(1))
+        m = re.search(r"nGpus\s+(\d+)", s)
+        if m:
+            self.ngpus = int(m.group(1))
+        m = re.search(r"nThread\s+(\d+)", s)
+        if m:
+            self.nthread = int(m.group(1))
+        if re.search(r"\bredop\s+root\b", s) or re.search(r"\btype\s+root\b", s):
+            self.has_root = True
+        if self.kind is None:
+            for b, o in _OP_OF_BINARY.items():
+                if re.search(rf"\b{b}_perf\b", s):
+                    self.kind = o
+
+    def ranks(self, ratios: list[float], kind: str, source: str) -> int:
+        """The rank count: the device lines; else all-reduce's busbw / algbw = 2(n-1)/n (an
+        MPI run's header says nGpus 1 per process); else nGpus x nThread of a single process."""
+        if self.hosts:
+            return len(self.hosts)
+        if ratios and kind == "allreduce" and sorted(ratios)[len(ratios) // 2] < 1.999:
+            return int(round(2 / (2 - sorted(ratios)[len(ratios) // 2])))
+        if self.ngpus is not None:
+            return self.ngpus * (self.nthread or 1)
+        raise ValueError(
+            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST "
+            "device' lines, no nGpus header): keep the whole nccl-tests output"
+        )
+
+
+def _table_row(tok: list[str], has_root: bool) -> tuple[int, float, float, float, float] | None:
+    """(bytes, out-of-place us, in-place us, algbw, busbw) of a table line's tokens; None when
+    the line is not a row."""
+    if len(tok) < 10 or not tok[0].isdigit() or not tok[1].isdigit():
+        return None
+    # size count type [redop] [root] time algbw busbw wrong time algbw busbw wrong
+    nums = [t for t in tok[2:] if re.fullmatch(_NUM, t) or t == "N/A"]
+    vals = nums[1:] if has_root else nums
+    if re.fullmatch(r"-?\d+", tok[4] if len(tok) > 4 else "") and not has_root:
+        # a "root" column without the header line (broadcast/reduce tables)
+        vals = nums[1:] if len(nums) >= 9 else nums
+    if len(vals) < 7:
+        return None
+    try:
+        t_oop, algbw, busbw = float(vals[0]), float(vals[1]), float(vals[2])
+        t_ip = float(vals[4])
+    except ValueError:
+        return None
+    return int(tok[0]), t_oop, t_ip, algbw, busbw
+
+
 def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | None = None):
     """The table of an nccl-tests output (``all_reduce_perf`` and friends): both halves of
     every line, ranks and hosts from the ``# Rank ... on HOST device ...`` lines (else from
     the ``nGpus`` header or busbw/algbw). Raises ValueError naming ``source`` when no row is
     found."""
-    hosts: list[str] = []
-    ngpus = nthread = None
-    has_root = False
-    kind = op
+    head = _Header(op)
     sizes, oop, ip = [], [], []
     ratios = []
     for line in text.splitlines():
@@ -67,39 +127,13 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
         if not s:
             continue
         if s.startswith("#"):
-            m = re.search(r"Rank\s+\d+.*?\bon\s+(\S+)\s+device", s)
-            if m:
-                hosts.append(m.group(1))
-            m = re.search(r"nGpus\s+(\d+)", s)
-            if m:
-                ngpus = int(m.group(1))
-            m = re.search(r"nThread\s+(\d+)", s)
-            if m:
-                nthread = int(m.group(1))
-            if re.search(r"\bredop\s+root\b", s) or re.search(r"\btype\s+root\b", s):
-                has_root = True
-            if kind is None:
-                for b, o in _OP_OF_BINARY.items():
-                    if re.search(rf"\b{b}_perf\b", s):
-                        kind = o
+            head.read(s)
             continue
-        tok = s.split()
-        if len(tok) < 10 or not tok[0].isdigit() or not tok[1].isdigit():
+        row = _table_row(s.split(), head.has_root)
+        if row is None:
             continue
-        # size count type [redop] [root] time algbw busbw wrong time algbw busbw wrong
-        nums = [t for t in tok[2:] if re.fullmatch(_NUM, t) or t == "N/A"]
-        vals = nums[1:] if has_root else nums
-        if re.fullmatch(r"-?\d+", tok[4] if len(tok) > 4 else "") and not has_root:
-            # a "root" column without the header line (broadcast/reduce tables)
-            vals = nums[1:] if len(nums) >= 9 else nums
-        if len(vals) < 7:
-            continue
-        try:
-            t_oop, algbw, busbw = float(vals[0]), float(vals[1]), float(vals[2])
-            t_ip = float(vals[4])
-        except ValueError:
-            continue
-        sizes.append(int(tok[0]))
+        size, t_oop, t_ip, algbw, busbw = row
+        sizes.append(size)
         oop.append(t_oop * 1e-6)
         ip.append(t_ip * 1e-6)
         if algbw >= 1 and busbw > 0:  # printed to 0.01 GB/s: precise enough from 1 GB/s
@@ -109,20 +143,9 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
             f"{source}: no nccl-tests table found (expected lines like "
             "'  1048576  262144  float  sum  72.53 ...' from all_reduce_perf)"
         )
-    kind = kind or "allreduce"
-    # Ranks: the device lines; else all-reduce's busbw / algbw = 2(n-1)/n (an MPI run's
-    # header says nGpus 1 per process); else nGpus x nThread of a single process.
-    if hosts:
-        ranks = len(hosts)
-    elif ratios and kind == "allreduce" and sorted(ratios)[len(ratios) // 2] < 1.999:
-        ranks = int(round(2 / (2 - sorted(ratios)[len(ratios) // 2])))
-    elif ngpus is not None:
-        ranks = ngpus * (nthread or 1)
-    else:
-        raise ValueError(
-            f"{source}: the number of ranks is not in the output (no '# Rank ... on HOST "
-            "device' lines, no nGpus header): keep the whole nccl-tests output"
-        )
+    kind = head.kind or "allreduce"
+    ranks = head.ranks(ratios, kind, source)
+    hosts = head.hosts
     per_host = max(hosts.count(h) for h in set(hosts)) if hosts else ranks
     return NcclTestsTable(
         op=kind,
@@ -133,7 +156,7 @@ def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | 
         oop_s=tuple(oop),
         ip_s=tuple(ip),
         source=source,
-        devices_per_process=max(ngpus or 1, 1),
+        devices_per_process=max(head.ngpus or 1, 1),
     )
 
 

@@ -13,7 +13,8 @@ import os
 import socket
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from .node import describe_node
 from .trace import FORMAT_VERSION
 from .writer import WriterThread
 
-__all__ = ["Recorder", "WriterFactory", "schedule_mark"]
+__all__ = ["Recorder", "WriterFactory", "schedule_mark", "using_event_buffer"]
 
 # Steps buffered before a STEP chunk is written; also flushed on a time basis.
 _STEP_CAP = 1024
@@ -39,6 +40,19 @@ _EXCHANGE_COLUMNS = ("seq", "step", "ticks", "live", "disabled", "stop", "t_ns")
 WriterFactory = Callable[..., WriterThread]
 """``(run_dir, rank, meta, on_error, on_disk) -> writer`` with put_events/steps/ops/info/marks/
 exchanges and stop(); the default is the trace writer thread."""
+
+
+@contextmanager
+def using_event_buffer(impl: type) -> Iterator[None]:
+    """Recorders (so Lenses) made inside the block use the event buffer class ``impl``
+    (``PyEventBuffer`` or ``NativeEventBuffer``) instead of ``EventBuffer``, the one picked at
+    import: both compared in one process (``benchmarks/bench_lens.py``)."""
+    global EventBuffer
+    chosen, EventBuffer = EventBuffer, impl
+    try:
+        yield
+    finally:
+        EventBuffer = chosen
 
 
 class Recorder:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ailens.record import buffer
+from ailens.record import IMPLEMENTATION
 
 # Student-t 0.975 quantiles by degrees of freedom (1..30); the normal 1.96 beyond.
 # fmt: off
@@ -122,7 +122,7 @@ def emit(name: str, framework: str, result: Result, *, ranks: int, **extra) -> N
         "block_steps": result.block_steps,
         "ranks": ranks,
         "loadavg": list(os.getloadavg()),
-        "recorder": buffer.IMPLEMENTATION,  # the compiled hot path ("c") or the Python one
+        "recorder": IMPLEMENTATION,  # the compiled hot path ("c") or the Python one
         "pair_step_ms": [  # per pair: mean step time of the plain block, of the lensed block
             [round(a * 1e3, 4), round(b * 1e3, 4)]
             for a, b in zip(result.plain, result.lensed, strict=True)

@@ -37,7 +37,7 @@ def main() -> None:
     import horovod.tensorflow as hvd
     import horovod.tensorflow.keras as hvd_keras
     import tensorflow as tf
-    from ailens.integrations import _tfhooks
+    from ailens.integrations import tfgraph
     from ailens.integrations.horovod import HorovodLens
     from ailens.integrations.keras import LensCallback
 
@@ -61,7 +61,7 @@ def main() -> None:
 
         return wrapper
 
-    _tfhooks.collect = timed("collect", _tfhooks.collect)
+    tfgraph.collect = timed("collect", tfgraph.collect)
     Lens.step_end = timed("lens_step_end", Lens.step_end)
     HorovodLens._exchange = timed("exchange", HorovodLens._exchange)
     LensCallback.on_train_batch_end = timed("callback", LensCallback.on_train_batch_end)

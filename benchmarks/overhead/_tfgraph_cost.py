@@ -1,12 +1,12 @@
 """What the TF graph hooks cost per call of a ``tf.function``, in one process: a function with
 ``--collectives`` stand-in collectives (``tf.identity`` of a 1000-float tensor, wrapped the way
-``_tfhooks.wrap`` wraps Horovod's), traced three ways -- unhooked, with the Python hooks (two
+``tfgraph.wrap`` wraps Horovod's), traced three ways -- unhooked, with the Python hooks (two
 ``tf.numpy_function`` per collective) and with slates (timed in the graph, read every
 ``COLLECT_EVERY`` step ends) -- then called in interleaved rounds; prints one ``TFGRAPH {json}``
 line: the median over rounds of each way's mean call time (us): ``plain_us`` unhooked,
 ``step_end_us`` what ``Attachment.step_end`` (the Lens's step end, one rank) adds to it, and
 ``python_hooks_us`` / ``slates_us`` what each way adds on top of that (for slates, the
-amortised read: ``_tfhooks.step_ended``)::
+amortised read: ``tfgraph.step_ended``)::
 
     python benchmarks/overhead/_tfgraph_cost.py --collectives 8
 
@@ -32,8 +32,7 @@ def main() -> None:
     args = p.parse_args()
 
     import tensorflow as tf
-    from ailens.integrations import _tfhooks
-    from ailens.integrations._base import Attachment
+    from ailens.integrations import Attachment, tfgraph
 
     from ailens import Lens
 
@@ -44,7 +43,7 @@ def main() -> None:
         return tf.identity(tensor, name=name)
 
     wrapped = {
-        way: _tfhooks.wrap(tf, way, stand_in, "allreduce", lambda a, k: (a[0], None))
+        way: tfgraph.wrap(tf, way, stand_in, "allreduce", lambda a, k: (a[0], None))
         for way in ("python", "slates")
     }
     wrapped["plain"] = wrapped["step_end"] = stand_in
@@ -52,9 +51,9 @@ def main() -> None:
     for way in ("step_end", "python", "slates"):
         att = Attachment(Lens(run_dir=tempfile.mkdtemp(), framework=f"bench-{way}"))
         att.collects_graphs = way == "slates"
-        _tfhooks.activate(way, att)
+        tfgraph.activate(way, att)
         if way == "slates":
-            _tfhooks.prepare_slates(tf, way)
+            tfgraph.prepare_slates(tf, way)
         atts[way] = att
     x = tf.random.uniform([1000])
 
@@ -79,7 +78,7 @@ def main() -> None:
             if att is not None:
                 att.step_end()
                 if way == "slates":
-                    _tfhooks.step_ended(way, att)
+                    tfgraph.step_ended(way, att)
         return (time.perf_counter() - t0) / n
 
     for way in fns:

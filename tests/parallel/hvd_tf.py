@@ -45,15 +45,15 @@ elif mode in ("lens", "manual"):
     inject(lens.lens, fault)
 python_hooks = [0]
 if mode != "nolens":
-    from ailens.integrations import _tfhooks
+    from ailens.integrations import tfgraph
 
-    begin_hook = _tfhooks._begin_hook
+    begin_hook = tfgraph._begin_hook
 
     def counted_begin_hook(*args):
         python_hooks[0] += 1
         return begin_hook(*args)
 
-    _tfhooks._begin_hook = counted_begin_hook
+    tfgraph._begin_hook = counted_begin_hook
 
 hvd.broadcast_variables(variables, root_rank=0)
 

@@ -49,15 +49,15 @@ if mode == "lens":
     callbacks += [lens_cb, InjectFault()]
 python_hooks = [0]
 if mode == "lens":
-    from ailens.integrations import _tfhooks
+    from ailens.integrations import tfgraph
 
-    begin_hook = _tfhooks._begin_hook
+    begin_hook = tfgraph._begin_hook
 
     def counted_begin_hook(*args):
         python_hooks[0] += 1
         return begin_hook(*args)
 
-    _tfhooks._begin_hook = counted_begin_hook
+    tfgraph._begin_hook = counted_begin_hook
 hist = model.fit(x, y, batch_size=8, epochs=epochs, shuffle=False, callbacks=callbacks, verbose=0)
 
 params = np.concatenate([w.ravel() for w in model.get_weights()])

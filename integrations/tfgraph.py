@@ -1,6 +1,11 @@
 """Recording TensorFlow collectives, eagerly and inside ``tf.function`` graphs: used by the
 Horovod adapter (``horovod.tensorflow``) and the Keras adapter (``tf.distribute``).
 
+Not an adapter of its own but public for a script that records a TF collective the adapters do
+not know (``benchmarks/overhead/_tfgraph_cost.py`` does): ``wrap`` the collective under a key,
+``activate(key, attachment)`` (an ``ailens.integrations.Attachment`` on a Lens), with slates
+``prepare_slates`` and ``step_ended`` after each step end; ``collect`` reads the slates.
+
 Inside a ``tf.function`` Python runs only while tracing, so what runs at each call is what the
 trace adds around each recorded collective. Two ways, chosen per graph while tracing:
 
@@ -51,6 +56,18 @@ from typing import Any
 import numpy as np
 
 from ._base import SKIP, Attachment, quiet
+
+__all__ = [
+    "COLLECT_EVERY",
+    "SLATE_CALLS",
+    "activate",
+    "collect",
+    "prepare_slates",
+    "static_nbytes",
+    "step_ended",
+    "tf_threads",
+    "wrap",
+]
 
 # The attachment recording each key ("tensorflow": Horovod, "tf.distribute": Keras). Graph
 # hooks look it up when they run.
