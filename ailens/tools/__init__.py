@@ -4,7 +4,7 @@
 platform descriptor), ``signature_record`` (a run's ``signature.json``), ``history`` (runs'
 records in SQLite), ``learn`` (step-time predictors fitted on a history; the learners in
 ``learners``). They import the core; nothing in the
-core imports them (tests/test_cli.py checks it). Calibrate's transports belong to the
+core imports them (tests/test_layout.py checks it). Calibrate's transports belong to the
 framework integrations (``ailens.integrations._transport``); the command line picks one.
 
 The names below are the wing's public API. The commands' own entry points stay in their
