@@ -4,13 +4,14 @@ sees half a file), and the duration formatter of every output."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fmt_s", "read_json", "read_json_file", "write_json", "write_text"]
+__all__ = ["atomic_file", "fmt_s", "read_json", "read_json_file", "write_json", "write_text"]
 
 
 def read_json(path: Path) -> dict | None:
@@ -60,16 +61,26 @@ def write_json(path: Path, doc: dict, *, indent: int | None = 2, sort_keys: bool
 
 def write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) atomically: to a temp file beside ``path``, then renamed."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     data = text.encode()
+    with atomic_file(path, "wb") as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w"):
+    """A file to write in a ``with`` block: a temp file beside ``path`` (mode 0o644 less the
+    umask), renamed onto ``path`` when the block ends, removed when it fails (a full disk
+    leaves no half-written temp files)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     try:
         # 0o644 & ~umask: never world-writable, even at umask 000.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
         os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a full disk must not leave half-written temp files
+    except BaseException:
+        tmp.unlink(missing_ok=True)
         raise
 
 

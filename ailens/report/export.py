@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 
+from .._io import atomic_file
 from ..record.ticks import partition
 
 __all__ = ["chrome_trace_events", "write_chrome_trace"]
@@ -204,8 +204,6 @@ def write_chrome_trace(run, out: str | os.PathLike, analysis=None) -> int:
 
     The file is written to a temporary name and renamed, so a reader never sees half a file.
     """
-    out = Path(out)
-    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     count = 0
     other = {
         "ailens_run_id": run.meta.get("run_id"),
@@ -214,20 +212,15 @@ def write_chrome_trace(run, out: str | os.PathLike, analysis=None) -> int:
         "complete": run.complete,
         "missing_ranks": list(run.missing_ranks),
     }
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write('{"displayTimeUnit": "ms",\n"otherData": ')
-            f.write(json.dumps(other))
-            f.write(',\n"traceEvents": [\n')
-            batch: list[dict] = []
-            for ev in chrome_trace_events(run, analysis):
-                batch.append(ev)
-                if len(batch) == _BATCH:
-                    count = _write_batch(f, batch, count)
-            count = _write_batch(f, batch, count)
-            f.write("\n]}\n")
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_file(out) as f:
+        f.write('{"displayTimeUnit": "ms",\n"otherData": ')
+        f.write(json.dumps(other))
+        f.write(',\n"traceEvents": [\n')
+        batch: list[dict] = []
+        for ev in chrome_trace_events(run, analysis):
+            batch.append(ev)
+            if len(batch) == _BATCH:
+                count = _write_batch(f, batch, count)
+        count = _write_batch(f, batch, count)
+        f.write("\n]}\n")
     return count
