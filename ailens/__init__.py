@@ -11,6 +11,7 @@ Importing ailens imports no framework.
 from ._version import __version__  # first: modules imported below may read it
 
 # isort: split
+from ._lazy import lazy_getattr
 from .live.lens import Lens
 from .record.config import LensConfig
 from .record.node import detect_rank_world
@@ -34,14 +35,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        from importlib import import_module
-
-        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = [

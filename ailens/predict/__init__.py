@@ -15,6 +15,8 @@ record) and never renders.
 """
 
 # This package's modules and the public names each defines.
+from .._lazy import lazy_getattr
+
 _EXPORTS = {
     "cluster": ("ClusterPrediction", "ClusterTarget", "predict"),
     "collectives": ("CANONICAL_OPS", "DEFAULT_INTER", "DEFAULT_INTRA", "CostParams", "Fit",
@@ -34,11 +36,4 @@ _LAZY = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        from importlib import import_module
-
-        value = getattr(import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
