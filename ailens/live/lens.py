@@ -27,7 +27,6 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from ..model.live import LiveOutput
 from ..model.online import OnlineAnalysis
 from ..record.config import LensConfig
 from ..record.counters import Counter, open_counter
@@ -38,6 +37,7 @@ from ..record.session import ExchangeSession
 from ..record.ticks import TickSummary
 from ..record.writer import WriterThread
 from .failopen import FailOpen
+from .output import LiveOutput
 
 log = logging.getLogger("ailens")
 

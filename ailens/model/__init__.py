@@ -3,10 +3,10 @@ and exchanged batches the same way live (the Lens) and in replay (a trace, a tim
 
 ``online`` (``OnlineAnalysis``: the model, and ``feed_recorded`` for a replay), ``forecast``
 (the forecaster: a package with its own ``__all__``), ``timeline`` (the public timeline API,
-also at ``ailens.Timeline``...), ``live`` (what the Lens shows and writes while training),
-``baselines`` (the estimates a user already has: ``naive_total_s``, the progress bar's, and
-``composer_total_s``, Composer's). The names below are its public API; ``import ailens``
-imports these modules already.
+also at ``ailens.Timeline``...), ``baselines`` (the estimates a user already has:
+``naive_total_s``, the progress bar's, and ``composer_total_s``, Composer's). What the Lens
+shows and writes from the model while training is ``ailens.live.output``. The names below
+are its public API; ``import ailens`` imports these modules already.
 """
 
 from .baselines import composer_total_s, naive_total_s

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .._io import fmt_s, write_json
-from .online import OnlineAnalysis
+from ..model.online import OnlineAnalysis
 
 log = logging.getLogger("ailens")
 
