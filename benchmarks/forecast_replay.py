@@ -1,0 +1,126 @@
+"""Score one run's forecasts against its actual total (``bench_forecast.py``): the forecast a
+user would have read, the progress-bar ETA and Composer's RuntimeEstimator at 1, 5, 10, 20 and
+50 % of the steps. A recorded run goes through ``analyze`` (as ``ailens predict``), an MLPerf log
+through the public timeline API (``ailens.read_timeline`` -> ``ailens.forecast_timeline``)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import _harness as harness
+import numpy as np
+
+import ailens
+from ailens.model import composer_total_s, naive_total_s
+
+FRACTIONS = (1, 5, 10, 20, 50)
+
+
+def replay(run_dir: Path) -> dict:
+    """Score one recorded run: forecast, progress bar and Composer at each fraction of the
+    steps."""
+    seen: dict[int, tuple] = {}
+    a = harness.analyze_run(run_dir, watch=lambda oa: _watch(oa, seen))
+    f = a.forecast
+    if f is None or not f.actual_total_s or not f.total_steps:
+        raise ValueError(f"{run_dir}: no finished run with a known total ({a.warnings})")
+    row = _score(f.total_steps, f.actual_total_s, seen)
+    row["ranks"] = a.ranks
+    row["signature_fraction"] = f.signature_fraction
+    row["signature_error_pct"] = f.error_pct if f.basis == "signature" else None
+    row["step_cv"] = _step_cv(a)
+    return row
+
+
+def _score(n: int, actual: float, seen: dict[int, tuple]) -> dict:
+    """The row of one run from (predicted, interval, progress bar, Composer) by steps done."""
+    row = {"steps": n, "actual_total_s": actual}
+    err: dict = {"ailens": {}, "naive": {}, "composer": {}}
+    covered, half = {}, {}
+    for pct in FRACTIONS:
+        s = max(1, math.floor(pct / 100 * n))
+        pred, interval, naive, comp = seen.get(s, (None, None, None, None))
+        k = str(pct)
+        err["ailens"][k] = _pct(pred, actual)
+        err["naive"][k] = _pct(naive, actual)
+        err["composer"][k] = _pct(comp, actual)
+        covered[k] = None if interval is None else interval[0] <= actual <= interval[1]
+        half[k] = None if interval is None else 100 * (interval[1] - interval[0]) / 2 / pred
+    row["error_pct"] = err
+    row["covered"] = covered
+    row["half_width_pct"] = half
+    return row
+
+
+def _pct(v: float | None, actual: float) -> float | None:
+    return None if v is None else 100 * (v - actual) / actual
+
+
+def _watch(oa, seen: dict) -> None:
+    p = oa.predict()
+    evals = {k: v for k, v in oa.forecaster.sections.items() if k.startswith("eval")}
+    if p.steps_done == 1:  # Composer's clock starts after the first step (skip_batches=1)
+        seen["clock_start_s"] = p.elapsed_s
+    composer = None
+    if "clock_start_s" in seen:
+        composer = composer_total_s(
+            p.elapsed_s, p.steps_done, p.total_steps, evals, clock_start_s=seen["clock_start_s"]
+        )
+    seen[p.steps_done] = (
+        p.predicted_total_s,
+        p.interval_s,
+        naive_total_s(p.elapsed_s, p.steps_done, p.total_steps),
+        composer,
+    )
+
+
+def replay_mlperf(path: Path) -> dict:
+    """Score one MLPerf log through the public timeline API (run_start to run_stop, the
+    run's real number of steps given)."""
+    tl = ailens.read_timeline(path, include_init=False)
+    r = ailens.forecast_timeline(tl)
+    if not r.actual_total_s or not tl.total_steps:
+        raise ValueError(f"{path}: no finished run (run_stop) in the log")
+    seen = {
+        x.steps_done: (
+            x.predicted_total_s,
+            x.interval_s,
+            x.progress_bar_total_s,
+            x.composer_total_s,
+        )
+        for x in r.steps
+    }
+    row = _score(tl.total_steps, r.actual_total_s, seen)
+    f = r.forecast
+    n = tl.total_steps
+    row["ranks"] = None
+    row["unit"] = tl.unit
+    row["signature_fraction"] = None if r.signature_step is None else r.signature_step / n
+    row["signature_error_pct"] = f.error_pct if f is not None and f.basis == "signature" else None
+    row["step_cv"] = _timeline_cv(tl)
+    row["evaluations"] = sum(s.name == "eval" for s in tl.sections)
+    return row
+
+
+def _timeline_cv(tl) -> float:
+    """Coefficient of variation of a timeline's step times after the warm-up, sections out."""
+    t = np.asarray(tl.step_end_s)
+    d = np.diff(np.concatenate(([0.0], t)))
+    for sec in tl.sections:
+        i = int(np.searchsorted(t, sec.end_s, side="left"))
+        if i < len(d) and (i == 0 or sec.begin_s >= t[i - 1]):
+            d[i] -= sec.end_s - sec.begin_s
+    d = d[2:]
+    return float(d.std() / d.mean()) if len(d) > 1 and d.mean() > 0 else 0.0
+
+
+def _step_cv(a) -> float:
+    """Coefficient of variation of the training-step times after warm-up (sections out)."""
+    t = np.asarray(a.step_end_s)
+    d = np.diff(np.concatenate(([0.0], t)))
+    for m in a.run.ranks[0].marks:
+        if m.get("kind") == "section" and m.get("step", 0) < len(d):
+            d[m["step"]] -= (m["t_end_ns"] - m["t_begin_ns"]) / 1e9
+    d = d[a.config.warmup_steps :]
+    return float(d.std() / d.mean()) if len(d) > 1 and d.mean() > 0 else 0.0
