@@ -407,6 +407,7 @@ def public_main(args) -> int:
     """``--public``: the cases of ``public_cases.CASE_BUILDERS``, their summary and goals."""
     import public_cases as pc
     import public_scaling as ps
+    import public_scaling_goals
 
     if ps.scaling_cases not in pc.CASE_BUILDERS:
         pc.CASE_BUILDERS.append(ps.scaling_cases)
@@ -418,7 +419,7 @@ def public_main(args) -> int:
         print(f"bench_whatif: {e}", file=sys.stderr)
         return 2
     print(pc.table(cases))
-    goals = {**pc.goals(cases), **ps.scaling_goals(cases)}
+    goals = {**pc.goals(cases), **public_scaling_goals.scaling_goals(cases)}
     print(json.dumps(goals, indent=2))
     if args.json:
         doc = {

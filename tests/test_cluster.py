@@ -265,6 +265,7 @@ def test_public_scaling_cases_carry_the_issue_keys():
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import public_scaling
+    import public_scaling_goals
 
     cases = public_scaling.scaling_cases(DATA)
     keys = {"source", "kind", "from", "to", "band", "predicted_s", "measured_s", "error_pct",
@@ -280,5 +281,5 @@ def test_public_scaling_cases_carry_the_issue_keys():
     assert any(c.get("scaling") == "strong" for c in cases)
     # From the smallest configuration to larger ones only.
     assert all(c["to"]["gpus"] > c["from"]["gpus"] for c in cases)
-    goals = public_scaling.scaling_goals(cases)
+    goals = public_scaling_goals.scaling_goals(cases)
     assert goals["scaling"]["cases"] == len(cases) and goals["ordering"]["pairs"] > 0
