@@ -12,6 +12,7 @@ signature step and forecast are the ones the run decided. It adds the per-step t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -82,9 +83,14 @@ class RunAnalysis:
     nodes: tuple[dict, ...]  # one per rank present: the node it ran on (meta "node")
     work_mean: np.ndarray  # (n_ticks,) work before each collective, mean over ranks
     steps: StepTable  # per step and rank: wall, compute, exposed comm, overlap, sections
-    # Every (op name, bytes) any rank recorded, ticks past those every rank holds included.
-    op_sizes: tuple[tuple[str, int], ...] = ()
     online: dict | None = None  # forecast.json as rank 0 wrote it, if present
+
+    @functools.cached_property
+    def op_sizes(self) -> tuple[tuple[str, int], ...]:
+        """Every (op name, bytes) any rank recorded, ticks past those every rank holds
+        included (``calibrate --sizes-from``). Read from the traces on first use: a pass over
+        every event that no other reader of the analysis pays for."""
+        return _op_sizes(self.run.ranks)
 
 
 def _run_config(meta: dict) -> LensConfig:
@@ -182,7 +188,6 @@ def analyze(
         nodes=tuple(dict(t.meta.get("node") or {}) for t in traces),
         work_mean=work.astype(np.float64).mean(1) if n else np.zeros(0),
         steps=_step_table(run, lt),
-        op_sizes=_op_sizes(traces),
         online=online,
     )
 
