@@ -111,32 +111,21 @@ def test_whatif_cluster_platform_file(files):
     )
 
 
-def test_whatif_calibration_file(run_dir, files):
-    p = files / "list.json"
-    assert_one_line_error(
-        cli("whatif", run_dir, "--calibration", p),
-        f"{p}: not a calibration",
-        "JSON object",
-        "ailens calibrate",
-    )
-
-
-def test_whatif_model_file(run_dir, files):
-    p = files / "a-directory.json"
-    assert_one_line_error(
-        cli("whatif", run_dir, "--model", p),
-        f"{p}: cannot read model",
-        "write one with `ailens fit`",
-    )
-
-
-def test_whatif_probe_platform_file(run_dir, files):
-    p = files / "broken.json"
-    assert_one_line_error(
-        cli("whatif", run_dir, "--platform", p),
-        f"{p}: not a platform descriptor: not JSON",
-        f"ailens probe -o {p}",
-    )
+@pytest.mark.parametrize(
+    "flag, name, wants",
+    [
+        ("--calibration", "list.json", ["not a calibration", "JSON object", "ailens calibrate"]),
+        ("--model", "a-directory.json", ["cannot read model", "write one with `ailens fit`"]),
+        ("--platform", "broken.json",
+         ["not a platform descriptor: not JSON", "ailens probe -o {p}"]),
+    ],
+)  # fmt: skip
+def test_whatif_file_flags(run_dir, files, flag, name, wants):
+    """``ailens whatif RUN_DIR FLAG FILE`` with a bad FILE: one line naming the file, what is
+    wrong and the fix."""
+    p = files / name
+    first, *rest = (w.format(p=p) for w in wants)
+    assert_one_line_error(cli("whatif", run_dir, flag, p), f"{p}: {first}", *rest)
 
 
 def test_history_add_of_a_record_file(files):
