@@ -11,7 +11,7 @@ Importing ailens imports no framework.
 from ._version import __version__  # first: modules imported below may read it
 
 # isort: split
-from ._lazy import lazy_getattr
+from . import _lazy
 from .live.lens import Lens
 from .record.config import LensConfig
 from .record.node import detect_rank_world
@@ -35,7 +35,7 @@ _LAZY = {
 }
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY, globals())
+__getattr__ = _lazy.lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = [

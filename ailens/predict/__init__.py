@@ -14,9 +14,9 @@ The names below are this package's public API (imported on first use, so importi
 record) and never renders.
 """
 
-# This package's modules and the public names each defines.
-from .._lazy import lazy_getattr
+from .. import _lazy
 
+# This package's modules and the public names each defines.
 _EXPORTS = {
     "cluster": ("ClusterPrediction", "ClusterTarget", "predict"),
     "collectives": ("CANONICAL_OPS", "DEFAULT_INTER", "DEFAULT_INTRA", "CostParams", "Fit",
@@ -36,4 +36,4 @@ _LAZY = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_LAZY)
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY, globals())
+__getattr__ = _lazy.lazy_getattr(__name__, _LAZY, globals())
