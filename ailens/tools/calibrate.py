@@ -153,9 +153,13 @@ def loaded_sweep(comm: Transport, rows: list[dict], kernel, reps: int = 3) -> No
             t0 = time.perf_counter()
             done = comm.start_allreduce(row["nbytes"])
             iters = 0
-            while not done():
+            # At least one kernel call, as backward computes whatever the allreduce does: an
+            # allreduce done before the first poll would otherwise read as a rate of 0.
+            while True:
                 once()
                 iters += 1
+                if done():
+                    break
             wall = time.perf_counter() - t0
             walls.append(wall)
             rates.append(min(iters * alone / wall, 1.0))
