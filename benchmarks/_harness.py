@@ -205,6 +205,33 @@ def analyze_run(run_dir: str | Path, **kwargs: Any):
     return ailens.analyze(run_dir, **kwargs)
 
 
+def describe_machine() -> dict:
+    """The machine a benchmark ran on, as it describes itself: host, cores, CPU model,
+    memory, Python and (when importable) torch and its GPU."""
+    import platform
+
+    d: dict[str, Any] = {"host": platform.node(), "machine": platform.machine(),
+                         "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+                         "loadavg": loadavg()}  # fmt: skip
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                d["cpu"] = line.split(":", 1)[1].strip()
+                break
+        d["memory_gib"] = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (OSError, ValueError):
+        pass
+    try:
+        import torch
+
+        d["torch"] = torch.__version__
+        if torch.cuda.is_available():
+            d["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return d
+
+
 def read_json(path: Path) -> dict | None:
     """A JSON file's document; None when it is missing or not (yet) whole."""
     try:

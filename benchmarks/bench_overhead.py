@@ -156,7 +156,8 @@ JOBS = (
 
 def run_case(case: Case, args: argparse.Namespace) -> dict:
     """One row: the script's OVERHEAD line, or ``skipped`` with the reason."""
-    row = {"name": case.name, "framework": case.framework, "ranks": case.ranks}
+    ranks = args.ranks if args.ranks and case.launcher != "python" else case.ranks
+    row = {"name": case.name, "framework": case.framework, "ranks": ranks}
     script = CASES_DIR / case.script
     if case.launcher not in harness.LAUNCHERS:
         return {**row, "skipped": f"launcher {case.launcher!r} is not one of {harness.LAUNCHERS}"}
@@ -165,9 +166,9 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
     why = harness.missing_module(list(case.requires))
     if why:
         return {**row, "skipped": why}
-    env = harness.launch_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // case.ranks)))
+    env = harness.launch_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
     argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s)]
-    cmd = harness.launcher_command(case.launcher, case.ranks, argv)
+    cmd = harness.launcher_command(case.launcher, ranks, argv)
     t0 = time.monotonic()
     try:
         returncode, out, err = harness.launch(cmd, env, args.timeout)
@@ -347,6 +348,12 @@ def main() -> int:
     p.add_argument("--close-steps", type=int, default=25_000, help="steps before close")
     p.add_argument("--cases", help="comma-separated case and job names (default: all)")
     p.add_argument("--pairs", type=int, default=20, help="plain/lensed block pairs per case")
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=0,
+        help="ranks of every multi-rank step case (default: each case's own, 2)",
+    )
     p.add_argument("--block-s", type=float, default=1.0, help="target seconds per block")
     p.add_argument("--job-pairs", type=int, default=3, help="plain/lensed launch pairs per job")
     p.add_argument("--timeout", type=int, default=900, help="seconds per case (per launch)")

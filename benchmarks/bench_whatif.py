@@ -109,8 +109,10 @@ class Bench:
 
     # ------------------------------------------------------------ launching
 
-    def run(self, name: str, ranks: int, threads: int, link=None, hosts=None) -> dict:
-        """One run of an example; returns its record (run dir, load before/after)."""
+    def run(self, name: str, ranks: int, threads: int, link=None, hosts=None, *,
+            pin: bool = False) -> dict:  # fmt: skip
+        """One run of an example; returns its record (run dir, load before/after). ``pin``:
+        the job confined to ``ranks x threads`` cores (``taskset``), one core per thread."""
         key = f"{name}-r{ranks}-t{threads}-" + ("loopback" if link is None else _link_key(link))
         if key in self.runs:
             return self.runs[key]
@@ -123,6 +125,9 @@ class Bench:
         if link is None:
             cmd = [harness.PY, str(REPO / ex["run"]), "--ranks", str(ranks), "--threads",
                    str(threads), "--run-dir", str(d), *flags]  # fmt: skip
+            if pin:
+                cmd = ["taskset", "-c", f"0-{ranks * threads - 1}", *cmd]
+                rec["cores"] = ranks * threads
             harness.launch_all([cmd], harness.rank_env(threads), self.timeout, key)
         else:
             harness.launch_all(*self._link_cmds(name, d, threads, flags, hosts), self.timeout, key)
@@ -275,6 +280,23 @@ def cpu_cases(bench: Bench, name: str) -> list[dict]:
     return cases
 
 
+def ladder_cases(bench: Bench, name: str, counts: list[int]) -> list[dict]:
+    """Runs at every rank count of ``counts`` (one thread per rank, the job on as many
+    cores); predictions from the two smallest counts to every larger one, and from the third
+    to the largest. Needs a machine with ``max(counts)`` cores."""
+    runs = {n: bench.run(name, n, 1, pin=True) for n in counts}
+    cal = bench.calibrate(name, runs[counts[1] if len(counts) > 1 else counts[0]]["dir"])
+    pairs = [(a, b) for a in counts[:2] for b in counts if b > a]
+    if len(counts) > 3:
+        pairs.append((counts[2], counts[-1]))
+    lp = "loopback"
+    return [
+        _case(bench, name, runs[a], runs[b], {"ranks": a, "threads": 1, "link": lp},
+              {"ranks": b, "threads": 1, "link": lp}, cal)
+        for a, b in pairs
+    ]  # fmt: skip
+
+
 def link_cases(bench: Bench, name: str) -> list[dict]:
     """2 ranks on one host <-> 2 ranks on two emulated hosts, for each link setting."""
     local = bench.run(name, 2, 1)
@@ -329,6 +351,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench_whatif")
     ap.add_argument("--examples", default=",".join(dict.fromkeys(CPU_EXAMPLES + LINK_EXAMPLES)))
     ap.add_argument("--quick", action="store_true", help="short runs (development)")
+    ap.add_argument(
+        "--ladder",
+        default="",
+        help="rank counts, e.g. 1,2,4,8,16: run CPU examples at each (one thread per rank, "
+        "pinned to that many cores) and predict from the two smallest counts to every larger "
+        "one and from the third to the largest, instead of the 1 <-> 2 and link cases (a "
+        "machine with that many cores)",
+    )
     ap.add_argument("--no-links", action="store_true", help="skip the emulated-host cases")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per launch")
     ap.add_argument(
@@ -367,6 +397,19 @@ def main() -> int:
     print(f"bench_whatif: {CORES} cores, load {os.getloadavg()}, runs under {args.out}",
           flush=True)  # fmt: skip
     cases: list[dict] = []
+    if args.ladder:
+        counts = sorted({int(x) for x in args.ladder.split(",") if x})
+        if counts[-1] > CORES:
+            print(f"--ladder {args.ladder}: needs {counts[-1]} cores, this machine has {CORES}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        for n in names:
+            print(f"== {n}: ranks {counts}", flush=True)
+            try:
+                cases += ladder_cases(bench, n, counts)
+            except (RuntimeError, OSError, ValueError) as e:
+                cases.append({"example": n, "skipped": f"failed: {e}"})
+        names = []  # the ladder replaces the 1 <-> 2 and link cases
     for n in names:
         if n not in CPU_EXAMPLES:
             continue
@@ -397,6 +440,7 @@ def main() -> int:
         "runs": {k: {x: v for x, v in r.items() if x != "doc"} for k, r in bench.runs.items()},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "nice": args.nice,
+        "machine": harness.describe_machine(),
     }
     if args.json:
         harness.write_json(args.json, doc, indent=2, default=str)

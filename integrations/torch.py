@@ -43,6 +43,16 @@ What is recorded, on every rank:
   until the script calls ``lens.step_end()`` itself.
 - **Run facts**: threads, parameter count, and the batch size of the model's first forward.
 
+- **On a CUDA device** (the model's parameters on a GPU), device time as well
+  (``ailens.record.device``): each bucket's ready point is a CUDA timing event on the stream
+  that produced its gradients, recorded just before the allreduce is launched; its end is an
+  event recorded in the bucket future's callback, whose current stream waits for the
+  collective (NCCL's stream, or gloo's copy back with CUDA tensors); each step end is an event
+  after ``optimizer.step()``. The events are resolved at later step ends with
+  ``Event.query()`` and written to the trace as ``device`` marks: nothing synchronises the
+  step (``close()`` waits for the device once). The host timestamps of the ticks stay what
+  they are: the launch.
+
 The cross-rank exchange uses the original ``torch.distributed.all_reduce`` on the default
 group (an int64 CPU tensor; not recorded).
 """
@@ -127,6 +137,39 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
+class CudaClock:
+    """CUDA timing events on the current stream (``ailens.record.device.DeviceClock``)."""
+
+    name = "cuda-events"
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._event = torch.cuda.Event
+
+    def mark(self) -> torch.cuda.Event:
+        event = self._event(enable_timing=True)
+        event.record()
+        return event
+
+    def done(self, event: torch.cuda.Event) -> bool:
+        return event.query()
+
+    def elapsed_ns(self, start: torch.cuda.Event, end: torch.cuda.Event) -> int:
+        return int(round(start.elapsed_time(end) * 1e6))
+
+    def wait(self) -> None:
+        torch.cuda.synchronize(self.device)
+
+
+def _cuda_device(model: Any) -> torch.device | None:
+    """The CUDA device the model trains on, if any."""
+    try:
+        p = next(model.parameters())
+    except (StopIteration, AttributeError, TypeError):
+        return None
+    return p.device if p.is_cuda else None
+
+
 def _whole_world(group=None, *args, **kwargs) -> bool:
     """Whether ``destroy_process_group`` ends the run: the default group, not a subgroup."""
     return group is None or group is dist.group.WORLD
@@ -178,15 +221,19 @@ class TorchLens(Attachment):
 
         launch = average if comm_hook is None else composed
         value = (lambda f: f.value()[0]) if comm_hook is None else (lambda f: f.value())
+        device = self.lens.device  # set by attach() when the model trains on a CUDA device
 
         def ailens_comm_hook(state, bucket):
             if not self.recording:
                 fut = launch(state, bucket)
                 return fut.then(value) if comm_hook is None else fut
             tick = self.begin("allreduce", bucket.buffer().nbytes)
+            on_device = device.collective_ready(tick) if device is not None else None
             fut = launch(state, bucket)
 
             def done(f):  # the tick's end folded into the one completion callback
+                if on_device is not None:  # this callback's stream waits for the collective
+                    device.collective_done(on_device)
                 self.end(tick)
                 return value(f)
 
@@ -198,6 +245,14 @@ class TorchLens(Attachment):
             model.register_comm_hook(state, ailens_comm_hook)
         except RuntimeError as e:  # a built-in (C++) hook is already registered
             self.notice("ailens: buckets not recorded: %s", e, level=logging.WARNING)
+
+    def device_times(self, model: Any):
+        """The Lens's device timing when the model trains on a CUDA device (else None)."""
+        cuda = _cuda_device(model)
+        if cuda is None or not torch.cuda.is_available():
+            return None
+        with torch.cuda.device(cuda):
+            return self.lens.use_device_clock(CudaClock(cuda))
 
     def _learn_batch_size(self, model: torch.nn.Module) -> None:
         def first_forward(module, args):
@@ -267,6 +322,7 @@ def attach(
     try:
         if record_collectives and exchange is not None:
             handle._install()
+        handle.device_times(model)  # step ends (and buckets) timed on the device too
         if ddp:
             handle._register_ddp_hook(model, comm_hook, state)
         if isinstance(model, torch.nn.Module):

@@ -27,6 +27,7 @@ from ..record.config import LensConfig
 from ..record.exchange import summed
 from ..record.reader import Run, load_run
 from ..record.ticks import summarise
+from .device import DeviceRank, DeviceSummary, device_rank, device_summary
 from .steps import StepTable, step_table
 
 __all__ = ["PhaseSkew", "RunAnalysis", "StepTable", "analyze"]
@@ -84,6 +85,8 @@ class RunAnalysis:
     work_mean: np.ndarray  # (n_ticks,) work before each collective, mean over ranks
     steps: StepTable  # per step and rank: wall, compute, exposed comm, overlap, sections
     online: dict | None = None  # forecast.json as rank 0 wrote it, if present
+    device_ranks: tuple[DeviceRank, ...] = ()  # device time per rank (GPU runs), if recorded
+    device: DeviceSummary | None = None  # its medians: step, collective, gpu-ns per step
 
     @functools.cached_property
     def op_sizes(self) -> tuple[tuple[str, int], ...]:
@@ -159,6 +162,7 @@ def analyze(
     online = _read_online(Path(run.path))
     fed = (mag, comm_r, compute_r, key)
     forecast = _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings)
+    device = [d for t in traces if (d := device_rank(t.rank, t.marks)) is not None]
     return RunAnalysis(
         run=run,
         counter=str(run.meta.get("counter", "")),
@@ -189,6 +193,8 @@ def analyze(
         work_mean=work.astype(np.float64).mean(1) if n else np.zeros(0),
         steps=_step_table(run, lt),
         online=online,
+        device_ranks=tuple(device),
+        device=device_summary(device),
     )
 
 

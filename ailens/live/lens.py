@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from ..model.online import OnlineAnalysis
 from ..record.config import LensConfig
 from ..record.counters import Counter, open_counter
+from ..record.device import DeviceClock, DeviceTimes
 from ..record.exchange import Exchange, Summed
 from ..record.node import detect_rank_world
 from ..record.recorder import Recorder, WriterFactory, schedule_mark
@@ -86,6 +87,7 @@ class Lens:
         self._close_hooks: list[Callable[[], None]] = []
         self.recorder: Recorder | None = None
         self.online: OnlineAnalysis | None = None
+        self.device: DeviceTimes | None = None  # device time, once an integration attaches a clock
         self._live: LiveOutput | None = None  # rank 0's progress lines, forecast.json
         self.session = ExchangeSession(cfg, self.rank, self.world_size, exchange, clock=clock,
                                        fault=self._fault,
@@ -157,6 +159,9 @@ class Lens:
         if self.disabled is None:
             try:
                 self.online.on_step(self._steps, self.recorder.log_step(self._steps))
+                if self.device is not None:
+                    self.device.step(self._steps)
+                    self.device.resolve()
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
         self._steps += 1
@@ -285,6 +290,19 @@ class Lens:
         if mark is not None:
             self._add_mark(mark)
 
+    def use_device_clock(self, clock: DeviceClock) -> DeviceTimes | None:
+        """Time collectives and steps on a device too (``ailens.record.device``): the
+        integration marks each collective's ready and end points on the returned
+        :class:`DeviceTimes`; step ends are marked here. None when not recording."""
+        if self.disabled is not None or self.recorder is None:
+            return None
+        if self.device is None:
+            rec = self.recorder
+            self.device = DeviceTimes(clock, log=lambda m: rec.log_mark(m, self._steps),
+                                      origin_ns=rec.now())  # fmt: skip
+            self._add_mark({"kind": "info", "device_clock": clock.name})
+        return self.device
+
     def describe(self, **info) -> None:
         """Facts about the run learned after the start (batch size, parameter count, threads):
         recorded as an ``info`` mark; JSON-serialisable values."""
@@ -321,6 +339,8 @@ class Lens:
         self.closed = True
         try:
             if self.disabled is None:
+                if self.device is not None:
+                    self.device.resolve(final=True)  # the one wait for the device
                 end_ns = self.recorder.now()
                 self.online.on_close(end_ns, crashed=self._crashed)
                 self.recorder.flush(final=True)

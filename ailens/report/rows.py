@@ -32,6 +32,7 @@ __all__ = [
 COUNTER_LABELS = {
     "instructions": "instructions (hardware counter: user-space instructions retired)",
     "cpu-ns": "cpu-ns (CPU time of the process in ns)",
+    "gpu-ns": "gpu-ns (device time of the training stream in ns, from CUDA events)",
 }
 
 NO_FORECAST = (

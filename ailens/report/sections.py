@@ -26,6 +26,7 @@ from .rows import (
 
 __all__ = [
     "build_report",
+    "device_section",
     "forecast_section",
     "header",
     "parts_section",
@@ -372,6 +373,44 @@ def whatif_section(rows, *, mode: str = "weak", ranks_now: int | None = None) ->
     )
 
 
+def device_section(a) -> Section:
+    """Device time (GPU runs): the step, each collective and the work between collectives
+    as the device timed them, beside the host's view in the sections above."""
+    d = a.device
+    if d is None:
+        return Section(key="device", title="Device time", empty="", json={"device": None})
+
+    def s(x: float | None) -> str:
+        return "–" if x is None else fmt_s(x)
+
+    rows = (
+        Row(("counter", COUNTER_LABELS.get(d.counter, d.counter))),
+        Row(
+            (
+                "clock",
+                f"{d.clock} ({d.ranks} rank(s), {d.steps} steps, "
+                f"{d.collectives} collectives resolved)",
+            )
+        ),  # fmt: skip
+        Row(("step (median)", s(d.step_s))),
+        Row(("one collective (median)", s(d.collective_s))),
+        Row(("in collectives per step (median)", s(d.comm_per_step_s))),
+        Row(("gpu-ns before collectives per step (median)", s(d.work_per_step_s))),
+    )
+    return Section(
+        key="device",
+        title="Device time",
+        rows=rows,
+        notes=(
+            "A collective's device time runs from when it could start (its input ready and the "
+            "previous collective done) to its end; gpu-ns is the training stream's time "
+            "between collectives. Timed with events resolved at later step ends, never "
+            "synchronising the step.",
+        ),
+        json={"device": d.to_dict()},
+    )
+
+
 def build_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5) -> Report:
     """Every section of the report of analysis ``a`` (a RunAnalysis), in order."""
     return Report(
@@ -383,6 +422,7 @@ def build_report(a, whatif_rows=None, *, whatif_mode: str = "weak", top: int = 5
             skew_section(a),
             forecast_section(a),
             parts_section(a),
+            device_section(a),
             whatif_section(whatif_rows, mode=whatif_mode, ranks_now=a.ranks),
         ),
     )
