@@ -4,7 +4,7 @@
 #   OUT=/tmp/out bash benchmarks/device/cores16.sh [whatif] [step] [job]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source benchmarks/device/setup.sh
+source benchmarks/device/setup.sh || exit 1
 O="${OUT:-/tmp/out}/cores16"; mkdir -p "$O"
 (lscpu; echo; free -g; echo; uptime) >"$O/machine.txt" 2>&1
 part() { # NAME LIMIT CMD...

@@ -5,11 +5,11 @@
 #   OUT=/tmp/out bash benchmarks/device/gpu.sh [CASE ...]   # default: all
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source benchmarks/device/setup.sh
+source benchmarks/device/setup.sh || exit 1
 O="${OUT:-/tmp/out}/gpu"; mkdir -p "$O"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv >"$O/nvidia-smi.csv" 2>&1
 G="$PY benchmarks/device/gpu.py"
-TR="$V/bin/torchrun --standalone"
+TR="$BIN/torchrun --standalone"
 case_run() { # NAME LIMIT CMD...
   local name="$1" limit="$2"; shift 2
   echo "== $name ($(date +%T))"
