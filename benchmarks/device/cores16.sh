@@ -14,8 +14,8 @@ part() { # NAME LIMIT CMD...
   echo "   rc=$rc"; tail -n 25 "$O/$name.log" | cut -c1-220
 }
 for p in ${@:-whatif step job}; do case "$p" in
-  whatif) part whatif 170 "$PY" benchmarks/bench_whatif.py --examples kmeans,resnet50-ddp --ladder 1,2,4,8,16 --quick --timeout 60 --out /tmp/bw --json "$O/whatif-ladder.json" ;;
-  step) part step 150 "$PY" benchmarks/bench_overhead.py --kind step --cases kmeans_mpi,mnist_ddp,resnet50_ddp,ddp_2ms,ddp_hook_floor --ranks 4 --pairs 12 --block-s 0.4 --timeout 60 --force --json "$O/overhead-step.json" ;;
-  job) part job 100 "$PY" benchmarks/bench_overhead.py --kind job --cases ddp_tutorial_job --job-pairs 3 --timeout 40 --force --json "$O/overhead-job.json" ;;
+  whatif) part whatif 150 "$PY" benchmarks/bench_whatif.py --examples kmeans,resnet50-ddp --ladder 1,2,4,8,16 --quick --timeout 60 --out /tmp/bw --json "$O/whatif-ladder.json" ;;
+  step) part step 130 "$PY" benchmarks/bench_overhead.py --kind step --cases kmeans_mpi,mnist_ddp,resnet50_ddp,ddp_2ms,ddp_hook_floor --ranks 4 --pairs 10 --block-s 0.3 --timeout 60 --force --json "$O/overhead-step.json" ;;
+  job) part job 80 "$PY" benchmarks/bench_overhead.py --kind job --cases ddp_tutorial_job --job-pairs 2 --timeout 40 --force --json "$O/overhead-job.json" ;;
 esac; done
 echo "cores16.sh done $(date +%T)"

@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -161,9 +162,10 @@ def case_profile(args) -> None:
             prof.step()
     sync(args)
     lens.close()
-    trace = Path(tempfile.mkdtemp()) / f"trace-{rank}.json"
+    trace = Path(args.out) / f"trace-{args.model}-{args.backend}{world}-rank{rank}.json"
     prof.export_chrome_trace(str(trace))
     truth = profiler_truth(json.loads(trace.read_text()), steps=range(first, first + args.profiled))
+    subprocess.run(["gzip", "-f", str(trace)], check=False)  # kept: the ground truth, re-readable
     dist.barrier()
     if rank == 0:
         a = ailens.analyze(run_dir)

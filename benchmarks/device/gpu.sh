@@ -21,9 +21,9 @@ ALL="tests profile ab forecast oneliners"
 for c in ${@:-$ALL}; do case "$c" in
   tests) case_run tests 150 "$PY" -m pytest -q -x tests/test_device.py -p no:cacheprovider ;;
   profile)
-    case_run profile-resnet50-nccl 60 $G profile --model resnet50 --steps 30 --profiled 8 --out "$O"
-    case_run profile-gpt2-nccl 60 $G profile --model gpt2 --steps 30 --profiled 8 --out "$O"
-    case_run profile-resnet50-gloo2 90 $TR --nproc_per_node=2 benchmarks/device/gpu.py profile --backend gloo --model resnet50 --batch 64 --steps 30 --profiled 8 --out "$O" ;;
+    case_run profile-resnet50-nccl 60 $G profile --model resnet50 --steps 30 --profiled 6 --out "$O"
+    case_run profile-gpt2-nccl 60 $G profile --model gpt2 --steps 30 --profiled 6 --out "$O"
+    case_run profile-resnet50-gloo2 90 $TR --nproc_per_node=2 benchmarks/device/gpu.py profile --backend gloo --model resnet50 --batch 64 --steps 30 --profiled 6 --out "$O" ;;
   ab)
     case_run ab-resnet50 75 $G ab --model resnet50 --pairs 8 --block-s 0.75 --out "$O"
     case_run ab-gpt2 75 $G ab --model gpt2 --pairs 8 --block-s 0.75 --out "$O" ;;
