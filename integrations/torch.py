@@ -161,13 +161,17 @@ class CudaClock:
         torch.cuda.synchronize(self.device)
 
 
-def _cuda_device(model: Any) -> torch.device | None:
-    """The CUDA device the model trains on, if any."""
-    try:
-        p = next(model.parameters())
-    except (StopIteration, AttributeError, TypeError):
+def _cuda_device(model: Any, optimizer: Any = None) -> torch.device | None:
+    """The CUDA device the model (or, without a module, the optimizer's parameters) trains
+    on, if any."""
+    if isinstance(model, torch.nn.Module):
+        params = model.parameters()
+    elif optimizer is not None:
+        params = (p for g in optimizer.param_groups for p in g["params"])
+    else:
         return None
-    return p.device if p.is_cuda else None
+    p = next(params, None)
+    return p.device if p is not None and p.is_cuda else None
 
 
 def _whole_world(group=None, *args, **kwargs) -> bool:
@@ -246,9 +250,10 @@ class TorchLens(Attachment):
         except RuntimeError as e:  # a built-in (C++) hook is already registered
             self.notice("ailens: buckets not recorded: %s", e, level=logging.WARNING)
 
-    def device_times(self, model: Any):
-        """The Lens's device timing when the model trains on a CUDA device (else None)."""
-        cuda = _cuda_device(model)
+    def device_times(self, model: Any, optimizer: Any = None):
+        """The Lens's device timing when the model (or the optimizer's parameters) is on a
+        CUDA device; else None."""
+        cuda = _cuda_device(model, optimizer)
         if cuda is None or not torch.cuda.is_available():
             return None
         with torch.cuda.device(cuda):
@@ -322,7 +327,7 @@ def attach(
     try:
         if record_collectives and exchange is not None:
             handle._install()
-        handle.device_times(model)  # step ends (and buckets) timed on the device too
+        handle.device_times(model, optimizer)  # step ends (and buckets) timed on the device too
         if ddp:
             handle._register_ddp_hook(model, comm_hook, state)
         if isinstance(model, torch.nn.Module):

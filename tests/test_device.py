@@ -97,6 +97,10 @@ def test_collective_device_time_starts_when_the_previous_one_ended():
     ]
     d = device_rank(3, marks)
     assert list(d.comm_ns) == [10_000, 4_000, 3_000]
+    # a backend with several threads (gloo) may end a later collective first: it ran beside
+    # the earlier one, from its own ready point
+    side = [{**marks[0], "end_ns": [11_000, 9_000, 53_000]}]
+    assert list(device_rank(3, side).comm_ns) == [10_000, 7_000, 3_000]
     # gpu-ns: the training stream's time before each collective, restarting at step ends
     assert list(d.work_ns()) == [1_000, 1_000, 30_000]
     assert list(d.step_ns) == [40_000]
@@ -148,6 +152,21 @@ def test_report_shows_device_time_only_when_recorded(tmp_path):
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert json.loads(out.stdout)["device"] is None
+
+
+def test_device_steps_without_collectives_summarise(tmp_path):
+    """One device, no DDP (Lightning or the HF Trainer on one GPU): step ends only."""
+    dev = ScriptedDevice()
+    lens = _lens(tmp_path)
+    lens.use_device_clock(dev)
+    for step in range(5):
+        dev.now = 7_000 * (step + 1)
+        lens.step_end()
+    lens.close()
+    a = ailens.analyze(tmp_path / "run")
+    assert a.device.collectives == 0 and a.device.collective_s is None
+    assert a.device.comm_per_step_s is None and a.device.steps == 5
+    assert a.device.step_s == pytest.approx(7e-6)
 
 
 def test_a_failing_device_clock_disables_ailens_not_training(tmp_path, caplog):

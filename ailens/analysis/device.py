@@ -2,9 +2,10 @@
 
 Per collective (tick) the device gives two points, in ns from the rank's device origin:
 ``ready`` (its input was produced on the training stream) and ``end`` (it completed). The
-collectives of a rank run one after another on the communication stream, so a collective
-runs on the device from ``max(ready, previous end)`` to ``end``: that span is its device
-time (``comm_ns``), comparable to the communication kernels' time in a profiler. The work
+collectives of a rank queue on the communication stream, so a collective runs on the device
+from ``max(ready, end of the earlier collectives that ended before it)`` to ``end``: that
+span is its device time (``comm_ns``), comparable to the communication kernels' time in a
+profiler. The work
 before a collective, the ``gpu-ns`` counter, is the training stream's time from the previous
 collective's ready point (or the previous step's end) to this one's ready point. Step times
 are the differences of the step-end events.
@@ -35,12 +36,18 @@ class DeviceRank:
 
     @property
     def comm_ns(self) -> np.ndarray:
-        """Each collective's time on the device: from when it could start (its input ready
-        and the previous collective done) to its end."""
-        if not len(self.tick):
-            return np.zeros(0, dtype=np.int64)
-        prev_end = np.concatenate(([np.iinfo(np.int64).min], self.end_ns[:-1]))
-        return self.end_ns - np.maximum(self.ready_ns, prev_end)
+        """Each collective's time on the device: from when it could start (its input ready,
+        and every earlier collective that ended before it done: they queue on one stream,
+        while a backend running several at once, gloo's threads, ends them out of order) to
+        its end."""
+        n = len(self.tick)
+        start = self.ready_ns.copy()
+        for k in range(1, n):
+            earlier = self.end_ns[:k]
+            done_before = earlier[earlier <= self.end_ns[k]]
+            if len(done_before):
+                start[k] = max(start[k], int(done_before.max()))
+        return self.end_ns - start
 
     @property
     def step_ns(self) -> np.ndarray:
@@ -120,7 +127,7 @@ def device_summary(ranks: list[DeviceRank]) -> DeviceSummary | None:
         per_step_work.append(np.bincount(at[inside], r.work_ns()[inside], minlength=n)[1:])
 
     def med(a) -> float | None:
-        a = np.concatenate(a) if isinstance(a, list) else a
+        a = np.concatenate(a) if isinstance(a, list) and a else np.asarray(a)
         return float(np.median(a)) / 1e9 if len(a) else None
 
     return DeviceSummary(

@@ -188,7 +188,7 @@ def profiler_truth(tr: dict, steps: range) -> dict:
             launch[args["correlation"]] = e["ts"]
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             gpu.append(e)
-        elif str(e.get("name", "")).startswith("ProfilerStep#") and e.get("ph") == "X":
+        elif str(e.get("name", "")).startswith("ProfilerStep#") and cat == "user_annotation":
             marks.append((int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]))
     marks.sort()
     by_stream: dict = {}
