@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from . import csv_steps, mlperf
+from . import csv_steps, deepspeed, megatron, mlperf, modded_nanogpt, nanogpt
 from ._base import (
     CSV_FORM,
     HEAD_BYTES,
@@ -42,6 +42,10 @@ __all__ = [
 # Detection order: the most specific formats first; the CSV form last.
 FORMATS: tuple[LogFormat, ...] = (
     mlperf.FORMAT,
+    megatron.FORMAT,  # before deepspeed: Megatron-DeepSpeed logs carry both
+    deepspeed.FORMAT,
+    modded_nanogpt.FORMAT,
+    nanogpt.FORMAT,
     csv_steps.FORMAT,
 )
 
