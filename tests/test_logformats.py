@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import gzip
+import json
 import os
 import random
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 import ailens
 from ailens.analysis.logformats import FORMATS, detect_format, get_format, read_text
+from ailens.cli import main as cli_main
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
@@ -225,3 +227,47 @@ def test_unknown_text_gets_one_line_with_what_it_looks_like(tmp_path):
     msg = str(e.value)
     assert "\n" not in msg and "notes.txt" in msg and "'Epoch one went fine" in msg
     assert all(f.name in msg for f in FORMATS) and "step,end_s" in msg
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_cli_forecast_reads_the_logs_and_lists_the_formats(tmp_path, capsys):
+    assert cli_main(["forecast", "--format", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f.name in listed for f in FORMATS)
+    log = LOGS / "modded-nanogpt" / "011625_Sub3Min_c8cbdf48.txt"
+    assert cli_main(["forecast", str(log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "modded-nanogpt" and doc["steps"] == doc["total_steps"] == 1385
+    assert [round(r["steps_done"] / 1385, 2) for r in doc["at"]] == [0.05, 0.1, 0.2, 0.5]
+    assert doc["init_s"] == 0.0
+    # Forcing another format says what that format needs, naming the file.
+    assert cli_main(["forecast", str(log), "--format", "megatron"]) == 2
+    err = capsys.readouterr().err
+    assert "011625_Sub3Min_c8cbdf48.txt: no Megatron" in err and "internal error" not in err
+    assert cli_main(["forecast", str(log), "--format", "nope"]) == 2
+    assert "unknown log format 'nope'" in capsys.readouterr().err
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(bytes(range(256)) * 40)
+    assert cli_main(["forecast", str(blob)]) == 2
+    err = capsys.readouterr().err
+    assert "weights.bin: not a training log" in err and "internal error" not in err
+    assert cli_main(["forecast"]) == 2
+    assert "give the LOG" in capsys.readouterr().err
+
+
+def test_cli_progress_bar_counts_from_the_first_step(tmp_path, capsys):
+    """A log with 10 s of init before 100 steps of 1 s: the bar (tqdm, Keras) starts with the
+    first step, so at step 50 it says 10 + 50 / 50 x 100 = 110 s, not 60 / 50 x 100."""
+    p = tmp_path / "init.csv"
+    rows = ["step,end_s,section,begin_s", "0,10.0,init,0.0"]
+    rows += [f"{i},{10.0 + i:.1f}" for i in range(1, 101)] + ["100,110.0,end"]
+    p.write_text("\n".join(rows) + "\n")
+    assert cli_main(["forecast", str(p), "--at", "50%", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["init_s"] == 10.0
+    (row,) = doc["at"]
+    assert row["steps_done"] == 50 and row["progress_bar_total_s"] == pytest.approx(110.0)
+    assert cli_main(["forecast", str(p), "--at", "50%"]) == 0
+    assert "(from the first step, after 10.00s of init)" in capsys.readouterr().out
