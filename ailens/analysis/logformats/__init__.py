@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from . import csv_steps, deepspeed, megatron, mlperf, modded_nanogpt, nanogpt
+from . import csv_steps, deepspeed, megatron, mlperf, modded_nanogpt, nanogpt, pylogging
 from ._base import (
     CSV_FORM,
     HEAD_BYTES,
@@ -46,6 +46,7 @@ FORMATS: tuple[LogFormat, ...] = (
     deepspeed.FORMAT,
     modded_nanogpt.FORMAT,
     nanogpt.FORMAT,
+    pylogging.FORMAT,  # generic: after every format whose lines it would also take
     csv_steps.FORMAT,
 )
 
