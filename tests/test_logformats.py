@@ -98,6 +98,15 @@ def test_modded_nanogpt_log():
     assert ends[-1] == pytest.approx(19.300 + 178.616)  # step:1385/1385 train_time:178616ms
 
 
+def test_fairseq_json_progress():
+    """train_inner json lines: num_updates with the wall seconds since training began; the
+    total from max_update, the end from 'done training in'."""
+    tl = ailens.read_timeline(LOGS / "fairseq" / "fsdp_13B_1gpu_example_output.log")
+    assert tl.source == "fairseq" and tl.steps == tl.total_steps == 10 and tl.finished
+    assert tl.step_end_s == (105, 161, 294, 351, 403, 456, 515, 566, 620, 673)
+    assert tl.end_s == 798.6
+
+
 def test_python_logging_lines_with_a_step_number():
     """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
     tl = ailens.read_timeline(

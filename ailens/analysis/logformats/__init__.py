@@ -14,7 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from . import csv_steps, deepspeed, megatron, mlperf, modded_nanogpt, nanogpt, pylogging
+from . import (
+    csv_steps,
+    deepspeed,
+    fairseq,
+    megatron,
+    mlperf,
+    modded_nanogpt,
+    nanogpt,
+    pylogging,
+)
 from ._base import (
     CSV_FORM,
     HEAD_BYTES,
@@ -46,6 +55,7 @@ FORMATS: tuple[LogFormat, ...] = (
     deepspeed.FORMAT,
     modded_nanogpt.FORMAT,
     nanogpt.FORMAT,
+    fairseq.FORMAT,
     pylogging.FORMAT,  # generic: after every format whose lines it would also take
     csv_steps.FORMAT,
 )
