@@ -228,6 +228,20 @@ def test_restart_is_one_timeline_with_the_lost_time(tmp_path):
     assert tl.info["restarts"] == 1 and tl.info["restart_lost_s"] == pytest.approx(4.0)
 
 
+def test_timestamps_slightly_out_of_order_are_not_a_clock_restart(tmp_path):
+    """Ranks' lines interleave with clocks a moment apart: a timestamp a little before the
+    previous line's is the same moment, not a clock that started over."""
+    p = tmp_path / "ranks.log"
+    p.write_text(
+        "2024-01-01 12:00:00,000 - INFO - step 1 loss 3\n"
+        "2024-01-01 12:00:01,000 - INFO - step 2 loss 3\n"
+        "2024-01-01 12:00:00,990 - INFO - step 3 loss 3\n"
+        "2024-01-01 12:00:03,000 - INFO - step 4 loss 3\n"
+    )
+    tl = ailens.read_timeline(p)
+    assert tl.steps == 4 and tl.step_end_s[-1] == pytest.approx(3.0)
+
+
 def test_modded_log_cut_before_its_clock_restart(tmp_path):
     """The same sample cut at step 10 (before train_time restarts) is the first 10 steps."""
     lines = (LOGS / "modded-nanogpt" / "011625_Sub3Min_c8cbdf48.txt").read_text().splitlines()

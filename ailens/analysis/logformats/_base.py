@@ -264,8 +264,11 @@ def timeline_from_points(
         if p.t_s is not None and math.isfinite(p.t_s):
             t = p.t_s + shift
             if t_prev is not None and t < t_prev - 1e-9:
-                shift = t_prev  # the clock restarted from zero (a timer reset after warm-up)
-                t = p.t_s + shift
+                if clock == "from_start" and p.t_s < 0.5 * (t_prev - shift):
+                    shift = t_prev  # the clock restarted from zero (a timer reset after warm-up)
+                    t = p.t_s + shift
+                else:
+                    t = t_prev  # a line printed a moment out of order (another rank's clock)
         elif p.step_s is not None and math.isfinite(p.step_s) and p.step_s >= 0:
             if t_prev is None:
                 t = (c if c <= 2 * typical else typical) * p.step_s
