@@ -139,6 +139,13 @@ def test_python_logging_lines_with_a_step_number():
     assert tl.step_end_s[19] == pytest.approx(_stamp("2019-05-23 01:59:27,037") - first)
     (init,) = [s for s in tl.sections if s.name == "init"]
     assert init.begin_s == 0 and init.end_s == pytest.approx(tl.step_end_s[19] - 20 * per_step)
+    # --no-init: counted from the end of the init, as the progress bar counts.
+    scored = ailens.read_timeline(
+        LOGS / "pylogging" / "mlperf_v0.6_nvidia_maskrcnn_python_logging.log.gz",
+        include_init=False,
+    )
+    assert not any(s.name == "init" for s in scored.sections)
+    assert scored.step_end_s[19] == pytest.approx(tl.step_end_s[19] - init.end_s)
 
 
 def test_python_logging_per_epoch_counter_and_validation_lines(tmp_path):
