@@ -1,54 +1,30 @@
-"""Timelines from what runs leave behind: an ailens run directory, an MLPerf/MLCommons log,
-a plain CSV. ``read_timeline`` picks the reader from the path's content.
-
-MLPerf logs (``mlperf_logging``): ``:::MLLOG {json}`` lines (v0.7 on), ``:::MLL <time> key:
-{json}`` (v0.6) and ``:::MLPv0.5.0 <benchmark> <time> (file:line) key: value`` (v0.5), with
-any prefix a launcher puts before them; gzip or plain text. The timeline's step is the finest
-unit of training progress the log has: per-iteration ``tracked_stats`` events whose ``step``
-advances regularly (unit "logged step"), when there are at least 20 and twice as many as
-epochs; else ``epoch_stop`` (unit "epoch"), ``block_stop`` (a block of ``epoch_count``
-epochs), the training between evaluations (a log with more ``eval_start``, or only
-``eval_accuracy``, than epoch or block starts: unit "eval interval"), or the gaps between
-successive ``epoch_start``/``block_start``. Sections: ``eval_start`` ->
-``eval_stop`` ("eval") and ``init_start`` -> ``init_stop`` ("init"). The origin is
-``init_start`` (``include_init``, what a user waits for) or ``run_start`` (what MLPerf scores);
-the end is ``run_stop``.
+"""Timelines from what runs leave behind: an ailens run directory, or a training log in one
+of the formats of ``ailens.analysis.logformats`` (MLPerf, the CSV form, the common training
+frameworks' console logs). ``read_timeline`` picks the reader from the path's content, or
+takes the format named.
 """
 
 from __future__ import annotations
 
-import bisect
-import csv
-import gzip
-import io
-import json
-import math
-import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..model.timeline import SCHEDULE_KEYS, Section, Timeline
+from .logformats import LogError, format_names, read_log, read_text
+from .logformats.csv_steps import read_csv
+from .logformats.mlperf import parse_mlperf, read_mlperf
 
-__all__ = ["read_csv", "read_mlperf", "read_run_dir", "read_timeline"]
-
-_MLLOG = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
-_MLL = re.compile(r":::MLL\s+([0-9.]+)\s+(\w+):\s*(.*?)\s*$")
-_MLP05 = re.compile(r":::MLPv0\.5\.0\s+\S+\s+([0-9.]+)\s+\([^)]*\)\s+(\w+)(?::\s*(.*?))?\s*$")
-# v0.5 keys that mean the v0.6+ ones.
-_V05_KEYS = {"train_epoch": "epoch_start", "run_final": "run_stop", "train_loop": "run_start"}
-_EPOCH_KEYS = ("epoch_num", "first_epoch_num")
-# The same event logged by several ranks lands within this many seconds.
-_SAME_EVENT_S = 2.0
-# Per-iteration progress is used when it is regular (this share of its gaps equal) and gives
-# at least this many steps (and twice the epochs' or blocks').
-_REGULAR_SHARE = 0.9
-_MIN_FINE_STEPS = 20
-
-
-class LogError(ValueError):
-    """A file that is not a timeline this reader understands (the message names the file
-    and the fix)."""
+__all__ = [
+    "LogError",
+    "format_names",
+    "parse_mlperf",
+    "read_csv",
+    "read_mlperf",
+    "read_run_dir",
+    "read_timeline",
+]
 
 
 def read_timeline(
@@ -57,48 +33,57 @@ def read_timeline(
     total_steps: int | None = None,
     epochs: float | None = None,
     include_init: bool = True,
+    fmt: str | None = None,
 ) -> Timeline:
-    """The timeline of a run: ``path`` is an ailens run directory, an MLPerf log (``:::MLLOG``,
-    ``:::MLL`` or ``:::MLPv0.5.0`` lines; gzip accepted) or a CSV (``step,end_s[,section]``).
+    """The timeline of a run: ``path`` is an ailens run directory or a training log (an
+    MLPerf log, a CSV of ``step,end_s[,section]``, a Megatron, nanoGPT, tqdm, ... console log:
+    ``format_names()``; gzip accepted), in the format its content is or ``fmt``.
     ``total_steps`` or ``epochs`` say how long the run is where the file does not (epochs are
-    converted with the steps per epoch read from the log)."""
+    converted with the steps per epoch read from the log). ``include_init``: count from the
+    log's first reading (before initialisation, what a user waits for); False: from the end
+    of the initialisation (MLPerf: run_start, what MLPerf scores)."""
     p = Path(path)
     if p.is_dir():
         tl = read_run_dir(p)
     else:
-        text = _read_text(p)
-        if ":::MLL" in text or ":::MLPv0.5.0" in text:
+        text = read_text(p)
+        if fmt == "mlperf" or (fmt is None and not include_init and _is_mlperf(text)):
             tl = read_mlperf(p, text=text, include_init=include_init)
         else:
-            try:
-                tl = read_csv(p, text=text)
-            except LogError as e:
-                raise LogError(
-                    f"{e} (the file has no :::MLLOG, :::MLL or :::MLPv0.5.0 lines either, so it "
-                    "is not an MLPerf log this reader knows)"
-                ) from None
+            tl = read_log(p, text, fmt)
+            if not include_init:
+                tl = _from_init_end(tl)
     try:
         return tl.with_total(total_steps, epochs)
     except ValueError as e:
         raise LogError(f"{p}: {e}") from None
 
 
-def _read_text(p: Path) -> str:
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise LogError(
-            f"{p}: no such file or directory (give an ailens run directory, an MLPerf log or "
-            "a CSV of step,end_s[,section])"
-        ) from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
-            raise LogError(
-                f"{p}: a gzip file that does not decompress ({e}); re-fetch it"
-            ) from None
-    return raw.decode("utf-8", errors="replace")
+def _is_mlperf(text: str) -> bool:
+    from .logformats import detect_format
+
+    f = detect_format(text)
+    return f is not None and f.name == "mlperf"
+
+
+def _from_init_end(tl: Timeline) -> Timeline:
+    """The timeline counted from the end of its ``init`` section (the one from its start)."""
+    init = next((s for s in tl.sections if s.name == "init" and s.begin_s <= 0), None)
+    if init is None:
+        return tl
+    d = init.end_s
+
+    def shift(x: float) -> float:
+        return max(x - d, 0.0)
+
+    return replace(
+        tl,
+        step_end_s=tuple(shift(x) for x in tl.step_end_s),
+        sections=tuple(
+            Section(s.name, shift(s.begin_s), shift(s.end_s)) for s in tl.sections if s is not init
+        ),
+        end_s=None if tl.end_s is None else shift(tl.end_s),
+    )
 
 
 # --------------------------------------------------------------------------- ailens run dir
@@ -133,325 +118,3 @@ def read_run_dir(path: str | Path) -> Timeline:
         steps_per_epoch=float(spe) if spe else None,
         info={"file": str(path), "ranks": run.world_size},
     )
-
-
-# --------------------------------------------------------------------------- CSV
-
-
-def read_csv(path: str | Path, *, text: str | None = None) -> Timeline:
-    """A CSV of ``step,end_s[,section[,begin_s]]`` rows, seconds from the run's start; a
-    header line is optional. A row with no section: step ``step`` ended at ``end_s``. A row
-    with a section name: that section ended at ``end_s`` and began at ``begin_s`` (default: the
-    previous row's ``end_s``). A row with section ``end`` says when the run ended: the run is
-    then finished, and its steps are its total."""
-    p = Path(path)
-    text = _read_text(p) if text is None else text
-    ends: list[float] = []
-    sections: list[Section] = []
-    end_s = None
-    prev = 0.0
-    fix = "each row must be step,end_s[,section[,begin_s]] with end_s in seconds from the start"
-    for lineno, row in enumerate(csv.reader(io.StringIO(text)), 1):
-        row = [c.strip() for c in row]
-        if not row or not any(row) or row[0].startswith("#"):
-            continue
-        if lineno == 1 and not _is_number(row[0]):
-            continue  # header
-        if len(row) < 2:
-            raise LogError(f"{p}:{lineno}: {len(row)} column(s); {fix}")
-        try:
-            t = float(row[1])
-            begin = float(row[3]) if len(row) > 3 and row[3] else prev
-        except ValueError:
-            raise LogError(f"{p}:{lineno}: {row[1]!r} is not a number; {fix}") from None
-        name = row[2] if len(row) > 2 else ""
-        if not math.isfinite(t) or t < prev - 1e-9 and not (name and len(row) > 3):
-            raise LogError(
-                f"{p}:{lineno}: end_s {row[1]} is before the previous row's {prev}; rows must "
-                "come in time order"
-            )
-        if not name:
-            ends.append(t)
-        elif name.lower() == "end":
-            end_s = t
-        else:
-            if begin > t:
-                raise LogError(
-                    f"{p}:{lineno}: section {name!r} begins after it ends ({begin} > {t})"
-                )
-            sections.append(Section(name, begin, t))
-        prev = max(prev, t)
-    if not ends:
-        raise LogError(f"{p}: no step rows found; {fix} (e.g. '0,1.25')")
-    schedule = {"total_steps": len(ends)} if end_s is not None else {}
-    return Timeline(
-        step_end_s=tuple(ends),
-        sections=tuple(sections),
-        schedule=schedule,
-        end_s=end_s,
-        name=str(p),
-        source="csv",
-        info={"file": str(p)},
-    )
-
-
-def _is_number(x: str) -> bool:
-    try:
-        float(x)
-    except ValueError:
-        return False
-    return True
-
-
-# --------------------------------------------------------------------------- MLPerf
-
-
-def parse_mlperf(text: str) -> list[tuple[float, str, object, dict]]:
-    """The log's events as (time in seconds, key, value, metadata), in time order."""
-    out = []
-    for line in text.splitlines():
-        if ":::ML" not in line:
-            continue
-        m = _MLLOG.search(line)
-        if m:
-            try:
-                doc = json.loads(m.group(1))
-                out.append(
-                    (
-                        float(doc["time_ms"]) / 1e3,
-                        str(doc["key"]),
-                        doc.get("value"),
-                        doc.get("metadata") or {},
-                    )
-                )
-            except (ValueError, KeyError, TypeError):
-                pass  # a line cut by another rank's output: the next ones carry on
-            continue
-        m = _MLL.search(line)
-        if m:
-            try:
-                doc = json.loads(m.group(3)) if m.group(3) else {}
-            except ValueError:
-                doc = {}
-            doc = doc if isinstance(doc, dict) else {"value": doc}
-            out.append((float(m.group(1)), m.group(2), doc.get("value"), doc.get("metadata") or {}))
-            continue
-        m = _MLP05.search(line)
-        if m:
-            key = _V05_KEYS.get(m.group(2), m.group(2))
-            try:
-                value = json.loads(m.group(3)) if m.group(3) else None
-            except ValueError:
-                value = m.group(3)
-            meta = {"epoch_num": value} if key == "epoch_start" and _num(value) else {}
-            out.append((float(m.group(1)), key, value, meta))
-    out.sort(key=lambda e: e[0])
-    return out
-
-
-def _num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _dedupe(events: list, key: str) -> list:
-    """Events of ``key`` in time order, each once: several ranks log the same event (same
-    epoch, moments apart); the same epoch number seconds apart is another event (BERT logs
-    every evaluation as epoch 1)."""
-    last: dict = {}
-    out = []
-    for e in events:
-        if e[1] != key:
-            continue
-        ident = next((e[3][k] for k in _EPOCH_KEYS if k in e[3]), None)
-        if ident is not None and e[0] - last.get(ident, -math.inf) < _SAME_EVENT_S:
-            continue
-        last[ident] = e[0]
-        out.append(e)
-    return out
-
-
-def _regular_progress(events: list) -> tuple[list[float], float] | None:
-    """Times of the ``tracked_stats`` events whose numeric ``step`` advances by the same amount
-    each time (at least ``_REGULAR_SHARE`` of the gaps), one per step value; None when the log
-    has no such cadence."""
-    times, steps = [], []
-    for t, key, _, meta in events:
-        v = meta.get("step")
-        if key != "tracked_stats" or not _num(v):
-            continue
-        if steps and v <= steps[-1]:
-            continue  # another rank's copy, or a restart of the counter
-        times.append(t)
-        steps.append(float(v))
-    if len(steps) < 3:
-        return None
-    gaps = np.diff(steps)
-    gap = float(np.median(gaps))
-    if gap <= 0 or np.mean(np.isclose(gaps, gap)) < _REGULAR_SHARE:
-        return None
-    return times, gap
-
-
-def read_mlperf(
-    path: str | Path, *, text: str | None = None, include_init: bool = True
-) -> Timeline:
-    """The timeline of an MLPerf Training log (see the module doc for the rules)."""
-    p = Path(path)
-    text = _read_text(p) if text is None else text
-    ev = parse_mlperf(text)
-    fix = (
-        "it needs :::MLLOG (or :::MLL) lines with run_start and epoch_stop, block_stop or "
-        "eval events (mlperf_logging format)"
-    )
-    if not ev:
-        raise LogError(f"{p}: no MLPerf log lines found; {fix}")
-    first = {}
-    last = {}
-    for t, key, _, _ in ev:
-        first.setdefault(key, t)
-        last[key] = t
-    if "run_start" not in first:
-        raise LogError(f"{p}: no run_start event; {fix}")
-    run_start = first["run_start"]
-    init = first.get("init_start")
-    origin = init if include_init and init is not None and init <= run_start else run_start
-    run_stop = last.get("run_stop")
-    if run_stop is not None and run_stop < run_start:
-        run_stop = None
-
-    def inside(events):
-        # Events logged just after run_stop (a block_stop after it) belong to the run.
-        end = math.inf if run_stop is None else run_stop + _SAME_EVENT_S
-        return [
-            (min(e[0], end - _SAME_EVENT_S), *e[1:]) for e in events if run_start <= e[0] <= end
-        ]
-
-    named = {key: inside(_dedupe(ev, key)) for key in _PROGRESS_KEYS}
-    progress = _progress(named, run_stop)
-    if progress is None:
-        raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
-    unit, step_t, epochs_per_step = progress
-
-    # Per-iteration progress where the log has it: ``tracked_stats`` at a regular step
-    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs.
-    fine = _regular_progress(inside(ev))
-    if fine is not None and len(fine[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS):
-        epochs = len(step_t) * epochs_per_step if epochs_per_step else None
-        step_t, gap = fine
-        unit = f"logged step (+{gap:g} on the log's step counter)"
-        epochs_per_step = epochs / len(step_t) if epochs else None
-
-    pairs = _eval_pairs([e[0] for e in named["eval_start"]], [e[0] for e in named["eval_stop"]])
-    sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
-    if include_init and init is not None and "init_stop" in first and origin == init:
-        sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
-
-    steps = [t - origin for t in step_t]
-    schedule: dict = {}
-    if run_stop is not None:
-        status = next((e[3].get("status") for e in ev if e[1] == "run_stop"), None)
-        schedule["total_steps"] = len(steps)
-    else:
-        status = None
-    schedule.update(_eval_schedule(unit, steps, sections))
-    info = {"file": str(p), "unit": unit, "run_status": status}
-    for _, key, value, _ in ev:
-        if key in _META_KEYS and key not in info and value is not None:
-            info[key] = value
-    return Timeline(
-        step_end_s=tuple(steps),
-        sections=tuple(sections),
-        schedule=schedule,
-        end_s=None if run_stop is None else run_stop - origin,
-        name=str(p),
-        source="mlperf",
-        unit=unit,
-        steps_per_epoch=None if not epochs_per_step else 1.0 / epochs_per_step,
-        info=info,
-    )
-
-
-_PROGRESS_KEYS = (
-    "epoch_stop",
-    "block_stop",
-    "block_start",
-    "epoch_start",
-    "eval_start",
-    "eval_stop",
-    "eval_accuracy",
-)
-_META_KEYS = ("submission_benchmark", "submission_org", "submission_platform", "global_batch_size")
-
-
-def _progress(named: dict, run_stop) -> tuple[str, list, float | None] | None:
-    """What counts as a step: (unit, step end times, epochs per step), or None when the log
-    has too few progress events. Epoch ends first, then block ends, evaluations, and block or
-    epoch starts (each start ends the previous step)."""
-    epoch_stop, block_stop = named["epoch_stop"], named["block_stop"]
-    block_start, epoch_start = named["block_start"], named["epoch_start"]
-    eval_start, eval_acc = named["eval_start"], named["eval_accuracy"]
-    epochs_per_step = None
-    if len(epoch_stop) >= 2:
-        unit, step_t = "epoch", [e[0] for e in epoch_stop]
-        epochs_per_step = 1.0
-    elif len(block_stop) >= 2 and len(block_stop) >= len(block_start) - 1:
-        unit, step_t = "block", [e[0] for e in block_stop]
-        counts = [e[3].get("epoch_count") for e in block_start if _num(e[3].get("epoch_count"))]
-        epochs_per_step = float(np.median(counts)) if counts else None
-    elif (len(eval_start) >= 2 or len(eval_acc) >= 2) and max(
-        len(block_start), len(epoch_start)
-    ) < max(len(eval_start), len(eval_acc)):
-        unit = "eval interval"
-        marks = eval_start if len(eval_start) >= 2 else eval_acc
-        step_t = [e[0] for e in marks]
-        pos = [e[3].get("epoch_num") for e in marks]
-        if all(_num(x) for x in pos):
-            gaps = np.diff([0.0, *[float(x) for x in pos]])
-            epochs_per_step = float(np.median(gaps)) if len(gaps) and np.median(gaps) > 0 else None
-    elif len(block_start) >= 2 or len(epoch_start) >= 2:
-        starts = block_start if len(block_start) >= 2 else epoch_start
-        unit = "block" if starts is block_start else "epoch"
-        step_t = [e[0] for e in starts[1:]]
-        if run_stop is not None:
-            step_t.append(run_stop)
-        if unit == "epoch":
-            epochs_per_step = 1.0
-        else:
-            counts = [e[3].get("epoch_count") for e in starts if _num(e[3].get("epoch_count"))]
-            epochs_per_step = float(np.median(counts)) if counts else None
-    else:
-        return None
-    return unit, step_t, epochs_per_step
-
-
-def _eval_pairs(starts: list[float], stops: list[float]) -> list[tuple[float, float]]:
-    """Evaluations pair by order when starts and stops match one to one; else each ends at
-    the first eval_stop after its start and before the next start (logs disagree on the
-    epoch numbers of a pair, and a TPU's evaluations can overlap)."""
-    if len(starts) == len(stops) and all(b >= a for a, b in zip(starts, stops, strict=True)):
-        return list(zip(starts, stops, strict=True))
-    pairs = []
-    for i, t0 in enumerate(starts):
-        nxt = starts[i + 1] if i + 1 < len(starts) else math.inf
-        j = bisect.bisect_left(stops, t0)
-        if j < len(stops) and stops[j] <= nxt:
-            pairs.append((t0, stops[j]))
-    return pairs
-
-
-def _eval_schedule(unit: str, steps: list[float], sections: list[Section]) -> dict:
-    """The evaluation schedule the script had, in steps: its period and first evaluation
-    when the evaluations came regularly, else where each came (an epoch that is not a whole
-    number of logged steps)."""
-    if unit == "eval interval":
-        return {"eval_every_steps": 1}
-    at = sorted(
-        {int(np.searchsorted(steps, s.begin_s, side="right")) for s in sections if s.name == "eval"}
-    )
-    at = [a for a in at if a > 0]
-    gaps = set(np.diff(at).tolist())
-    if len(gaps) == 1 and min(gaps) > 0:
-        return {"eval_every_steps": int(gaps.pop()), "eval_start_step": at[0]}
-    if len(at) >= 2:
-        return {"eval_at_steps": at}
-    return {}
