@@ -14,7 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from . import csv_steps, mlperf
+from . import (
+    csv_steps,
+    hf_trainer,
+    hf_trainer_state,
+    llamafactory,
+    metriclogger,
+    mlperf,
+)
 from ._base import (
     CSV_FORM,
     HEAD_BYTES,
@@ -42,6 +49,10 @@ __all__ = [
 # Detection order: the most specific formats first; the CSV form last.
 FORMATS: tuple[LogFormat, ...] = (
     mlperf.FORMAT,
+    hf_trainer_state.FORMAT,
+    llamafactory.FORMAT,
+    hf_trainer.FORMAT,
+    metriclogger.FORMAT,
     csv_steps.FORMAT,
 )
 

@@ -1,0 +1,117 @@
+"""The framework log formats (Hugging Face Trainer, LLaMA-Factory, MetricLogger, Keras,
+Ultralytics, Lightning's metrics.csv, timm, mmengine) on real public logs committed under
+tests/data/logs/<format>/ (source and licence in each README). The expected numbers are read
+from the logs by hand (quoted beside each assertion), not produced by the readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ailens.analysis.logformats import FORMATS, LogError, detect_format, read_log, read_text
+from ailens.analysis.logformats._base import HEAD_BYTES
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def _only_claimed_by(path: Path, name: str) -> str:
+    """The sample is detected as ``name`` and no other registered format claims it."""
+    text = read_text(path)
+    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES])]
+    assert claimed == [name], claimed
+    assert detect_format(text).name == name
+    return text
+
+
+def hms(h: int, m: int, s: float) -> float:
+    return h * 3600 + m * 60 + s
+
+
+# --------------------------------------------------------------------------- LLaMA-Factory
+
+
+def test_llamafactory_trainer_log_jsonl():
+    path = DATA / "llamafactory" / "trainer_log.jsonl"
+    _only_claimed_by(path, "llamafactory")
+    tl = read_log(path)
+    # {"current_steps": 8660, "total_steps": 8660, ... "epoch": 4.0, "elapsed_time": "5:39:46"}
+    assert tl.steps == 8660 and tl.total_steps == 8660
+    assert tl.steps_per_epoch == pytest.approx(8660 / 4.0)
+    assert tl.finished and tl.end_s == pytest.approx(hms(5, 39, 46))
+    # {"current_steps": 10, ... "elapsed_time": "0:00:24"}: logged every 10 steps
+    assert tl.step_end_s[9] == pytest.approx(24.0)
+    assert tl.step_end_s[4] == pytest.approx(12.0)  # spread evenly inside the interval
+    # {"current_steps": 2500, ... "elapsed_time": "1:37:53"}
+    assert tl.step_end_s[2499] == pytest.approx(hms(1, 37, 53))
+
+
+# --------------------------------------------------------------------------- HF Trainer
+
+
+def test_hf_trainer_console_bar_dicts_and_evaluations():
+    path = DATA / "hf-trainer" / "seq_label_nbbert_interactive.log"
+    _only_claimed_by(path, "hf-trainer")
+    tl = read_log(path)
+    # " 50%|...| 268/536 [01:10<01:00,  4.45it/s" ... "536/536 [02:38<00:00,  3.38it/s]"
+    assert tl.steps == 536 and tl.total_steps == 536
+    assert tl.step_end_s[267] == pytest.approx(70.0)
+    assert tl.step_end_s[437] == pytest.approx(123.0)  # "438/536 [02:03<00:24,  3.97it/s]"
+    assert tl.step_end_s[535] == pytest.approx(148.0)  # "536/536 [02:28<00:00,  4.55it/s"
+    # {'loss': 0.08, ..., 'epoch': 1.0} redrawn at 268/536
+    assert tl.steps_per_epoch == pytest.approx(268.0)
+    # {'eval_loss': ..., 'eval_runtime': 5.4015, ...} after 268 and 5.3206 after 536; the
+    # log_history list printed at the end (dicts with 'step') adds none
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [round(s.begin_s, 4) for s in evals] == [70.0, 148.0]
+    assert [round(s.end_s - s.begin_s, 4) for s in evals] == [5.4015, 5.3206]
+    # {'train_runtime': 158.4339, ...}
+    assert tl.finished and tl.end_s == pytest.approx(158.4339)
+
+
+def test_hf_trainer_console_without_its_bar_says_where_the_bar_went():
+    path = DATA / "hf-trainer" / "slurm_10917672_no_bar.out"
+    _only_claimed_by(path, "hf-trainer")
+    with pytest.raises(LogError, match=r"slurm_10917672_no_bar\.out: .*progress bar.*2>&1"):
+        read_log(path)
+
+
+def test_hf_trainer_state_is_refused_with_what_to_give_instead():
+    path = DATA / "hf-trainer-state" / "trainer_state.json"
+    _only_claimed_by(path, "hf-trainer-state")
+    with pytest.raises(LogError) as e:
+        read_log(path)
+    msg = str(e.value)
+    assert str(path) in msg and "no times" in msg and "trainer_log.jsonl" in msg
+    assert "max_steps 8660" in msg  # "max_steps": 8660
+
+
+# --------------------------------------------------------------------------- MetricLogger
+
+
+def test_metriclogger_deit_epochs_tests_and_training_time():
+    path = DATA / "metriclogger" / "deit_vim_8gpu_2epochs.log"
+    _only_claimed_by(path, "metriclogger")
+    tl = read_log(path)
+    # "Epoch: [0]  [   0/1251]", "Start training for 2 epochs"
+    assert tl.steps_per_epoch == 1251
+    assert tl.steps == 2 * 1251 and tl.total_steps == 2 * 1251
+    # "Epoch: [0] Total time: 1:07:10 (3.2217 s / it)"
+    epoch0 = 1251 * 3.2217
+    assert tl.step_end_s[1250] == pytest.approx(epoch0)
+    assert abs(epoch0 - hms(1, 7, 10)) < 1.0
+    # "Test: Total time: 0:05:19 (22.7948 s / it)" over "Test:  [13/14]"
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 2
+    assert evals[0].begin_s == pytest.approx(epoch0)
+    assert evals[0].end_s - evals[0].begin_s == pytest.approx(14 * 22.7948)
+    # "Epoch: [1] Total time: 1:08:54 (3.3050 s / it)" begins when the test ends
+    assert tl.step_end_s[2501] == pytest.approx(evals[0].end_s + 1251 * 3.3050)
+    assert evals[1].end_s - evals[1].begin_s == pytest.approx(14 * 26.7514)
+    # "Training time 2:28:59"
+    assert tl.finished and tl.end_s == pytest.approx(hms(2, 28, 59))
+    # Inside epoch 0 the 10-iteration intervals follow the printed pace ("time: 3.2104"
+    # at 600), not the slow first iterations ("time: 14.1278" at 0).
+    pace = (tl.step_end_s[610] - tl.step_end_s[600]) / 10
+    first = tl.step_end_s[0]
+    assert pace < first and pace == pytest.approx(3.2171, rel=0.05)
