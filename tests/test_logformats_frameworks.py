@@ -115,3 +115,73 @@ def test_metriclogger_deit_epochs_tests_and_training_time():
     pace = (tl.step_end_s[610] - tl.step_end_s[600]) / 10
     first = tl.step_end_s[0]
     assert pace < first and pace == pytest.approx(3.2171, rel=0.05)
+
+
+# --------------------------------------------------------------------------- Keras
+
+
+def test_keras2_console_epochs_from_the_final_bar_lines():
+    path = DATA / "keras" / "mnist_convnet_keras2.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 1/15" ... 11 finished epochs of "422/422"; epoch 12 stops at "237/422 ... ETA: 7s"
+    assert tl.steps_per_epoch == 422
+    assert tl.steps == 11 * 422 and tl.total_steps == 15 * 422
+    assert not tl.finished and tl.end_s is None
+    # "422/422 [====] - 13s 29ms/step": 13 s (> 422 x 29 ms)
+    assert tl.step_end_s[421] == pytest.approx(13.0)
+    # "- 13s 31ms/step": 422 x 31 ms = 13.08 s is longer than the rounded 13 s
+    assert tl.step_end_s[843] - tl.step_end_s[421] == pytest.approx(422 * 0.031)
+    # epoch 7 "- 17s 41ms/step" -> 17.302 s
+    assert tl.step_end_s[7 * 422 - 1] - tl.step_end_s[6 * 422 - 1] == pytest.approx(422 * 0.041)
+
+
+def test_keras3_console_skips_in_epoch_redraws_and_times_evaluate():
+    path = DATA / "keras" / "float8_transformer_keras3.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 3/3", "625/625 ━━━ 5s 5ms/step", "2s 923us/step", "1s 890us/step"
+    assert tl.steps == 3 * 625 and tl.total_steps == 3 * 625
+    assert [tl.step_end_s[i] for i in (624, 1249, 1874)] == pytest.approx([5.0, 7.0, 8.0])
+    # "  56/625 ━━━  11s 20ms/step" is the time left, not elapsed: epoch 1 still ends at 5 s
+    # "782/782 ━━━ 1s 491us/step" after the last epoch: evaluate()
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(8.0, 9.0)]
+    assert tl.finished and tl.end_s == pytest.approx(9.0)
+
+
+# --------------------------------------------------------------------------- Ultralytics
+
+
+def test_yolo_results_csv_time_column_and_args_yaml_epochs():
+    path = DATA / "yolo-results" / "results.csv"
+    _only_claimed_by(path, "yolo-results")
+    tl = read_log(path)
+    assert tl.unit == "epoch" and tl.steps == 20  # rows "1,93.2846,..." to "20,623.782,..."
+    assert tl.total_steps == 50  # args.yaml "epochs: 50"
+    assert tl.step_end_s[0] == pytest.approx(93.2846)
+    assert tl.step_end_s[9] == pytest.approx(343.598)  # "10,343.598,..."
+    assert tl.step_end_s[19] == pytest.approx(623.782)
+    assert not tl.finished
+
+
+# --------------------------------------------------------------------------- Lightning
+
+
+def test_lightning_metrics_csv_with_a_logged_epoch_time():
+    path = DATA / "lightning-csv" / "metrics.csv"
+    _only_claimed_by(path, "lightning-csv")
+    tl = read_log(path)
+    # "0,2517.10107421875,14073,..." ... "9,2419.625244140625,140739,...": step counts from 0
+    assert tl.steps == 140740 and tl.steps_per_epoch == 14074
+    assert tl.step_end_s[14073] == pytest.approx(2517.10107421875)
+    # "1,2414.659423828125,28147,...": a duration per epoch, summed
+    assert tl.step_end_s[28147] == pytest.approx(2517.10107421875 + 2414.659423828125)
+    assert tl.info["time column"] == "epoch_time"
+
+
+def test_lightning_metrics_csv_without_time_says_it_cannot_give_times():
+    path = DATA / "lightning-csv" / "metrics_no_time.csv"
+    _only_claimed_by(path, "lightning-csv")
+    with pytest.raises(LogError, match=r"no_time\.csv: .*cannot give times.*no time column"):
+        read_log(path)

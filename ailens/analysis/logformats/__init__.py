@@ -18,9 +18,12 @@ from . import (
     csv_steps,
     hf_trainer,
     hf_trainer_state,
+    keras,
+    lightning_csv,
     llamafactory,
     metriclogger,
     mlperf,
+    yolo,
 )
 from ._base import (
     CSV_FORM,
@@ -53,6 +56,9 @@ FORMATS: tuple[LogFormat, ...] = (
     llamafactory.FORMAT,
     hf_trainer.FORMAT,
     metriclogger.FORMAT,
+    keras.FORMAT,
+    yolo.FORMAT,
+    lightning_csv.FORMAT,
     csv_steps.FORMAT,
 )
 

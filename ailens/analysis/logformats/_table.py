@@ -1,0 +1,46 @@
+"""CSV tables the frameworks write (Ultralytics' results.csv, Lightning's metrics.csv): the
+header's column names (stripped: Ultralytics 8.0 pads them) and the rows as dicts of floats
+(empty or non-numeric cells left out)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+from ._base import LogError
+
+__all__ = ["header", "rows"]
+
+
+def header(text: str) -> list[str]:
+    """The first line's column names, stripped and lower-cased."""
+    first = text.lstrip("\ufeff").split("\n", 1)[0]
+    try:
+        return [c.strip().lower() for c in next(csv.reader([first]))]
+    except (csv.Error, StopIteration):
+        return []
+
+
+def rows(path: Path, text: str) -> tuple[list[str], list[dict[str, float]]]:
+    try:
+        table = list(csv.reader(io.StringIO(text.lstrip("\ufeff"))))
+    except csv.Error as e:
+        raise LogError(f"{path}: not a CSV ({e})") from None
+    if not table:
+        raise LogError(f"{path}: empty file")
+    names = [c.strip().lower() for c in table[0]]
+    out = []
+    for row in table[1:]:
+        rec = {}
+        for name, cell in zip(names, row, strict=False):  # a short row: its cells
+            try:
+                v = float(cell)
+            except ValueError:
+                continue
+            if math.isfinite(v):
+                rec[name] = v
+        if rec:
+            out.append(rec)
+    return names, out
