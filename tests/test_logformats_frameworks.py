@@ -185,3 +185,58 @@ def test_lightning_metrics_csv_without_time_says_it_cannot_give_times():
     _only_claimed_by(path, "lightning-csv")
     with pytest.raises(LogError, match=r"no_time\.csv: .*cannot give times.*no time column"):
         read_log(path)
+
+
+# --------------------------------------------------------------------------- mmengine
+
+
+def test_mmengine_epoch_log_with_checkpoint_and_validation():
+    path = DATA / "mmengine" / "15_minutes_cifar10_resnet50.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "2022/08/22 15:51:54 - ... Checkpoints will be saved": the log's start;
+    # "15:51:56 ... Epoch(train) [1][10/1563] ... time: 0.1414" begins the steps 10 x 0.1414 s
+    # before; "[1][30/1563]" is the last line stamped 15:51:56, "[1][70/1563]" 15:51:58
+    assert tl.steps_per_epoch == 1563
+    assert tl.step_end_s[29] == pytest.approx(2.0)
+    assert tl.step_end_s[69] == pytest.approx(4.0)
+    init = [s for s in tl.sections if s.name == "init"]
+    assert init and init[0].end_s == pytest.approx(2.0 - 10 * 0.1414)
+    # "15:52:50 ... Saving checkpoint at 1 epochs": the epoch's 1563 iterations ended
+    assert tl.steps == 1563 and tl.step_end_s[-1] == pytest.approx(56.0)
+    # "Epoch(val) [1][10/313]" at 15:52:51 ... "[1][313/313]" at 15:52:54
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(56.0, 60.0)]
+
+
+def test_mmengine_timestamps_without_the_year():
+    path = DATA / "mmengine" / "deepspeed_flexible_runner_2gpu.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "07/03 13:04:17 ... [1][ 10/196] ... time: 0.4073" ... "07/03 13:04:53 ... [1][190/196]"
+    assert tl.steps == 190 and tl.steps_per_epoch == 196
+    assert tl.step_end_s[189] - tl.step_end_s[9] == pytest.approx(36.0)
+    assert tl.step_end_s[9] == pytest.approx(10 * 0.4073)
+
+
+# --------------------------------------------------------------------------- timm
+
+
+def test_timm_train_and_test_lines():
+    path = DATA / "timm" / "imagenette_resnet50_hpu_2epochs.log"
+    _only_claimed_by(path, "timm")
+    tl = read_log(path)
+    # "Train: 0 [   0/73 (  1%)] ... Time: 9.575s, ... (9.575s, ...)"
+    assert tl.steps_per_epoch == 73 and tl.steps == 2 * 73
+    assert tl.step_end_s[0] == pytest.approx(9.575)
+    # "Train: 0 [  50/73 ( 70%)] ... (0.470s, ...)": 51 batches at 0.470 s on average
+    assert tl.step_end_s[50] == pytest.approx(51 * 0.470)
+    epoch0 = 73 * 0.470
+    assert tl.step_end_s[72] == pytest.approx(epoch0)
+    # "Test: [  30/30]  Time: 3.856 (0.732)": 31 batches at 0.732 s
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert evals[0].begin_s == pytest.approx(epoch0)
+    assert evals[0].end_s == pytest.approx(epoch0 + 31 * 0.732)
+    # "Train: 1 [  50/73 ( 70%)] ... (0.148s, ...)" after the test
+    assert tl.step_end_s[145] == pytest.approx(evals[0].end_s + 73 * 0.148)
+    assert evals[1].end_s - evals[1].begin_s == pytest.approx(31 * 0.126)

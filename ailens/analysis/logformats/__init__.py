@@ -23,6 +23,8 @@ from . import (
     llamafactory,
     metriclogger,
     mlperf,
+    mmengine,
+    timm,
     yolo,
 )
 from ._base import (
@@ -55,7 +57,9 @@ FORMATS: tuple[LogFormat, ...] = (
     hf_trainer_state.FORMAT,
     llamafactory.FORMAT,
     hf_trainer.FORMAT,
+    mmengine.FORMAT,
     metriclogger.FORMAT,
+    timm.FORMAT,
     keras.FORMAT,
     yolo.FORMAT,
     lightning_csv.FORMAT,
