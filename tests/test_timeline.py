@@ -127,7 +127,10 @@ def test_baselines_beside_every_step():
     tl = _timeline()
     got = forecast_timeline(tl)
     s = got.at_step(30)  # after the first evaluation (4 s) at step 25
-    assert s.progress_bar_total_s == pytest.approx(s.elapsed_s * 120 / 30)
+    # The progress bar counts from the first step, as tqdm and Keras do: the 2 s of init are
+    # added as they were, not extrapolated with the steps.
+    assert tl.init_s == 2.0
+    assert s.progress_bar_total_s == pytest.approx(2.0 + (s.elapsed_s - 2.0) * 120 / 30)
     # Composer (skip_batches=1): the clock starts at the first step's end, so the init and the
     # first step are out; the rate leaves the evaluation out; one call seen after 25 steps, i.e.
     # 24 of the 119 steps the clock covers: 119 / 24 calls in all, 119 / 24 - 1 still to come.

@@ -1,4 +1,5 @@
-"""``ailens forecast``: the forecast of any run from its log (run dir, MLPerf log, CSV)."""
+"""``ailens forecast``: the forecast of any run from its log (run dir, or a training log in any
+format of ``ailens.analysis.logformats``)."""
 
 from __future__ import annotations
 
@@ -31,15 +32,25 @@ def _fractions(text: str) -> list[float]:
 def add_forecast(sub) -> None:
     p = sub.add_parser(
         "forecast",
-        help="forecast any run from its log: an ailens run dir, an MLPerf log, a CSV",
+        help="forecast any run from its log: an ailens run dir, a training log, a CSV",
         description="Forecast the end of a run that ran with or without ailens, from its "
-        "timeline: an ailens run directory, an MLPerf/MLCommons log (:::MLLOG, :::MLL; gzip "
-        "accepted) or a CSV of step,end_s[,section[,begin_s]] rows (a row with section 'end' "
-        "says when the run ended). The forecast is the live Lens's own (ailens."
+        "timeline: an ailens run directory, or a training log as the job printed it, its "
+        "format detected from its content (Megatron-LM/DeepSpeed, DeepSpeed, nanoGPT, "
+        "modded-nanogpt, MLPerf/MLCommons :::MLLOG, ...: `--format list` names them all; "
+        "gzip accepted), or a CSV of step,end_s[,section[,begin_s]] rows (a row with section "
+        "'end' says when the run ended). The forecast is the live Lens's own (ailens."
         "forecast_timeline), shown with its 95% interval, its parts and the progress-bar "
         "and Composer ETAs beside it. See docs/forecast.md.",
     )
-    p.add_argument("log", type=Path, metavar="LOG", help="run directory, MLPerf log or CSV")
+    p.add_argument(
+        "log", type=Path, metavar="LOG", nargs="?", help="run directory, training log or CSV"
+    )
+    p.add_argument(
+        "--format",
+        metavar="NAME",
+        help="read LOG in this format instead of the one its content shows; "
+        "`--format list` prints the formats",
+    )
     p.add_argument(
         "--at",
         type=_fractions,
@@ -66,21 +77,29 @@ def add_forecast(sub) -> None:
     p.add_argument(
         "--no-init",
         action="store_true",
-        help="MLPerf: count from run_start (what MLPerf scores) instead of init_start",
+        help="count from the end of the initialisation (MLPerf: run_start, what MLPerf "
+        "scores) instead of the log's first reading (MLPerf: init_start)",
     )
     p.add_argument("--json", action="store_true", help="print the forecasts as JSON")
 
 
 def cmd_forecast(args) -> int:
+    from ..analysis.logformats import FORMATS
     from ..analysis.logs import LogError, read_timeline
     from ..model.timeline import forecast_timeline
 
+    if args.format == "list":
+        emit("\n".join(f"{f.name:<16} {f.title}" for f in FORMATS))
+        return 0
+    if args.log is None:
+        raise CliError("give the LOG to forecast (a run directory, a training log or a CSV)")
     try:
         tl = read_timeline(
             args.log,
             total_steps=args.total_steps,
             epochs=args.epochs,
             include_init=not args.no_init,
+            fmt=args.format,
         )
     except (LogError, ValueError) as e:
         raise CliError(str(e)) from None
@@ -117,7 +136,9 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
     from .._io import fmt_s
 
     n = tl.total_steps
-    what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(tl.source, "log")
+    what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(
+        tl.source, f"{tl.source} log"
+    )
     bench = tl.info.get("submission_benchmark")
     head = f"{path}: {what}" + (f" ({bench})" if bench else "")
     head += f", one step = one {tl.unit}, {tl.steps} steps"
@@ -159,9 +180,11 @@ def _forecast_text(path, tl, result, rows) -> list[str]:
                 f"{fmt_s(c.remaining_s, 'compact')} ({c.source})"
             )
         bar, comp = r.progress_bar_total_s, r.composer_total_s
+        init = tl.init_s
         out.append(
             "  beside it      progress bar "
             + (fmt_s(bar, "compact") if bar is not None else "n/a")
+            + (f" (from the first step, after {fmt_s(init, 'compact')} of init)" if init else "")
             + ", Composer RuntimeEstimator "
             + (fmt_s(comp, "compact") if comp is not None else "n/a")
         )

@@ -114,6 +114,14 @@ class Timeline:
         return len(self.step_end_s)
 
     @property
+    def init_s(self) -> float:
+        """Seconds before the first step began: the ``"init"`` section that starts the
+        timeline (0 without one). A progress bar (tqdm, Keras) starts its clock there."""
+        return max(
+            (s.end_s for s in self.sections if s.name == "init" and s.begin_s <= 0), default=0.0
+        )
+
+    @property
     def finished(self) -> bool:
         """The run ended after all its steps (its actual total is known)."""
         n = self.total_steps
@@ -140,7 +148,9 @@ class Timeline:
 class StepForecast:
     """The forecasts a user would have read once ``steps_done`` steps had ended (seconds from
     the run's start): ailens (``predicted_total_s``, its 95 % interval and its parts), the
-    progress bar and Composer's ``RuntimeEstimator``."""
+    progress bar (its clock started with the first step, as tqdm's and Keras' do: the
+    initialisation before it, ``Timeline.init_s``, is added as it was) and Composer's
+    ``RuntimeEstimator``."""
 
     steps_done: int
     elapsed_s: float
@@ -213,6 +223,7 @@ class TimelineForecast:
             "schedule": dict(tl.schedule),
             "sections": {n: c for n, c in _section_counts(tl.sections).items()},
             "end_s": tl.end_s,
+            "init_s": tl.init_s,
             "actual_total_s": self.actual_total_s,
             "signature_step": self.signature_step,
             "forecast": None if self.forecast is None else self.forecast.to_dict(),
@@ -315,6 +326,7 @@ def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple
     # and when Composer's clock started (the end of the first step).
     evals = [s for s in tl.sections if s.name.lower().startswith("eval")]
     first_end = ends[0] if ends else math.inf
+    init = tl.init_s  # the progress bar's clock starts after it
     out = []
     j = 0
     done: dict[str, list[tuple[int, float]]] = {}
@@ -334,7 +346,7 @@ def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple
                 interval_s=p.interval_s,
                 step_time_s=p.step_time_s,
                 components=p.components,
-                progress_bar_total_s=naive_total_s(t, p.steps_done, n),
+                progress_bar_total_s=_plus(init, naive_total_s(t - init, p.steps_done, n)),
                 composer_total_s=composer_total_s(
                     t, p.steps_done, n, done, clock_start_s=first_end
                 ),
@@ -342,3 +354,7 @@ def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple
             )
         )
     return tuple(out)
+
+
+def _plus(offset: float, total: float | None) -> float | None:
+    return None if total is None else offset + total

@@ -16,14 +16,18 @@ from pathlib import Path
 from ...model.timeline import Timeline
 from . import (
     csv_steps,
+    deepspeed,
     hf_trainer,
     hf_trainer_state,
     keras,
     lightning_csv,
     llamafactory,
+    megatron,
     metriclogger,
     mlperf,
     mmengine,
+    modded_nanogpt,
+    nanogpt,
     timm,
     yolo,
 )
@@ -54,6 +58,10 @@ __all__ = [
 # Detection order: the most specific formats first; the CSV form last.
 FORMATS: tuple[LogFormat, ...] = (
     mlperf.FORMAT,
+    megatron.FORMAT,  # before deepspeed: Megatron-DeepSpeed logs carry both
+    deepspeed.FORMAT,
+    modded_nanogpt.FORMAT,
+    nanogpt.FORMAT,
     hf_trainer_state.FORMAT,
     llamafactory.FORMAT,
     hf_trainer.FORMAT,

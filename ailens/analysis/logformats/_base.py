@@ -14,6 +14,7 @@ steps before the log's first timed interval are left out (``total_steps`` counts
 
 from __future__ import annotations
 
+import calendar
 import gzip
 import math
 import re
@@ -30,9 +31,13 @@ __all__ = [
     "LogError",
     "LogFormat",
     "Point",
+    "count_matches",
     "first_line",
+    "first_timestamp_s",
+    "last_timestamp_s",
     "read_text",
     "timeline_from_points",
+    "timestamp_s",
 ]
 
 # How much of the file ``detect`` sees.
@@ -124,6 +129,42 @@ def _binary(raw: bytes, text: str) -> bool:
     return odd > 0.01 * max(len(text), 1)
 
 
+# A wall-clock timestamp as loggers print it: 2024-01-01 12:00:00[,.]123 (or with a T).
+TIMESTAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+
+
+def timestamp_s(match: re.Match) -> float:
+    """Seconds (on a clock of the log's own time zone) of a ``TIMESTAMP`` match."""
+    y, mo, d, h, mi, s, frac = match.groups()
+    t = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    return t + (float("0." + frac) if frac else 0.0)
+
+
+def first_timestamp_s(text: str) -> float | None:
+    """The first wall-clock timestamp in ``text`` (the log's first clock reading)."""
+    m = TIMESTAMP.search(text)
+    return None if m is None else timestamp_s(m)
+
+
+def last_timestamp_s(text: str) -> float | None:
+    """The last wall-clock timestamp in ``text`` (the log's last clock reading)."""
+    for line in reversed(text[-65536:].splitlines()):
+        m = TIMESTAMP.search(line)
+        if m:
+            return timestamp_s(m)
+    return None
+
+
+def count_matches(pattern: re.Pattern, text: str, enough: int) -> int:
+    """How many lines of ``text`` ``pattern`` finds, counting up to ``enough`` (detection)."""
+    n = 0
+    for _ in pattern.finditer(text):
+        n += 1
+        if n >= enough:
+            break
+    return n
+
+
 def first_line(text: str, width: int = 80) -> str:
     """The first non-empty line, cut to ``width`` characters (for messages)."""
     for line in text.replace("\r", "\n").splitlines():
@@ -142,6 +183,7 @@ def timeline_from_points(
     zero_based: bool = False,
     clock: str = "absolute",
     log_start_s: float | None = None,
+    log_end_s: float | None = None,
     end_s: float | None = None,
     sections: Sequence[Section] = (),
     steps_per_epoch: float | None = None,
@@ -155,11 +197,13 @@ def timeline_from_points(
     a line's steps done are its counter + 1. ``clock``: ``"absolute"`` (timestamps: the
     timeline's 0 is ``log_start_s``, the log's first clock reading, and the time before the
     first timed step is an ``"init"`` section; without it, the start of the first timed
-    interval) or ``"from_start"`` (readings count from the start of the first step: a
+    interval; ``log_end_s``: its last reading, the run's end when the counter reached the
+    total) or ``"from_start"`` (readings count from the start of the first step: a
     cumulative training time, a progress bar's elapsed; 0 is that start). ``end_s``: the
     run's end on the points' clock, when the log says it ended; a log whose counter reached
     its total ended then. ``sections``: on the points' clock (shifted with the steps).
-    ``total_steps`` overrides the points' totals; ``steps_per_epoch`` in the log's steps.
+    ``total_steps`` overrides the points' totals (both on the log's counter: the steps before
+    the timeline's first are taken off); ``steps_per_epoch`` in the log's steps.
     """
     if clock not in ("absolute", "from_start"):
         raise ValueError(f"clock must be 'absolute' or 'from_start', got {clock!r}")
@@ -203,6 +247,7 @@ def timeline_from_points(
 
     # 2. Where the first timed interval begins, and the timeline's zero.
     c0, t0, _, s0 = resolved[0]
+    estimated_first = False
     if clock == "from_start":
         before = c0 if c0 <= 2 * typical else typical
         start_counter, start_t, zero = c0 - before, 0.0, 0.0
@@ -210,6 +255,17 @@ def timeline_from_points(
         before = c0 if c0 <= 2 * typical else typical
         start_counter, start_t = c0 - before, t0 - before * s0
         zero = log_start_s if log_start_s is not None and log_start_s <= start_t else start_t
+    elif len(resolved) > 1 and resolved[1][0] > c0 and not resolved[1][2]:
+        # The first interval's start is not in the log: its steps at the next interval's
+        # pace, after the log's first reading (the time before them is "init").
+        c1, t1 = resolved[1][0], resolved[1][1]
+        before = c0 if c0 <= 2 * typical else typical
+        start_counter = c0 - before
+        start_t = t0 - before * (t1 - t0) / (c1 - c0)
+        if log_start_s is not None and log_start_s <= t0:
+            start_t = max(start_t, log_start_s)
+        zero = log_start_s if log_start_s is not None and log_start_s <= start_t else start_t
+        estimated_first = True
     else:
         start_counter, start_t = c0, t0  # the first line only starts the clock
         zero = log_start_s if log_start_s is not None and log_start_s <= t0 else t0
@@ -260,17 +316,26 @@ def timeline_from_points(
         ends.extend((np.interp(n, xs, ts) - zero).tolist())
     ends = np.maximum.accumulate(np.maximum(np.asarray(ends, dtype=float), 0.0)).tolist()
     offset = int(round(start_counter))
-    if total_steps is None and total:
-        total_steps = max(total - offset, 0) or None
+    if total_steps is None:
+        total_steps = total
+    if total_steps:
+        total_steps = max(int(total_steps) - offset, 0) or None
     run_end = None if end_s is None else end_s + (shift if clock == "from_start" else 0.0) - zero
     if run_end is None and total_steps and len(ends) >= total_steps:
-        run_end = ends[-1]  # the counter reached the total: the run ended with that step
+        # The counter reached the total: the run ended with that step, or at the log's last
+        # clock reading after it (final evaluation, saving).
+        last = ends[-1]
+        if log_end_s is not None and clock == "absolute":
+            last = max(last, log_end_s - zero)
+        run_end = last
     sched = dict(schedule or {})
     if total_steps:
         sched["total_steps"] = int(total_steps)
     inf = {"file": str(path), "format": source}
     if offset:
         inf["steps_before_log"] = offset
+    if estimated_first:
+        inf["first_interval"] = "estimated at the next interval's pace"
     if restarts or lost:
         inf["restarts"] = restarts or sum(1 for s in out_sections if s.name == "restart")
         inf["restart_lost_s"] = lost

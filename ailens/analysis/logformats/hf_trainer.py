@@ -125,7 +125,8 @@ def _training_total(bars: list[tuple[int, int, float, float | None]]) -> int:
     return max(longest, key=lambda m: (longest[m], m))
 
 
-_MARK = re.compile(r"\{'(?:loss|train_runtime|eval_loss)': |\*\*\*\*\* Running training \*\*\*\*\*")
+# The Trainer's printed dicts (its "***** Running training *****" banner is also DeepSpeed-Chat's).
+_MARK = re.compile(r"\{'(?:loss|train_runtime|eval_loss)': ")
 
 
 def _detect(head: str) -> bool:

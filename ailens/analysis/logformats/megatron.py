@@ -1,0 +1,85 @@
+"""Megatron-LM and Megatron-DeepSpeed console logs: rank 0's training line every
+``--log-interval`` iterations, with or without a timestamp before it::
+
+     [2025-04-13 23:41:12] iteration       10/    1000 | consumed samples: 160 | elapsed time per
+     iteration (ms): 1147.6 | learning rate: ... | lm loss: ... |
+
+The counter is the iterations done (a line every k iterations counts k steps), the total is
+after the slash. A line's own timestamp places it; without one, the iterations' ends follow
+from the elapsed time per iteration (Megatron's interval timer, evaluations included) summed
+from the first iteration's start.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ...model.timeline import Timeline
+from ._base import (
+    TIMESTAMP,
+    LogError,
+    LogFormat,
+    Point,
+    count_matches,
+    first_timestamp_s,
+    last_timestamp_s,
+    timeline_from_points,
+    timestamp_s,
+)
+
+__all__ = ["FORMAT", "read_megatron"]
+
+_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|")
+_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
+_LINE = re.compile(
+    r"\biteration\s+\d+\s*/\s*(?:\d+|infinity)\s*\|.*elapsed time per iteration \(ms\)"
+)
+
+
+def read_megatron(path: Path, text: str) -> Timeline:
+    points = []
+    stamped = False
+    for line in text.splitlines():
+        m = _ITER.search(line)
+        e = _ELAPSED.search(line) if m else None
+        if e is None:
+            continue
+        ts = TIMESTAMP.search(line, 0, m.start())
+        stamped = stamped or ts is not None
+        total = None if m.group(2) == "infinity" else int(m.group(2))
+        points.append(
+            Point(
+                step=int(m.group(1)),
+                t_s=None if ts is None else timestamp_s(ts),
+                step_s=float(e.group(1)) / 1e3,
+                total=total,
+            )
+        )
+    if not points:
+        raise LogError(
+            f"{path}: no Megatron 'iteration N/ M | ... elapsed time per iteration' lines"
+        )
+    return timeline_from_points(
+        points,
+        path=path,
+        source="megatron",
+        unit="iteration",
+        clock="absolute" if stamped else "from_start",
+        log_start_s=first_timestamp_s(text) if stamped else None,
+        log_end_s=last_timestamp_s(text) if stamped else None,
+    )
+
+
+def _detect(head: str) -> bool:
+    return count_matches(_LINE, head, 2) >= 2
+
+
+FORMAT = LogFormat(
+    name="megatron",
+    title="Megatron-LM / Megatron-DeepSpeed (iteration N/ M | ... elapsed time per iteration (ms))",
+    detect=_detect,
+    read=read_megatron,
+    example=" [2025-04-13 23:41:12] iteration   10/ 1000 | consumed samples: 160 | elapsed time "
+    "per iteration (ms): 1147.6 | ...",
+)

@@ -1,0 +1,273 @@
+"""The log formats of ``ailens forecast LOG``: each read on a real public log of its format
+(tests/data/logs/<format>/, provenance in the README beside each), detection by content, the
+shared mechanisms (intervals of k steps, coarse clocks, restarts), and bad input."""
+
+from __future__ import annotations
+
+import calendar
+import gzip
+import json
+import os
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ailens
+from ailens.analysis.logformats import FORMATS, detect_format, get_format, read_text
+from ailens.cli import main as cli_main
+
+LOGS = Path(__file__).parent / "data" / "logs"
+
+
+def _stamp(text: str) -> float:
+    """Seconds of a 'YYYY-mm-dd HH:MM:SS,mmm' timestamp read off a log by hand."""
+    day, clock = text.split(" ")
+    hms, _, ms = clock.partition(",")
+    y, mo, d = (int(x) for x in day.split("-"))
+    h, mi, s = (int(x) for x in hms.split(":"))
+    return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + (int(ms) / 1000 if ms else 0.0)
+
+
+def _samples():
+    for d in sorted(p for p in LOGS.iterdir() if p.is_dir()):
+        for f in sorted(d.iterdir()):
+            if f.name != "README.md":
+                yield d.name, f
+
+
+# --------------------------------------------------------------------------- the formats
+
+
+def test_megatron_deepspeed_log():
+    """Iterations every 10 to 470 of 171661, no timestamps on them: the step ends follow from
+    the elapsed time per iteration."""
+    tl = ailens.read_timeline(LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz")
+    assert tl.source == "megatron" and tl.unit == "iteration"
+    assert tl.steps == 470 and tl.total_steps == 171661 and not tl.finished
+    d = np.diff((0.0, *tl.step_end_s))
+    # "iteration 10/ ... elapsed time per iteration (ms): 1001.5", "iteration 30/ ... 484.5"
+    assert d[:10] == pytest.approx([1.0015] * 10)
+    assert d[20:30] == pytest.approx([0.4845] * 10)
+    assert (README := LOGS / "megatron" / "README.md").exists() and "Licence" in README.read_text()
+
+
+def test_deepspeed_chat_log():
+    """[Rank 0] step=N lines every 10 steps with DeepSpeed's timestamps; the epochs' micro
+    batches give the steps per epoch and the total; the run ended at the launcher's last
+    line."""
+    tl = ailens.read_timeline(LOGS / "deepspeed" / "deepspeed_chat_opt-1.3b_sft.log.gz")
+    assert tl.source == "deepspeed"
+    assert tl.steps == 7360 and tl.total_steps == 7360 and tl.steps_per_epoch == 460
+    assert tl.finished
+    d = np.diff(tl.step_end_s)
+    step10, step20 = _stamp("2023-04-18 01:46:59,142"), _stamp("2023-04-18 01:47:06,590")
+    assert d[10:19] == pytest.approx([(step20 - step10) / 10] * 9)
+    first = _stamp("2023-04-18 01:46:52,554")  # the log's first timestamp
+    assert tl.end_s == pytest.approx(_stamp("2023-04-18 03:20:49,471") - first)
+    assert tl.step_end_s[-1] == pytest.approx(_stamp("2023-04-18 03:20:25,116") - first)
+    assert ailens.read_timeline(LOGS / "deepspeed" / "deepspeed_chat_opt-1.3b_sft.log.gz",
+                                epochs=8).total_steps == 3680  # fmt: skip
+
+
+def test_nanogpt_log():
+    """iter N lines every 5 iterations from 0: each the time of its last iteration, the
+    evaluation inside the iteration after it."""
+    tl = ailens.read_timeline(LOGS / "nanogpt" / "train.log")
+    assert tl.source == "nanogpt" and tl.steps == 451 and tl.total_steps is None
+    assert tl.step_end_s[0] == pytest.approx(10.26808)  # iter 0: time 10268.08ms
+    d = np.diff(tl.step_end_s)
+    assert 1.431 <= np.median(d) <= 1.459  # the plain lines' times: 1431.27 to 1458.02 ms
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 5  # step 0, 100, 200, 300, 400: train loss ..., val loss ...
+    # iter 100: time 10538.35ms after the evaluation at 100: the eval is the extra
+    assert 10.53835 - 1.459 <= evals[1].end_s - evals[1].begin_s <= 10.53835 - 1.431
+    with pytest.raises(ailens.LogError, match="train.log.*--total-steps"):
+        ailens.read_timeline(LOGS / "nanogpt" / "train.log", epochs=2)
+
+
+def test_modded_nanogpt_log():
+    """train_time is cumulative and restarts from 0 after step 10: the timeline continues."""
+    tl = ailens.read_timeline(LOGS / "modded-nanogpt" / "011625_Sub3Min_c8cbdf48.txt")
+    assert tl.source == "modded-nanogpt"
+    assert tl.steps == tl.total_steps == 1385 and tl.finished
+    ends = tl.step_end_s
+    assert ends[0] == pytest.approx(17.555) and ends[9] == pytest.approx(19.300)
+    assert ends[10] == pytest.approx(19.300 + 0.126)  # step:11/1385 train_time:126ms
+    assert ends[-1] == pytest.approx(19.300 + 178.616)  # step:1385/1385 train_time:178616ms
+
+
+# --------------------------------------------------------------------------- detection
+
+# A Megatron-DeepSpeed log also has DeepSpeed's step lines; Megatron comes first in the
+# registry, so its iteration lines (with the total) are what is read.
+ALSO_DETECTED = {"megatron": {"deepspeed"}}
+
+
+@pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
+def test_each_sample_is_detected_as_its_format(fmt, path):
+    text = read_text(path)
+    assert detect_format(text).name == fmt
+    others = {f.name for f in FORMATS if f.name != fmt and f.detect(text)}
+    assert others == ALSO_DETECTED.get(fmt, set())
+    # Forcing the format reads the same timeline.
+    forced = ailens.read_timeline(path, fmt=fmt)
+    assert forced.step_end_s == ailens.read_timeline(path).step_end_s
+
+
+def test_every_format_has_a_sample_and_an_example():
+    names = [f.name for f in FORMATS]
+    assert len(set(names)) == len(names)
+    sampled = {fmt for fmt, _ in _samples()}
+    for f in FORMATS:
+        assert f.title and f.example
+        if f.name not in ("mlperf", "csv"):  # those two are tested in test_timeline.py
+            assert f.name in sampled, f"{f.name}: no public sample under {LOGS}"
+    with pytest.raises(ailens.LogError, match="unknown log format 'nope'; known: mlperf"):
+        get_format("nope")
+
+
+# --------------------------------------------------------------------------- mechanisms
+
+
+def test_csv_step_column_counts_k_steps_per_row(tmp_path):
+    """Rows written every 10 steps are 10 steps each, their ends spread over the interval."""
+    p = tmp_path / "every10.csv"
+    p.write_text("step,end_s\n10,5.0\n20,10.0\n30,16.0\n30,16.5,end\n")
+    tl = ailens.read_timeline(p)
+    assert tl.steps == 30 and tl.total_steps == 30 and tl.finished
+    assert tl.step_end_s[:3] == pytest.approx([0.5, 1.0, 1.5])
+    assert tl.step_end_s[20:] == pytest.approx([10.0 + 0.6 * i for i in range(1, 11)])
+    # Counted from 0 (the first row is the first step): one step a row.
+    p.write_text("0,1.0\n1,2.0\n2,3.0\n")
+    assert ailens.read_timeline(p).step_end_s == (1.0, 2.0, 3.0)
+
+
+def test_coarse_clock_spreads_equal_readings(tmp_path):
+    """A clock in whole seconds gives several lines the same reading: their steps are spread
+    between the readings, not 0 s steps."""
+    p = tmp_path / "coarse.csv"
+    p.write_text("1,1\n2,1\n3,1\n4,2\n5,2\n6,3\n")
+    tl = ailens.read_timeline(p)
+    assert tl.step_end_s == pytest.approx([1 / 3, 2 / 3, 1.0, 1.5, 2.0, 3.0])
+    assert min(np.diff(tl.step_end_s)) > 0
+
+
+def test_restart_is_one_timeline_with_the_lost_time(tmp_path):
+    """The counter goes back (a run resumed from an older checkpoint): the steps redone are
+    not counted twice, and the time from the last step before to when the counter passed it
+    again is a "restart" section."""
+    p = tmp_path / "restart.csv"
+    p.write_text("1,1\n2,2\n3,3\n1,5\n2,6\n3,7\n4,8\n5,9\n")
+    tl = ailens.read_timeline(p)
+    assert tl.steps == 5 and tl.step_end_s == pytest.approx([1, 2, 3, 8, 9])
+    (r,) = [s for s in tl.sections if s.name == "restart"]
+    assert (r.begin_s, r.end_s) == pytest.approx((3.0, 7.0))
+    assert tl.info["restarts"] == 1 and tl.info["restart_lost_s"] == pytest.approx(4.0)
+
+
+def test_modded_log_cut_before_its_clock_restart(tmp_path):
+    """The same sample cut at step 10 (before train_time restarts) is the first 10 steps."""
+    lines = (LOGS / "modded-nanogpt" / "011625_Sub3Min_c8cbdf48.txt").read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if x.startswith("step:11/"))
+    p = tmp_path / "running.txt"
+    p.write_text("\n".join(lines[:cut]) + "\n")
+    tl = ailens.read_timeline(p)
+    assert tl.steps == 10 and tl.total_steps == 1385 and not tl.finished
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_random_bytes_are_not_a_training_log(tmp_path):
+    """Binary input gets the one-line LogError naming the file, never another exception."""
+    rng = random.Random(31)
+    for i in range(60):
+        p = tmp_path / f"blob{i}.bin"
+        p.write_bytes(bytes(rng.randrange(256) for _ in range(rng.randrange(200, 5000))))
+        with pytest.raises(ailens.LogError) as e:
+            ailens.read_timeline(p)
+        assert f"blob{i}.bin" in str(e.value) and "\n" not in str(e.value)
+    p = tmp_path / "urandom.log"
+    p.write_bytes(os.urandom(100_000))
+    with pytest.raises(ailens.LogError, match=r"urandom\.log: not a training log \(binary"):
+        ailens.read_timeline(p)
+
+
+@pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
+def test_truncated_samples_read_or_say_why(fmt, path, tmp_path):
+    """A log cut anywhere (a job still running, a copy cut short) reads as its first part or
+    gets a LogError naming the file; a cut gzip says so."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        cut_gz = tmp_path / path.name
+        cut_gz.write_bytes(raw[: len(raw) // 2])
+        with pytest.raises(ailens.LogError, match=f"{path.name}: a gzip file"):
+            ailens.read_timeline(cut_gz)
+        raw = gzip.decompress(raw)
+    full = ailens.read_timeline(path)
+    for frac in (0.02, 0.3, 0.7):
+        p = tmp_path / f"cut_{frac}_{path.name.removesuffix('.gz')}"
+        p.write_bytes(raw[: int(len(raw) * frac)])
+        try:
+            tl = ailens.read_timeline(p, fmt=fmt)
+        except ailens.LogError as e:
+            assert p.name in str(e)
+            continue
+        assert tl.steps <= full.steps
+        assert tl.step_end_s == pytest.approx(full.step_end_s[: tl.steps], abs=5.0)
+
+
+def test_unknown_text_gets_one_line_with_what_it_looks_like(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("\n\nEpoch one went fine, loss went down a lot and then up\nmore text\n")
+    with pytest.raises(ailens.LogError) as e:
+        ailens.read_timeline(p)
+    msg = str(e.value)
+    assert "\n" not in msg and "notes.txt" in msg and "'Epoch one went fine" in msg
+    assert all(f.name in msg for f in FORMATS) and "step,end_s" in msg
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_cli_forecast_reads_the_logs_and_lists_the_formats(tmp_path, capsys):
+    assert cli_main(["forecast", "--format", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f.name in listed for f in FORMATS)
+    log = LOGS / "modded-nanogpt" / "011625_Sub3Min_c8cbdf48.txt"
+    assert cli_main(["forecast", str(log), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "modded-nanogpt" and doc["steps"] == doc["total_steps"] == 1385
+    assert [round(r["steps_done"] / 1385, 2) for r in doc["at"]] == [0.05, 0.1, 0.2, 0.5]
+    assert doc["init_s"] == 0.0
+    # Forcing another format says what that format needs, naming the file.
+    assert cli_main(["forecast", str(log), "--format", "megatron"]) == 2
+    err = capsys.readouterr().err
+    assert "011625_Sub3Min_c8cbdf48.txt: no Megatron" in err and "internal error" not in err
+    assert cli_main(["forecast", str(log), "--format", "nope"]) == 2
+    assert "unknown log format 'nope'" in capsys.readouterr().err
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(bytes(range(256)) * 40)
+    assert cli_main(["forecast", str(blob)]) == 2
+    err = capsys.readouterr().err
+    assert "weights.bin: not a training log" in err and "internal error" not in err
+    assert cli_main(["forecast"]) == 2
+    assert "give the LOG" in capsys.readouterr().err
+
+
+def test_cli_progress_bar_counts_from_the_first_step(tmp_path, capsys):
+    """A log with 10 s of init before 100 steps of 1 s: the bar (tqdm, Keras) starts with the
+    first step, so at step 50 it says 10 + 50 / 50 x 100 = 110 s, not 60 / 50 x 100."""
+    p = tmp_path / "init.csv"
+    rows = ["step,end_s,section,begin_s", "0,10.0,init,0.0"]
+    rows += [f"{i},{10.0 + i:.1f}" for i in range(1, 101)] + ["100,110.0,end"]
+    p.write_text("\n".join(rows) + "\n")
+    assert cli_main(["forecast", str(p), "--at", "50%", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["init_s"] == 10.0
+    (row,) = doc["at"]
+    assert row["steps_done"] == 50 and row["progress_bar_total_s"] == pytest.approx(110.0)
+    assert cli_main(["forecast", str(p), "--at", "50%"]) == 0
+    assert "(from the first step, after 10.00s of init)" in capsys.readouterr().out
