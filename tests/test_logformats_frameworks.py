@@ -70,14 +70,14 @@ def test_hf_trainer_console_bar_dicts_and_evaluations():
 
 
 def test_hf_trainer_console_without_its_bar_says_where_the_bar_went():
-    path = DATA / "hf-trainer" / "slurm_10917672_no_bar.out"
+    path = DATA / "hf-trainer" / "refused" / "slurm_10917672_no_bar.out"
     _only_claimed_by(path, "hf-trainer")
     with pytest.raises(LogError, match=r"slurm_10917672_no_bar\.out: .*progress bar.*2>&1"):
         read_log(path)
 
 
 def test_hf_trainer_state_is_refused_with_what_to_give_instead():
-    path = DATA / "hf-trainer-state" / "trainer_state.json"
+    path = DATA / "hf-trainer-state" / "refused" / "trainer_state.json"
     _only_claimed_by(path, "hf-trainer-state")
     with pytest.raises(LogError) as e:
         read_log(path)
@@ -181,7 +181,7 @@ def test_lightning_metrics_csv_with_a_logged_epoch_time():
 
 
 def test_lightning_metrics_csv_without_time_says_it_cannot_give_times():
-    path = DATA / "lightning-csv" / "metrics_no_time.csv"
+    path = DATA / "lightning-csv" / "refused" / "metrics_no_time.csv"
     _only_claimed_by(path, "lightning-csv")
     with pytest.raises(LogError, match=r"no_time\.csv: .*cannot give times.*no time column"):
         read_log(path)

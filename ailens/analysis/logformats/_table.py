@@ -1,6 +1,6 @@
 """CSV tables the frameworks write (Ultralytics' results.csv, Lightning's metrics.csv): the
 header's column names (stripped: Ultralytics 8.0 pads them) and the rows as dicts of floats
-(empty or non-numeric cells left out)."""
+(empty or non-numeric cells left out); and the whole lines of a log still being written."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ from pathlib import Path
 
 from ._base import LogError
 
-__all__ = ["header", "rows"]
+__all__ = ["header", "rows", "whole_lines"]
+
+
+def whole_lines(text: str) -> str:
+    """The text without a last line the writer has not finished (a log read while the job
+    writes it, or a copy cut short): its numbers could be cut ("(0.1" of "(0.148s")."""
+    if not text or text.endswith(("\n", "\r")):
+        return text
+    cut = max(text.rfind("\n"), text.rfind("\r"))
+    return text[: cut + 1]
 
 
 def header(text: str) -> list[str]:
@@ -25,7 +34,7 @@ def header(text: str) -> list[str]:
 
 def rows(path: Path, text: str) -> tuple[list[str], list[dict[str, float]]]:
     try:
-        table = list(csv.reader(io.StringIO(text.lstrip("\ufeff"))))
+        table = list(csv.reader(io.StringIO(whole_lines(text).lstrip("\ufeff"))))
     except csv.Error as e:
         raise LogError(f"{path}: not a CSV ({e})") from None
     if not table:

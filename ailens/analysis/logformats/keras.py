@@ -22,6 +22,7 @@ from pathlib import Path
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
 from ._clock import unit_s
+from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_keras"]
 
@@ -36,6 +37,7 @@ _EARLY_STOP = re.compile(r"^\s*Epoch \d+: early stopping")
 
 
 def read_keras(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
     points: list[Point] = []
     sections: list[Section] = []
     t = 0.0

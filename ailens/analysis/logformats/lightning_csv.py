@@ -7,7 +7,8 @@ is a clock (seconds since the start); else it is a duration per row (an epoch's 
 its end), summed. The
 steps are the optimizer steps (``step`` + 1 where the time was logged); the steps per epoch
 come from the rows of consecutive epochs. A metrics.csv with no such column is refused with
-that said."""
+that said. A file that begins with epoch 0 begins with the run: its clock starts at 0 with 0
+steps."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ def read_lightning_csv(path: Path, text: str) -> Timeline:
     if not clock:
         values = np.cumsum(values)  # a duration per row (an epoch's time logged at its end)
     points = [Point(step=r["step"], t_s=float(t)) for r, t in zip(timed, values, strict=True)]
+    if timed[0].get("epoch") == 0:
+        points.insert(0, Point(step=-1, t_s=0.0))  # the file begins with the run: 0 steps at 0 s
     spe = _steps_per_epoch(table)
     return timeline_from_points(
         points,

@@ -13,11 +13,13 @@ from pathlib import Path
 from ...model.timeline import Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
 from ._clock import duration_s
+from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_llamafactory"]
 
 
 def read_llamafactory(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
     points: list[Point] = []
     spe = None
     for line in text.splitlines():

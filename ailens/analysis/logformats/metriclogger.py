@@ -22,6 +22,7 @@ from pathlib import Path
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
 from ._clock import DURATION, duration_s
+from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_metriclogger"]
 
@@ -40,6 +41,7 @@ _END = re.compile(rf"^\s*(?:\[[^\]]*\]\s*)?Training time:?\s*({DURATION})\s*$")
 
 
 def read_metriclogger(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
     epochs_total = None
     run_end = None
     t = 0.0  # the rebuilt clock: seconds of timed work since the first epoch began

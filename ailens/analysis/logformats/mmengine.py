@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
+from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_mmengine"]
 
@@ -39,6 +40,7 @@ _YEAR_S = 366 * 86400.0
 
 
 def read_mmengine(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
     points: list[Point] = []
     sections: list[Section] = []
     first_t = None

@@ -5,7 +5,8 @@ Time: 3.856 (0.732)  Loss: …`` during validation (n is the last index: n + 1 b
 
 The log has no clock; the seconds in parentheses are the average per batch since the epoch
 began, so batch i of an epoch ends ``(i + 1) x average`` after it began, and the epoch
-``N x average`` (the last line's). A validation lasts ``(n + 1) x`` its average and is an "eval"
+``N x average`` (the last line's) once the log goes on past it (a validation, the next
+epoch, the end). A validation lasts ``(n + 1) x`` its average and is an "eval"
 section after its epoch; the next epoch begins when it ends. The steps are the batches,
 numbered across epochs; the total is K x N. ``*** Best metric`` ends the run."""
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
+from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_timm"]
 
@@ -28,6 +30,7 @@ _BEST = re.compile(r"\*\*\* Best metric: ")
 
 
 def read_timm(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
     points: list[Point] = []
     sections: list[Section] = []
     t = 0.0  # the rebuilt clock: the end of the last epoch or validation
@@ -72,8 +75,9 @@ def read_timm(path: Path, text: str) -> Timeline:
         elif (m := _TEST.search(line)) and tm:
             close_epoch()
             val = (int(m.group("n")) + 1, float(tm.group("avg")))
-    close_epoch()
-    close_val()
+    if ended:
+        close_epoch()
+    close_val()  # an epoch still running at the end of the file is not extrapolated
     if not points:
         raise LogError(
             f"{path}: no timm progress lines ('Train: e [ i/N (p%)]  ...  Time: 0.320s, ... "
