@@ -105,11 +105,56 @@ def test_modded_nanogpt_log():
     assert ends[-1] == pytest.approx(19.300 + 178.616)  # step:1385/1385 train_time:178616ms
 
 
+def test_fairseq_json_progress():
+    """train_inner json lines: num_updates with the wall seconds since training began; the
+    total from max_update, the end from 'done training in'."""
+    tl = ailens.read_timeline(LOGS / "fairseq" / "fsdp_13B_1gpu_example_output.log")
+    assert tl.source == "fairseq" and tl.steps == tl.total_steps == 10 and tl.finished
+    assert tl.step_end_s == (105, 161, 294, 351, 403, 456, 515, 566, 620, 673)
+    assert tl.end_s == 798.6
+
+
+def test_python_logging_lines_with_a_step_number():
+    """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
+    tl = ailens.read_timeline(
+        LOGS / "pylogging" / "mlperf_v0.6_nvidia_maskrcnn_python_logging.log.gz"
+    )
+    assert tl.source == "pylogging" and tl.steps == 31840 and tl.total_steps is None
+    d = np.diff(tl.step_end_s)
+    # iter: 20 at 01:59:27,037 and iter: 40 at 01:59:33,382
+    per_step = (_stamp("2019-05-23 01:59:33,382") - _stamp("2019-05-23 01:59:27,037")) / 20
+    assert d[20:39] == pytest.approx([per_step] * 19)
+    # From the log's first clock reading ("STARTING TIMING RUN AT 2019-05-23 01:58:44 AM") to
+    # the first iterations' start is init; they ran at the next interval's pace.
+    first = _stamp("2019-05-23 01:58:44")
+    assert tl.step_end_s[19] == pytest.approx(_stamp("2019-05-23 01:59:27,037") - first)
+    (init,) = [s for s in tl.sections if s.name == "init"]
+    assert init.begin_s == 0 and init.end_s == pytest.approx(tl.step_end_s[19] - 20 * per_step)
+
+
+def test_python_logging_per_epoch_counter_and_validation_lines(tmp_path):
+    """A counter that starts over each epoch ('epoch 2 | iter 1/3') counts on; validation
+    lines and every rank's copy of a line are not steps."""
+    p = tmp_path / "dll.log"
+    p.write_text(
+        "DLL 2021-10-20 09:00:00.000000 - epoch 1 | iter 1/3 | loss 3.1 | took 1.0 s\n"
+        "DLL 2021-10-20 09:00:01.000000 - epoch 1 | iter 2/3 | loss 3.0 | took 1.0 s\n"
+        "DLL 2021-10-20 09:00:01.000000 - epoch 1 | iter 2/3 | loss 3.0 | took 1.0 s\n"
+        "DLL 2021-10-20 09:00:02.000000 - epoch 1 | iter 3/3 | loss 2.9 | took 1.0 s\n"
+        "DLL 2021-10-20 09:00:05.000000 - validation step 1 | wer 0.5\n"
+        "DLL 2021-10-20 09:00:06.000000 - epoch 2 | iter 1/3 | loss 2.8 | took 1.0 s\n"
+        "DLL 2021-10-20 09:00:07.000000 - epoch 2 | iter 2/3 | loss 2.7 | took 1.0 s\n"
+    )
+    tl = ailens.read_timeline(p)
+    assert tl.source == "pylogging" and tl.steps == 5 and tl.steps_per_epoch == 3
+    assert tl.step_end_s == pytest.approx([0.0, 1.0, 2.0, 6.0, 7.0][: tl.steps])
+
+
 # --------------------------------------------------------------------------- detection
 
-# A Megatron-DeepSpeed log also has DeepSpeed's step lines; Megatron comes first in the
-# registry, so its iteration lines (with the total) are what is read.
-ALSO_DETECTED = {"megatron": {"deepspeed"}}
+# A Megatron-DeepSpeed log also has DeepSpeed's step lines, and DeepSpeed's are timestamped
+# logger lines with a step number; the registry's order reads each with its own format.
+ALSO_DETECTED = {"megatron": {"deepspeed", "pylogging"}, "deepspeed": {"pylogging"}}
 
 
 @pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))

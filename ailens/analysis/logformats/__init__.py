@@ -17,6 +17,7 @@ from ...model.timeline import Timeline
 from . import (
     csv_steps,
     deepspeed,
+    fairseq,
     hf_trainer,
     hf_trainer_state,
     keras,
@@ -28,6 +29,7 @@ from . import (
     mmengine,
     modded_nanogpt,
     nanogpt,
+    pylogging,
     timm,
     yolo,
 )
@@ -62,6 +64,7 @@ FORMATS: tuple[LogFormat, ...] = (
     deepspeed.FORMAT,
     modded_nanogpt.FORMAT,
     nanogpt.FORMAT,
+    fairseq.FORMAT,
     hf_trainer_state.FORMAT,
     llamafactory.FORMAT,
     hf_trainer.FORMAT,
@@ -71,6 +74,7 @@ FORMATS: tuple[LogFormat, ...] = (
     keras.FORMAT,
     yolo.FORMAT,
     lightning_csv.FORMAT,
+    pylogging.FORMAT,  # generic: after every format whose lines it would also take
     csv_steps.FORMAT,
 )
 

@@ -1,0 +1,70 @@
+"""fairseq's training progress, in any of its ``--log-format``s: json (``train_inner |
+{"epoch": 1, ..., "num_updates": "100", ..., "wall": "45"}``), simple (``epoch 001: 100 /
+1234 loss=..., num_updates=100, ..., wall=45``) and the legacy ``| epoch 001 | ... |
+num_updates 3726 | ... | wall 32`` lines. ``num_updates`` counts the optimizer updates, ``wall``
+the seconds since training began (whole seconds: the helper spreads equal readings);
+``N / M`` in the simple format gives the updates per epoch. The total is ``max_update`` where
+the log says it (the configuration it prints, or ``Stopping training due to num_updates``),
+and the run's end ``done training in X seconds``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ...model.timeline import Timeline
+from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+
+__all__ = ["FORMAT", "read_fairseq"]
+
+_UPDATES = re.compile(r"""\bnum_updates["']?\s*[:=]?\s*["']?(\d+)""")
+_WALL = re.compile(r"""\bwall["']?\s*[:=]?\s*["']?([0-9.]+)""")
+_PER_EPOCH = re.compile(r"\bepoch \d+:\s+\d+ / (\d+)\b")
+_MAX_UPDATE = re.compile(r"""\bmax_update["']?\s*[:=]\s*["']?(\d+)""")
+_DONE = re.compile(r"done training in ([0-9.]+) seconds")
+
+
+def read_fairseq(path: Path, text: str) -> Timeline:
+    points = []
+    spe = None
+    for line in text.splitlines():
+        u = _UPDATES.search(line)
+        w = _WALL.search(line) if u else None
+        if w is None:
+            continue
+        e = _PER_EPOCH.search(line)
+        if e:
+            spe = int(e.group(1))
+        points.append(Point(step=int(u.group(1)), t_s=float(w.group(1))))
+    if not points:
+        raise LogError(f"{path}: no fairseq progress lines (num_updates with wall)")
+    totals = [int(m.group(1)) for m in _MAX_UPDATE.finditer(text) if int(m.group(1)) > 0]
+    done = _DONE.search(text)
+    return timeline_from_points(
+        points,
+        path=path,
+        source="fairseq",
+        unit="update",
+        clock="from_start",
+        total_steps=totals[0] if totals else None,
+        end_s=float(done.group(1)) if done else None,
+        steps_per_epoch=spe,
+    )
+
+
+_LINE = re.compile(r"""\bnum_updates["']?\s*[:=]?\s*["']?\d+.*\bwall["']?\s*[:=]?\s*["']?\d""")
+
+
+def _detect(head: str) -> bool:
+    return count_matches(_LINE, head, 2) >= 2
+
+
+FORMAT = LogFormat(
+    name="fairseq",
+    title="fairseq (train_inner json, simple or legacy lines with num_updates and wall)",
+    detect=_detect,
+    read=read_fairseq,
+    example='2021-03-08 12:32:33 | INFO | train_inner | {"epoch": 1, ..., "num_updates": "2", '
+    '..., "wall": "161"}',
+)

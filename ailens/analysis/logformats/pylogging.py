@@ -1,0 +1,116 @@
+"""Timestamped logger lines that say a step number: Python ``logging`` (``%(asctime)s``),
+torchtitan, maskrcnn-benchmark, DLLogger and the like::
+
+    2019-05-23 01:59:50,123 maskrcnn_benchmark.trainer INFO: eta: 0:59:01  iter: 20  loss: ...
+    [rank0]:[titan] 2025-01-01 12:00:00,123 - root - INFO - step: 20  loss: 3.2  tps: 40,890
+
+The first ``step``/``iter``/``iteration``/``global_step``/``update`` number on a line whose
+timestamp comes first (after a short prefix) is its counter; ``N/M`` gives the total, or, on
+lines that also say an ``epoch`` whose counter starts over every epoch, the steps per epoch
+(the steps then count on across epochs). Lines about evaluation, validation or tests are not
+training steps. Every rank's copy of a line counts once. The generic fallback: specific
+formats come before it in the registry.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ...model.timeline import Timeline
+from ._base import (
+    TIMESTAMP,
+    LogError,
+    LogFormat,
+    Point,
+    count_matches,
+    first_timestamp_s,
+    last_timestamp_s,
+    timeline_from_points,
+    timestamp_s,
+)
+
+__all__ = ["FORMAT", "read_pylogging"]
+
+_STEP = re.compile(
+    r"\b(?:global[_ ]step|iteration|iter|step|update)s?\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?",
+    re.IGNORECASE,
+)
+_EPOCH = re.compile(r"\bepoch\b\s*[:=#\[]?\s*(\d+)", re.IGNORECASE)
+_NOT_TRAINING = re.compile(r"\b(?:eval\w*|valid\w*|test\w*|val)\b", re.IGNORECASE)
+# The timestamp starts the line, after at most a short prefix ("[rank0]:[titan] ", "DLL ").
+_STAMPED = re.compile(r"^.{0,40}?" + TIMESTAMP.pattern, re.MULTILINE)
+_DETECT = re.compile(
+    r"^.{0,40}?" + TIMESTAMP.pattern + r".*\b(?:global[_ ]step|iteration|iter|step|update)\b"
+    r"\s*[:=#]?\s*\d",
+    re.MULTILINE | re.IGNORECASE,
+)
+
+
+def read_pylogging(path: Path, text: str) -> Timeline:
+    rows: list[tuple[float, int, int | None, int | None]] = []  # t, counter, M, epoch
+    for line in text.splitlines():
+        ts = _STAMPED.match(line)
+        if ts is None:
+            continue
+        rest = line[ts.end() :]
+        m = _STEP.search(rest)
+        if m is None or _NOT_TRAINING.search(rest, 0, m.start()):
+            continue
+        e = _EPOCH.search(rest)
+        rows.append(
+            (
+                timestamp_s(TIMESTAMP.search(line, ts.start())),
+                int(m.group(1)),
+                int(m.group(2)) if m.group(2) else None,
+                int(e.group(1)) if e else None,
+            )
+        )
+    if not rows:
+        raise LogError(f"{path}: no timestamped lines with a step number")
+    # A counter that starts over with each epoch counts on across them.
+    per_epoch = _restarts_with_epochs(rows)
+    points = []
+    offset = 0
+    spe = None
+    prev_epoch, prev_max = None, 0
+    for t, n, m, epoch in rows:
+        if per_epoch and epoch is not None and prev_epoch is not None and epoch > prev_epoch:
+            offset += m or prev_max
+            prev_max = 0
+        if per_epoch and m:
+            spe = m
+        prev_epoch = epoch if epoch is not None else prev_epoch
+        prev_max = max(prev_max, n)
+        points.append(Point(step=offset + n, t_s=t, total=None if per_epoch else m))
+    return timeline_from_points(
+        points,
+        path=path,
+        source="pylogging",
+        log_start_s=first_timestamp_s(text),
+        log_end_s=last_timestamp_s(text),
+        steps_per_epoch=spe,
+    )
+
+
+def _restarts_with_epochs(rows) -> bool:
+    """The counter goes back exactly when the epoch goes up (a per-epoch counter)."""
+    backs = [
+        (a[1] > b[1], a[3] is not None and b[3] is not None and b[3] > a[3])
+        for a, b in zip(rows, rows[1:], strict=False)
+    ]
+    went_back = [e for back, e in backs if back]
+    return bool(went_back) and all(went_back)
+
+
+def _detect(head: str) -> bool:
+    return count_matches(_DETECT, head, 3) >= 3
+
+
+FORMAT = LogFormat(
+    name="pylogging",
+    title="timestamped logger lines with a step number (Python logging, torchtitan, ...)",
+    detect=_detect,
+    read=read_pylogging,
+    example="2024-01-01 12:00:00,123 - INFO - step 100 loss 2.31",
+)
