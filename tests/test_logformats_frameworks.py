@@ -240,3 +240,14 @@ def test_timm_train_and_test_lines():
     # "Train: 1 [  50/73 ( 70%)] ... (0.148s, ...)" after the test
     assert tl.step_end_s[145] == pytest.approx(evals[0].end_s + 73 * 0.148)
     assert evals[1].end_s - evals[1].begin_s == pytest.approx(31 * 0.126)
+
+
+# --------------------------------------------------------------------------- Keras CSVLogger
+
+
+def test_keras_csvlogger_without_time_says_it_cannot_give_times():
+    path = DATA / "keras-csv" / "refused" / "training_log.csv"
+    _only_claimed_by(path, "keras-csv")
+    # "epoch,accuracy,loss,val_accuracy,val_loss": no time column
+    with pytest.raises(LogError, match=r"training_log\.csv: .*cannot give times.*console"):
+        read_log(path)

@@ -21,6 +21,7 @@ from . import (
     hf_trainer,
     hf_trainer_state,
     keras,
+    keras_csv,
     lightning_csv,
     llamafactory,
     megatron,
@@ -74,6 +75,7 @@ FORMATS: tuple[LogFormat, ...] = (
     keras.FORMAT,
     yolo.FORMAT,
     lightning_csv.FORMAT,
+    keras_csv.FORMAT,
     pylogging.FORMAT,  # generic: after every format whose lines it would also take
     csv_steps.FORMAT,
 )

@@ -7,11 +7,31 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
+
+import numpy as np
 
 from ._base import LogError
 
-__all__ = ["header", "rows", "whole_lines"]
+__all__ = ["elapsed", "header", "rows", "time_column", "whole_lines"]
+
+# A column a script logged a time in: "time", "epoch_time", "train_time", "elapsed", ...
+_TIME_COLUMN = re.compile(r"(?:^|[/_.\-])(?:time|elapsed|duration|wall)(?:_s|_sec|_secs)?$")
+
+
+def time_column(names: list[str]) -> str | None:
+    """The first column named like a time (not a data-loading time)."""
+    return next((n for n in names if _TIME_COLUMN.search(n) and "data_time" not in n), None)
+
+
+def elapsed(values: list[float]) -> tuple[list[float], bool]:
+    """Seconds since the start at each row, and whether the column was a clock: a column
+    that never decreases and grows well past its first value (the k-th reading ~ k times the
+    first) is a clock; else it is a duration per row (an epoch's time), summed."""
+    v = np.asarray(values, dtype=float)
+    clock = len(v) > 1 and bool(np.all(np.diff(v) >= 0)) and v[-1] > 1.5 * v[0]
+    return (v if clock else np.cumsum(v)).tolist(), clock
 
 
 def whole_lines(text: str) -> str:

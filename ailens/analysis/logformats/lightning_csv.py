@@ -12,39 +12,31 @@ steps."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 
 from ...model.timeline import Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
-from ._table import header, rows
+from ._table import elapsed, header, rows, time_column
 
 __all__ = ["FORMAT", "read_lightning_csv"]
-
-_TIME_COLUMN = re.compile(r"(?:^|[/_.\-])(?:time|elapsed|duration|wall)(?:_s|_sec|_secs)?$")
 
 
 def read_lightning_csv(path: Path, text: str) -> Timeline:
     names, table = rows(path, text)
-    cols = [n for n in names if _TIME_COLUMN.search(n) and "data_time" not in n]
-    if not cols:
+    col = time_column(names)
+    if col is None:
         raise LogError(
             f"{path}: this Lightning metrics.csv cannot give times: it has no time column "
             f"(columns: {', '.join(names)}); Lightning logs no time of its own, so log one "
             "(self.log('time', ...)) or give the console log of the run"
         )
-    col = cols[0]
     timed = [r for r in table if col in r and "step" in r]
     if not timed:
         raise LogError(f"{path}: the {col!r} column has no values on rows with a step")
-    values = np.array([r[col] for r in timed])
-    # A clock grows with the rows (the k-th reading ~ k times the first); durations stay level.
-    clock = len(values) > 1 and bool(np.all(np.diff(values) >= 0)) and values[-1] > 1.5 * values[0]
-    if not clock:
-        values = np.cumsum(values)  # a duration per row (an epoch's time logged at its end)
-    points = [Point(step=r["step"], t_s=float(t)) for r, t in zip(timed, values, strict=True)]
+    values, clock = elapsed([r[col] for r in timed])
+    points = [Point(step=r["step"], t_s=t) for r, t in zip(timed, values, strict=True)]
     if timed[0].get("epoch") == 0:
         points.insert(0, Point(step=-1, t_s=0.0))  # the file begins with the run: 0 steps at 0 s
     spe = _steps_per_epoch(table)
