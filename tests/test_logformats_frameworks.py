@@ -251,3 +251,22 @@ def test_keras_csvlogger_without_time_says_it_cannot_give_times():
     # "epoch,accuracy,loss,val_accuracy,val_loss": no time column
     with pytest.raises(LogError, match=r"training_log\.csv: .*cannot give times.*console"):
         read_log(path)
+
+
+def test_metriclogger_variant_validate_and_epochs_from_one():
+    path = DATA / "metriclogger" / "food101_ddp_2gpu_20epochs.log"
+    _only_claimed_by(path, "metriclogger")
+    tl = read_log(path)
+    # "Namespace(... epochs=20 ...)", "Epoch: [1] [  0/295]" ... "Epoch: [20] Total time"
+    assert tl.steps_per_epoch == 295
+    assert tl.steps == 20 * 295 and tl.total_steps == 20 * 295
+    # "Epoch: [1] Total time: 0:01:06", then "Validate: Total time: 0:00:19"
+    assert tl.step_end_s[294] == pytest.approx(66.0)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 20
+    assert (evals[0].begin_s, evals[0].end_s) == pytest.approx((66.0, 85.0))
+    # "Epoch: [2] Total time: 0:01:00" begins when the validation ends
+    assert tl.step_end_s[589] == pytest.approx(85.0 + 60.0)
+    # the last "Validate: Total time: 0:00:18" ends the run
+    assert tl.finished and tl.end_s == pytest.approx(evals[-1].end_s)
+    assert tl.end_s - tl.step_end_s[-1] == pytest.approx(18.0)

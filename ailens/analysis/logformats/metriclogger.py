@@ -2,16 +2,18 @@
 DeiT, MAE, DINO, LAVIS, ...): ``Epoch: [e]  [ i/N]  eta: 0:10:00  lr: …  loss: …  time:
 0.5123  data: 0.0012  max mem: …`` every ``print_freq`` iterations, ``Epoch: [e] Total
 time: 0:25:01 (0.4000 s / it)`` at an epoch's end, the same for evaluations (``Test:``,
-``Validate:``, ``Eval: …``), ``Start training for K epochs`` and ``Training time h:mm:ss`` at
-the end. Any prefix before the header (a timestamp, ``Train: data``) is allowed.
+``Validate:``, ``Eval: …``), ``Start training for K epochs`` (or the ``Namespace(...,
+epochs=K, ...)`` of the arguments the scripts print first) and ``Training time h:mm:ss`` at the
+end. Any prefix before the header (a timestamp, ``Train: data``) is allowed.
 
 The log has no clock, so the timeline is rebuilt from what it times: the steps are the
-iterations (``N`` per epoch, numbered across epochs); inside an epoch each printed line's
-``time:`` (seconds per iteration, averaged over the last iterations) paces the iterations
-since the previous line; the epoch ends ``N × (s / it)`` after it began (its ``Total time``);
-an evaluation's ``Total time`` is an "eval" section right after the epoch it follows, and the
-next epoch begins when it ends. ``Training time`` ends the run. Time the log does not time
-(checkpoint saving between epochs) is not in the steps; it is in the run's end."""
+iterations (``N`` per epoch, numbered across epochs from the log's first epoch); inside an
+epoch each printed line's ``time:`` (seconds per iteration, averaged over the last
+iterations) paces the iterations since the previous line; the epoch ends ``N × (s / it)``
+after it began (its ``Total time``); an evaluation's ``Total time`` is an "eval" section right
+after the epoch it follows, and the next epoch begins when it ends. ``Training time`` ends the
+run, as does the end of the last epoch of ``K``. Time the log does not time (checkpoint saving
+between epochs) is not in the steps; it is in the run's end."""
 
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ _TOTAL = re.compile(
 )
 _EVAL_HEAD = re.compile(r"\b(test|val|valid|validate|validation|eval|evaluate|evaluation)\b", re.I)
 _START = re.compile(r"Start training for (\d+) epochs")
+# The arguments the references print first: "Namespace(..., epochs=300, ...)".
+_ARGS_EPOCHS = re.compile(r"Namespace\(.*?\bepochs=(\d+)")
 _END = re.compile(rf"^\s*(?:\[[^\]]*\]\s*)?Training time:?\s*({DURATION})\s*$")
 
 
@@ -51,11 +55,16 @@ def read_metriclogger(path: Path, text: str) -> Timeline:
     last_t = 0.0
     eval_n = None  # iterations of the evaluation being read
     first_point = 0  # index in points of the epoch's first line
+    e0 = None  # the log's first epoch: the steps count from its start
+    done = 0  # training epochs ended (their Total time read)
     points: list[Point] = []
     sections: list[Section] = []
     spe = None
     for raw in text.replace("\r", "\n").splitlines():
         if m := _START.search(raw):
+            epochs_total = int(m.group(1))
+            continue
+        if epochs_total is None and (m := _ARGS_EPOCHS.search(raw)):
             epochs_total = int(m.group(1))
             continue
         if m := _END.search(raw):
@@ -76,8 +85,9 @@ def read_metriclogger(path: Path, text: str) -> Timeline:
                 dur = per * n if per is not None else d
                 if dur is not None:
                     t = epoch_start + dur
-                    _fit_epoch(points, first_point, epoch_start, t, (e + 1) * n)
-                    points.append(Point(step=(e + 1) * n, t_s=t))
+                    _fit_epoch(points, first_point, epoch_start, t, (e - e0 + 1) * n)
+                    points.append(Point(step=(e - e0 + 1) * n, t_s=t))
+                    done += 1
                 else:
                     t = last_t
                 cur = None
@@ -90,6 +100,7 @@ def read_metriclogger(path: Path, text: str) -> Timeline:
             eval_n = n
             continue
         e = int(m.group("e"))
+        e0 = e if e0 is None else e0
         if m.group("E"):
             epochs_total = int(m.group("E"))  # DINO's "Epoch: [e/E]"
         if cur != (e, n):
@@ -105,14 +116,19 @@ def read_metriclogger(path: Path, text: str) -> Timeline:
         step_s = float(s.group(1))
         last_t = last_t + (i - last_i) * step_s
         last_i = i
-        points.append(Point(step=e * n + i + 1, t_s=last_t))
+        points.append(Point(step=(e - e0) * n + i + 1, t_s=last_t))
     if not points:
         raise LogError(
             f"{path}: no MetricLogger progress lines ('Epoch: [e]  [ i/N]  eta: ...  time: ...') "
             "with a time; give the log the training script printed"
         )
     if epochs_total and spe:
-        points[-1] = replace(points[-1], total=epochs_total * spe)
+        # Epochs count from 0 (torchvision, DeiT, DETR, MAE) or 1: a log from epoch 0 or 1 is
+        # the whole run; one from a later epoch resumed there (0-based), K - e0 epochs left.
+        left = max(epochs_total - (e0 if e0 > 1 else 0), 1)
+        points[-1] = replace(points[-1], total=left * spe)
+        if done >= left and run_end is None:
+            run_end = t  # every epoch ended: the run ended after what followed the last
     return timeline_from_points(
         points,
         path=path,
