@@ -270,3 +270,22 @@ def test_metriclogger_variant_validate_and_epochs_from_one():
     # the last "Validate: Total time: 0:00:18" ends the run
     assert tl.finished and tl.end_s == pytest.approx(evals[-1].end_s)
     assert tl.end_s - tl.step_end_s[-1] == pytest.approx(18.0)
+
+
+def test_mmengine_validation_between_epochs():
+    path = DATA / "mmengine" / "debug_tricks_val_between_epochs.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "20:27:22 ... Epoch(train) [1][5/5]", "Saving checkpoint at 1 epochs" at 20:27:22,
+    # "Epoch(val) [1][5/5]" at 20:27:23, "Epoch(train) [2][5/5]" at 20:27:23, ... val at :24
+    assert tl.steps == 10 and tl.steps_per_epoch == 5
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(0.0, 1.0), (1.0, 2.0)]
+    assert tl.step_end_s[4] == pytest.approx(0.0) and tl.step_end_s[9] == pytest.approx(1.0)
+
+
+def test_hf_trainer_steps_after_an_evaluation_begin_when_it_ends():
+    tl = read_log(DATA / "hf-trainer" / "seq_label_nbbert_interactive.log")
+    # 268/536 at 01:10, then {'eval_runtime': 5.4015}: step 269 ends after 75.4015 s
+    assert tl.step_end_s[268] > 70.0 + 5.4015
+    assert tl.step_end_s[437] == pytest.approx(123.0)  # "438/536 [02:03" is still read

@@ -1,12 +1,18 @@
 """Clock readings the framework logs print, as seconds: ``h:mm:ss`` / ``mm:ss`` durations
 (tqdm, LLaMA-Factory, MetricLogger's ``Total time``, with ``1 day, h:mm:ss`` above a day) and
-``12s`` / ``25ms/step`` style amounts (Keras)."""
+``12s`` / ``25ms/step`` style amounts (Keras); and ``hold``, a step counter held through an
+evaluation."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["DURATION", "duration_s", "unit_s"]
+from ._base import Point
+
+__all__ = ["DURATION", "duration_s", "hold", "unit_s"]
+
+# How far past its counter a held point sits (a fraction of a step no counter reaches).
+_HELD = 1e-6
 
 # "5:39:46", "02:28", "1 day, 16:54:00", "2 days, 3:04:05", "0:00:04.43"
 DURATION = r"(?:\d+\s+days?,\s*)?\d+(?::\d{1,2}){1,2}(?:\.\d+)?"
@@ -29,3 +35,13 @@ def duration_s(text: str) -> float | None:
 def unit_s(value: str, unit: str) -> float:
     """Seconds of ``value`` in ``unit`` (us, ms, s, m, h)."""
     return float(value) * _UNITS[unit]
+
+
+def hold(points: list[Point], t_end: float) -> None:
+    """The counter of the last point held until ``t_end`` (an evaluation between two steps):
+    a point a hair past that counter at ``t_end``, so the steps after it are spread from the
+    evaluation's end, not over it. A reading of the same counter after it must be dropped by
+    the reader (it would read as the counter going back)."""
+    if points and points[-1].step is not None and points[-1].t_s is not None:
+        if t_end > points[-1].t_s:
+            points.append(Point(step=points[-1].step + _HELD, t_s=t_end))

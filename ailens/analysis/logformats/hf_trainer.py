@@ -6,7 +6,8 @@ several bar states (a file keeps every redraw).
 
 The training bar is the one whose readings span the longest time (evaluation and tokenizer
 bars are shorter and have other totals). Each ``eval_runtime`` dict is an "eval" section that
-begins at the bar's reading before it. Steps per epoch: the bar's step over the dict's
+begins at the bar's reading before it; the bar's elapsed time runs on through it, so the steps
+after it begin when it ends. Steps per epoch: the bar's step over the dict's
 ``epoch`` at the latest dict (a dict's step is the bar redrawn after it). ``train_runtime``
 ends the run. Sentence-transformers, TRL and LLaMA-Factory consoles print the same."""
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
-from ._clock import DURATION, duration_s
+from ._clock import DURATION, duration_s, hold
 
 __all__ = ["FORMAT", "read_hf_trainer"]
 
@@ -69,8 +70,8 @@ def read_hf_trainer(path: Path, text: str) -> Timeline:
     for _, kind, v in events:
         if kind == "bar":
             n, m, t, _ = v
-            if m != total:
-                continue
+            if m != total or (points and n <= points[-1].step and points[-1].step % 1):
+                continue  # another bar, or the redraw of a step held through an evaluation
             points.append(Point(step=n, t_s=t, total=m))
             last = (n, t)
             if pending_epoch and n > 0:
@@ -80,6 +81,7 @@ def read_hf_trainer(path: Path, text: str) -> Timeline:
             pending_epoch = v if v > 0 else None
         elif kind == "eval" and last is not None:
             sections.append(Section("eval", last[1], last[1] + v))
+            hold(points, last[1] + v)
         elif kind == "end":
             end_s = max(v, last[1] if last else 0.0)
     if pending_epoch and last and last[0] > 0:

@@ -10,8 +10,8 @@ line. The steps are the iterations: ``(e - 1) x N + i`` for ``Epoch(train) [e][i
 for ``Iter(train) [i/M]`` (whose total is M); ``Saving checkpoint at e epochs`` marks the end
 of epoch e. A validation block is an "eval" section from the line before its first line to
 its last. The total of an epoch-based run is ``max_epochs`` (from the config the log prints
-at its start) x N. The time before the first progress line (building the model and the data)
-is "init"."""
+at its start) x N; the iterations after a validation begin when it ends. The time before the
+first progress line (building the model and the data) is "init"."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
+from ._clock import hold
 from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_mmengine"]
@@ -70,6 +71,7 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         else:
             if val_begin is not None and (mode == "train" or _SAVE.search(msg)):
                 sections.append(Section("eval", val_begin, max(val_end, val_begin)))
+                hold(points, val_end)  # the next iterations begin when validation ends
                 val_begin = None
             step_s = float(ts.group(1)) if (ts := _TIME.search(msg)) else None
             if e:
