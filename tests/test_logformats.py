@@ -282,6 +282,23 @@ def test_truncated_samples_read_or_say_why(fmt, path, tmp_path):
         assert tl.step_end_s == pytest.approx(full.step_end_s[: tl.steps], abs=5.0)
 
 
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ("1,nan\n2,3\n", r"bad\.csv:1: end_s nan is not a finite number"),
+        ("1,1\n2,inf\n", r"bad\.csv:2: end_s inf is not a finite number"),
+        ("1,-1\n2,3\n", r"bad\.csv:1: end_s -1 is before"),
+        ("1,abc\n", r"bad\.csv:1: 'abc' is not a number"),
+        ("1,1\n2,1e300\n", r"bad\.csv: its steps span 1e\+300 s"),
+    ],
+)
+def test_csv_with_bad_times_says_which_row(tmp_path, body, says):
+    p = tmp_path / "bad.csv"
+    p.write_text(body)
+    with pytest.raises(ailens.LogError, match=says):
+        ailens.read_timeline(p)
+
+
 def test_unknown_text_gets_one_line_with_what_it_looks_like(tmp_path):
     p = tmp_path / "notes.txt"
     p.write_text("\n\nEpoch one went fine, loss went down a lot and then up\nmore text\n")

@@ -170,7 +170,11 @@ def test_composer_hand_computed():
     "rel, unit, evals",
     [
         ("v0.6/Google/tpu-v3-32/mask/result_0.txt.gz", "block", True),  # :::MLL, blocks
-        ("v0.6/NVIDIA/dgx1_ngc19.05_pytorch/maskrcnn/result_0.txt.gz", "epoch", True),
+        (
+            "v0.6/NVIDIA/dgx1_ngc19.05_pytorch/maskrcnn/result_0.txt.gz",
+            "logged step (+20 iterations, the job's own progress lines)",
+            True,
+        ),
         ("v1.1/Fujitsu/gx_A100x4_pytorch_NGC_21.09/bert/result_0.txt.gz", "eval interval", False),
         ("v2.1/GIGABYTE/G492-ZD2_mxnet/unet3d/result_0.txt.gz", "block", True),
         ("v3.0/ASUSTeK/ESC4000-E11-4xA100-PCIE-80GB/resnet/result_0.txt.gz", "epoch", True),
@@ -209,6 +213,24 @@ def test_mlperf_per_iteration_progress():
     # Each step is about the same time (50 iterations), unlike the epochs it replaces.
     d = np.diff(tl.step_end_s)
     assert np.median(d) < 0.1 * (tl.end_s / 15)
+
+
+def test_mlperf_framework_progress_lines():
+    """A log whose MLPerf lines give only epochs, with the job's own logger printing every 20
+    iterations (maskrcnn-benchmark, a local timestamp): those lines are the steps, placed on
+    the MLPerf clock."""
+    path = MLPERF / "v0.6/NVIDIA/dgx1_ngc19.05_pytorch/maskrcnn/result_0.txt.gz"
+    text = gzip.decompress(path.read_bytes()).decode()
+    iters = [
+        x for x in text.splitlines() if "maskrcnn_benchmark.trainer INFO:" in x and "iter:" in x
+    ]
+    tl = read_timeline(path)
+    assert tl.unit.startswith("logged step (+20 iterations")
+    assert tl.steps == tl.total_steps == len(iters) == 1592
+    assert tl.steps_per_epoch == pytest.approx(1592 / 13)  # 13 epoch_stop events
+    # 'iter: 20' at 01:59:27,037, 'iter: 40' at 01:59:33,382 (the logger's own clock)
+    assert tl.step_end_s[1] - tl.step_end_s[0] == pytest.approx(6.345, abs=1e-3)
+    assert tl.end_s - tl.step_end_s[-1] < 30
 
 
 def test_mlperf_v05_lines(tmp_path):

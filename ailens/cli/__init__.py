@@ -32,7 +32,8 @@ training run wrote (rank-NNNNN.ailens files, default ./ailens-run).
   ailens history add runs/demo                store the run's signature record in a history
   ailens probe -o node.json                   describe this node with micro-benchmarks
   ailens fit --history H.sqlite -o model.json learn step time from the history
-  ailens forecast LOG --at 5%,10%             forecast any run from its log (MLPerf, CSV, run dir)
+  ailens forecast LOG --at 5%,10%             forecast any run from its log (Megatron, DeepSpeed,
+                                              nanoGPT, MLPerf, ...: --format list; CSV, run dir)
 """
 
 

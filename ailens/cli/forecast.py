@@ -65,7 +65,8 @@ def add_forecast(sub) -> None:
         type=positive_int,
         metavar="N",
         help="how many steps the whole run has, where the log does not say (steps as the "
-        "log counts them: MLPerf epochs, blocks or evaluation intervals)",
+        "log counts them: iterations, updates; MLPerf: epochs, blocks, evaluation intervals "
+        "or logged steps)",
     )
     n.add_argument(
         "--epochs",

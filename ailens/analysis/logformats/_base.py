@@ -40,6 +40,9 @@ __all__ = [
     "timestamp_s",
 ]
 
+# Longer than any training run (30 years): a clock that is not seconds, or corrupt numbers.
+_MAX_SPAN_S = 1e9
+
 # How much of the file ``detect`` sees.
 HEAD_BYTES = 64 * 1024
 
@@ -315,6 +318,11 @@ def timeline_from_points(
         n = np.arange(lo + 1, hi + 1, dtype=float)
         ends.extend((np.interp(n, xs, ts) - zero).tolist())
     ends = np.maximum.accumulate(np.maximum(np.asarray(ends, dtype=float), 0.0)).tolist()
+    if ends and ends[-1] > _MAX_SPAN_S:
+        raise LogError(
+            f"{path}: its steps span {ends[-1]:.3g} s, more than {_MAX_SPAN_S:.0e} s (30 years): "
+            "not seconds of a training run"
+        )
     offset = int(round(start_counter))
     if total_steps is None:
         total_steps = total

@@ -47,7 +47,9 @@ def read_csv(path: str | Path, *, text: str | None = None) -> Timeline:
         except ValueError:
             raise LogError(f"{p}:{lineno}: {row[1]!r} is not a number; {fix}") from None
         name = row[2] if len(row) > 2 else ""
-        if not math.isfinite(t) or t < 0 or t < prev - 1e-9 and not (name and len(row) > 3):
+        if not math.isfinite(t):
+            raise LogError(f"{p}:{lineno}: end_s {row[1]} is not a finite number; {fix}")
+        if t < 0 or t < prev - 1e-9 and not (name and len(row) > 3):
             raise LogError(
                 f"{p}:{lineno}: end_s {row[1]} is before the previous row's {prev}; rows must "
                 "come in time order, in seconds >= 0 from the start"

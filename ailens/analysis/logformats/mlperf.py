@@ -39,6 +39,9 @@ _SAME_EVENT_S = 2.0
 # at least this many steps (and twice the epochs' or blocks').
 _REGULAR_SHARE = 0.9
 _MIN_FINE_STEPS = 20
+# The job's own progress lines are the steps only when the last comes this close (share of
+# the run) to the run's end.
+_TAIL_SHARE = 0.02
 
 
 def parse_mlperf(text: str) -> list[tuple[float, str, object, dict]]:
@@ -127,6 +130,82 @@ def _regular_progress(events: list) -> tuple[list[float], float] | None:
     return times, gap
 
 
+_HUGECTR = re.compile(r"\bIter: (\d+) Time\((\d+) iters\): ([0-9.]+)s")
+
+
+def _line_time(line: str) -> float | None:
+    """The time (s) of an MLPerf log line, None for other lines."""
+    m = _MLLOG.search(line)
+    if m:
+        t = re.search(r'"time_ms":\s*([0-9.]+)', m.group(1))
+        return float(t.group(1)) / 1e3 if t else None
+    m = _MLL.search(line) or _MLP05.search(line)
+    return float(m.group(1)) if m else None
+
+
+def _framework_progress(text: str, start: float, end: float) -> tuple[list[float], float] | None:
+    """The times (on the MLPerf clock) of the job's own progress lines between the MLPerf
+    lines, and their counter's step, when they come at a regular cadence: timestamped logger
+    lines with a step number (maskrcnn-benchmark ``iter: N``, DLLogger ``epoch e | iter i/M``)
+    or HugeCTR's ``Iter: N Time(K iters): Xs``. Their own clock (a local timestamp, or the
+    intervals summed) is moved onto the MLPerf one by the offset every line agrees with: each
+    comes after the MLPerf line before it and before the one after it. None when there are
+    fewer than 20 such lines, no regular cadence, or no offset fits."""
+    lines = text.splitlines()
+    ml_at, ml_t = [], []
+    for i, line in enumerate(lines):
+        if ":::ML" in line:
+            t = _line_time(line)
+            if t is not None:
+                ml_at.append(i)
+                ml_t.append(t)
+    if len(ml_at) < 2:
+        return None
+    from .pylogging import counted, step_lines
+
+    plain = [("" if ":::ML" in x else x) for x in lines]
+    stamped = [(i, t, n) for i, t, n, _ in counted(step_lines(plain))[0]]
+    hugectr, clock = [], 0.0
+    for i, line in enumerate(plain):
+        m = _HUGECTR.search(line)
+        if m:
+            clock += float(m.group(3))
+            hugectr.append((i, clock, int(m.group(1))))
+    rows = max(stamped, hugectr, key=len)
+    # One line per counter value (ranks print the same line), in order.
+    seen, uniq = set(), []
+    for r in rows:
+        if r[2] not in seen and (not uniq or r[2] > uniq[-1][2]):
+            seen.add(r[2])
+            uniq.append(r)
+    if len(uniq) < _MIN_FINE_STEPS:
+        return None
+    gaps = np.diff([r[2] for r in uniq])
+    gap = float(np.median(gaps))
+    if gap <= 0 or np.mean(np.isclose(gaps, gap)) < _REGULAR_SHARE:
+        return None
+    lo, hi = -math.inf, math.inf
+    for i, own, _ in uniq:
+        k = bisect.bisect_right(ml_at, i)
+        if k > 0:
+            lo = max(lo, ml_t[k - 1] - own)
+        if k < len(ml_at):
+            hi = min(hi, ml_t[k] - own)
+    if not math.isfinite(lo) or lo > hi + _SAME_EVENT_S:
+        return None
+    times = [own + lo for _, own, _ in uniq]
+    times = [t for t in times if start <= t <= end]
+    if len(times) < _MIN_FINE_STEPS:
+        return None
+    # Lines that stop well before the run's end (the job stopped printing them) would make
+    # the run's total too few steps.
+    if math.isfinite(end):
+        tail = end - _SAME_EVENT_S - times[-1]
+        if tail > _TAIL_SHARE * (end - start) + 3 * float(np.median(np.diff(times))):
+            return None
+    return times, gap
+
+
 def read_mlperf(
     path: str | Path, *, text: str | None = None, include_init: bool = True
 ) -> Timeline:
@@ -163,17 +242,32 @@ def read_mlperf(
 
     named = {key: inside(_dedupe(ev, key)) for key in _PROGRESS_KEYS}
     progress = _progress(named, run_stop)
+    # The job's own per-iteration lines, placed on the MLPerf clock (see _framework_progress).
+    end = math.inf if run_stop is None else run_stop + _SAME_EVENT_S
+    framework = _framework_progress(text, run_start, end)
+    if progress is None and framework is not None:
+        progress = ("logged step", framework[0], None)
     if progress is None:
         raise LogError(f"{p}: too few progress events (epochs, blocks or evaluations); {fix}")
     unit, step_t, epochs_per_step = progress
 
     # Per-iteration progress where the log has it: ``tracked_stats`` at a regular step
-    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs.
+    # cadence (Mask R-CNN every 50 iterations, GPT-3 every step), finer than the epochs; else
+    # the framework's own iteration lines.
     fine = _regular_progress(inside(ev))
     if fine is not None and len(fine[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS):
         epochs = len(step_t) * epochs_per_step if epochs_per_step else None
         step_t, gap = fine
         unit = f"logged step (+{gap:g} on the log's step counter)"
+        epochs_per_step = epochs / len(step_t) if epochs else None
+    elif framework is not None and (
+        unit == "logged step" or len(framework[0]) >= max(2 * len(step_t), _MIN_FINE_STEPS)
+    ):
+        epochs = (
+            len(step_t) * epochs_per_step if epochs_per_step and unit != "logged step" else None
+        )
+        step_t, gap = framework
+        unit = f"logged step (+{gap:g} iterations, the job's own progress lines)"
         epochs_per_step = epochs / len(step_t) if epochs else None
 
     pairs = _eval_pairs([e[0] for e in named["eval_start"]], [e[0] for e in named["eval_stop"]])

@@ -30,7 +30,7 @@ from ._base import (
     timestamp_s,
 )
 
-__all__ = ["FORMAT", "read_pylogging"]
+__all__ = ["FORMAT", "counted", "read_pylogging", "step_lines"]
 
 _STEP = re.compile(
     r"\b(?:global[_ ]step|iteration|iter|step|update)s?\b\s*[:=#]?\s*(\d+)(?:\s*/\s*(\d+))?",
@@ -47,9 +47,11 @@ _DETECT = re.compile(
 )
 
 
-def read_pylogging(path: Path, text: str) -> Timeline:
-    rows: list[tuple[float, int, int | None, int | None]] = []  # t, counter, M, epoch
-    for line in text.splitlines():
+def step_lines(lines: list[str]) -> list[tuple[int, float, int, int | None, int | None]]:
+    """The timestamped lines with a training step number: (line index, seconds, counter, the
+    M of N/M, epoch)."""
+    rows = []
+    for i, line in enumerate(lines):
         ts = _STAMPED.match(line)
         if ts is None:
             continue
@@ -60,21 +62,25 @@ def read_pylogging(path: Path, text: str) -> Timeline:
         e = _EPOCH.search(rest)
         rows.append(
             (
+                i,
                 timestamp_s(TIMESTAMP.search(line, ts.start())),
                 int(m.group(1)),
                 int(m.group(2)) if m.group(2) else None,
                 int(e.group(1)) if e else None,
             )
         )
-    if not rows:
-        raise LogError(f"{path}: no timestamped lines with a step number")
-    # A counter that starts over with each epoch counts on across them.
+    return rows
+
+
+def counted(rows) -> tuple[list[tuple[int, float, int, int | None]], int | None]:
+    """``step_lines`` rows as (line index, seconds, steps done, total), a counter that starts
+    over with each epoch counting on across them; and the steps per epoch that says."""
     per_epoch = _restarts_with_epochs(rows)
-    points = []
+    out = []
     offset = 0
     spe = None
     prev_epoch, prev_max = None, 0
-    for t, n, m, epoch in rows:
+    for i, t, n, m, epoch in rows:
         if per_epoch and epoch is not None and prev_epoch is not None and epoch > prev_epoch:
             offset += m or prev_max
             prev_max = 0
@@ -82,9 +88,17 @@ def read_pylogging(path: Path, text: str) -> Timeline:
             spe = m
         prev_epoch = epoch if epoch is not None else prev_epoch
         prev_max = max(prev_max, n)
-        points.append(Point(step=offset + n, t_s=t, total=None if per_epoch else m))
+        out.append((i, t, offset + n, None if per_epoch else m))
+    return out, spe
+
+
+def read_pylogging(path: Path, text: str) -> Timeline:
+    rows = step_lines(text.splitlines())
+    if not rows:
+        raise LogError(f"{path}: no timestamped lines with a step number")
+    steps, spe = counted(rows)
     return timeline_from_points(
-        points,
+        [Point(step=n, t_s=t, total=m) for _, t, n, m in steps],
         path=path,
         source="pylogging",
         log_start_s=first_timestamp_s(text),
@@ -96,7 +110,7 @@ def read_pylogging(path: Path, text: str) -> Timeline:
 def _restarts_with_epochs(rows) -> bool:
     """The counter goes back exactly when the epoch goes up (a per-epoch counter)."""
     backs = [
-        (a[1] > b[1], a[3] is not None and b[3] is not None and b[3] > a[3])
+        (a[2] > b[2], a[4] is not None and b[4] is not None and b[4] > a[4])
         for a, b in zip(rows, rows[1:], strict=False)
     ]
     went_back = [e for back, e in backs if back]
