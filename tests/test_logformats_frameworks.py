@@ -289,3 +289,13 @@ def test_hf_trainer_steps_after_an_evaluation_begin_when_it_ends():
     # 268/536 at 01:10, then {'eval_runtime': 5.4015}: step 269 ends after 75.4015 s
     assert tl.step_end_s[268] > 70.0 + 5.4015
     assert tl.step_end_s[437] == pytest.approx(123.0)  # "438/536 [02:03" is still read
+
+
+def test_keras_log_cut_after_its_first_epoch_begins_at_zero(tmp_path):
+    """fit()'s first epoch begins the run: a log with one finished epoch is its N steps."""
+    lines = (DATA / "keras" / "mnist_convnet_keras2.log").read_text().splitlines(keepends=True)
+    p = tmp_path / "first_epoch.log"
+    p.write_text("".join(lines[:2]))  # "Epoch 1/15", "422/422 [====] - 13s 29ms/step ..."
+    tl = read_log(p)
+    assert tl.steps == 422 and tl.step_end_s[-1] == pytest.approx(13.0)
+    assert tl.step_end_s[0] == pytest.approx(13.0 / 422)

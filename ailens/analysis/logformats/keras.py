@@ -5,8 +5,9 @@ epoch says how long it took: ``N/N [==============================] - 12s 25ms/s
 Carriage returns and backspaces (the bar redrawn in a file) count as line ends.
 
 The log has no clock: each epoch lasts the seconds its final line prints (the whole epoch,
-validation included), or N x the time per step where that is longer (the seconds are rounded
-to whole seconds); the epochs follow each other. The steps are the batches, N per epoch
+validation included), or N x the time per step where that is longer and more precise (the
+seconds are rounded to whole seconds; a time per step rounded to 3 ms over 48000 samples, as
+old Keras counted, is not); the epochs follow each other. The steps are the batches, N per epoch
 (logged once an epoch); the total is K x N. Lines before the epoch's end (``ETA: 7s``, or
 Keras 3's ``56/625 ━━━ 11s 20ms/step``, whose seconds are the time left) carry no elapsed time
 and are skipped. A final line that follows an epoch's own (``model.evaluate`` or
@@ -60,7 +61,7 @@ def read_keras(path: Path, text: str) -> Timeline:
         if i < n:
             continue  # the bar before the epoch's end: its seconds are the time left
         dur = unit_s(m.group("s"), m.group("su"))
-        if p := _PER_STEP.search(line):
+        if (p := _PER_STEP.search(line)) and n * _half_unit(p.group(1), p.group(2)) < 0.5:
             dur = max(dur, n * unit_s(p.group(1), p.group(2)))
         if epoch is None:
             if points:  # evaluate()/predict() after the last epoch
@@ -69,6 +70,8 @@ def read_keras(path: Path, text: str) -> Timeline:
             continue
         t += dur
         spe = n
+        if not points and epoch == 1:
+            points.append(Point(step=0, t_s=0.0))  # fit() began with this epoch: 0 steps at 0 s
         points.append(Point(step=epoch * n, t_s=t))
         last_epoch, epoch = epoch, None
     if not points:
@@ -91,6 +94,12 @@ def read_keras(path: Path, text: str) -> Timeline:
         total_steps=total,
         info={"epochs": epochs_total} if epochs_total else None,
     )
+
+
+def _half_unit(value: str, unit: str) -> float:
+    """Half the last printed digit of a time per step, in seconds: its rounding error."""
+    decimals = len(value.partition(".")[2])
+    return unit_s("0.5", unit) * 10.0**-decimals
 
 
 _EPOCH_LINE = re.compile(r"(?m)^\s*Epoch \d+/\d+\s*$")
