@@ -299,3 +299,14 @@ def test_keras_log_cut_after_its_first_epoch_begins_at_zero(tmp_path):
     tl = read_log(p)
     assert tl.steps == 422 and tl.step_end_s[-1] == pytest.approx(13.0)
     assert tl.step_end_s[0] == pytest.approx(13.0 / 422)
+
+
+def test_hf_trainer_steps_per_epoch_while_running(tmp_path):
+    """Read before the end (no train_runtime yet): the epoch of {'loss': 0.08, 'epoch': 1.0} at
+    268/536, not the evaluation's dict paired with the next reading (436/536)."""
+    text = (DATA / "hf-trainer" / "seq_label_nbbert_interactive.log").read_text()
+    p = tmp_path / "running.log"
+    p.write_text(text[: text.index("438/536")])  # up to the " 82%|... 43" redraws
+    tl = read_log(p)
+    assert tl.steps == 436 and tl.steps_per_epoch == pytest.approx(268.0)
+    assert not tl.finished

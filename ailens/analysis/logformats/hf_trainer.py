@@ -7,9 +7,10 @@ several bar states (a file keeps every redraw).
 The training bar is the one whose readings span the longest time (evaluation and tokenizer
 bars are shorter and have other totals). Each ``eval_runtime`` dict is an "eval" section that
 begins at the bar's reading before it; the bar's elapsed time runs on through it, so the steps
-after it begin when it ends. Steps per epoch: the bar's step over the dict's
-``epoch`` at the latest dict (a dict's step is the bar redrawn after it). ``train_runtime``
-ends the run. Sentence-transformers, TRL and LLaMA-Factory consoles print the same."""
+after it begin when it ends. Steps per epoch: the bar's step over the ``epoch`` of the latest
+``loss`` (or ``train_runtime``) dict, whose step is the bar's redrawn after it (an evaluation's
+dict is left out: its step is the one before it). ``train_runtime`` ends the run.
+Sentence-transformers, TRL and LLaMA-Factory consoles print the same."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def read_hf_trainer(path: Path, text: str) -> Timeline:
             events.append((m.start(), "end", float(r.group(1))))
         elif r := _EVAL_RUNTIME.search(d):
             events.append((m.start(), "eval", float(r.group(1))))
+            continue  # its epoch is the step's before it, which a trimmed log may not show
         if e := _EPOCH.search(d):
             events.append((m.start(), "epoch", float(e.group(1))))
     events.sort(key=lambda e: e[0])
@@ -70,13 +72,19 @@ def read_hf_trainer(path: Path, text: str) -> Timeline:
     for _, kind, v in events:
         if kind == "bar":
             n, m, t, _ = v
-            if m != total or (points and n <= points[-1].step and points[-1].step % 1):
-                continue  # another bar, or the redraw of a step held through an evaluation
+            if m != total:
+                continue  # an evaluation's or the tokenizer's bar
+            if pending_epoch and n > 0:
+                spe = n / pending_epoch  # the bar redrawn after the dict shows its step
+                pending_epoch = None
+            held = bool(points) and points[-1].step % 1 > 0
+            if held and n <= points[-1].step:
+                continue  # the redraw of the step held through an evaluation
+            if held and t < points[-1].t_s:
+                # the bar's whole seconds can read less than the evaluation's end
+                points[-1] = Point(step=points[-1].step, t_s=t)
             points.append(Point(step=n, t_s=t, total=m))
             last = (n, t)
-            if pending_epoch and n > 0:
-                spe = n / pending_epoch
-                pending_epoch = None
         elif kind == "epoch":
             pending_epoch = v if v > 0 else None
         elif kind == "eval" and last is not None:
