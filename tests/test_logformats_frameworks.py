@@ -310,3 +310,16 @@ def test_hf_trainer_steps_per_epoch_while_running(tmp_path):
     tl = read_log(p)
     assert tl.steps == 436 and tl.steps_per_epoch == pytest.approx(268.0)
     assert not tl.finished
+
+
+def test_timm_log_that_starts_at_a_later_epoch(tmp_path):
+    """The sample from its epoch 1 on (as a run resumed at epoch 1 prints it): its steps are
+    that epoch's 73 batches, not 146 counted from epoch 0."""
+    lines = (DATA / "timm" / "imagenette_resnet50_hpu_2epochs.log").read_text().splitlines()
+    p = tmp_path / "resumed.log"
+    p.write_text("\n".join(lines[lines.index("") + 1 :]) + "\n")  # from "Train: 1 [   0/73"
+    tl = read_log(p)
+    # "Train: 1 [   0/73 (  1%)] ... (0.796s, ...)", "Train: 1 [  50/73 ( 70%)] ... (0.148s"
+    assert tl.steps == 73
+    assert tl.step_end_s[0] == pytest.approx(0.796)
+    assert tl.step_end_s[50] == pytest.approx(51 * 0.148)

@@ -8,7 +8,8 @@ began, so batch i of an epoch ends ``(i + 1) x average`` after it began, and the
 ``N x average`` (the last line's) once the log goes on past it (a validation, the next
 epoch, the end). A validation lasts ``(n + 1) x`` its average and is an "eval"
 section after its epoch; the next epoch begins when it ends. The steps are the batches,
-numbered across epochs; the total is K x N. ``*** Best metric`` ends the run."""
+numbered across epochs from the log's first (epochs count from 0: a log that starts at epoch
+e0 resumed there); the total is (K - e0) x N. ``*** Best metric`` ends the run."""
 
 from __future__ import annotations
 
@@ -39,13 +40,14 @@ def read_timm(path: Path, text: str) -> Timeline:
     epochs_total = None
     spe = None
     ended = False
+    e0 = None  # the log's first epoch (a resumed run's start_epoch): the steps count from it
 
     def close_epoch() -> None:
         nonlocal t, cur
         if cur is not None:
             e, n, avg = cur
             t += n * avg
-            points.append(Point(step=(e + 1) * n, t_s=t))
+            points.append(Point(step=(e - e0 + 1) * n, t_s=t))
             cur = None
 
     def close_val() -> None:
@@ -66,11 +68,12 @@ def read_timm(path: Path, text: str) -> Timeline:
         if (m := _TRAIN.search(line)) and tm:
             close_val()
             e, i, n = int(m.group("e")), int(m.group("i")), int(m.group("n"))
+            e0 = e if e0 is None else e0
             if cur is not None and cur[0] != e:
                 close_epoch()
             avg = float(tm.group("avg"))
             if i + 1 < n:
-                points.append(Point(step=e * n + i + 1, t_s=t + (i + 1) * avg))
+                points.append(Point(step=(e - e0) * n + i + 1, t_s=t + (i + 1) * avg))
             cur, spe = (e, n, avg), n
         elif (m := _TEST.search(line)) and tm:
             close_epoch()
@@ -91,7 +94,7 @@ def read_timm(path: Path, text: str) -> Timeline:
         end_s=t if ended else None,
         sections=sections,
         steps_per_epoch=spe,
-        total_steps=epochs_total * spe if epochs_total and spe else None,
+        total_steps=max(epochs_total - e0, 1) * spe if epochs_total and spe else None,
         info={"epochs": epochs_total} if epochs_total else None,
     )
 
