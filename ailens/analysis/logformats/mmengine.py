@@ -16,6 +16,7 @@ first progress line (building the model and the data) is "init"."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -98,6 +99,9 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         )
     # A checkpoint line repeats the step of the epoch's last progress line: keep the later one.
     points = _last_per_step(points)
+    if max_epochs and spe and total is None:
+        # On the points, so a log resumed at a later epoch counts only the steps it has left.
+        points[-1] = replace(points[-1], total=max_epochs * spe)
     return timeline_from_points(
         points,
         path=path,
@@ -106,7 +110,6 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         log_start_s=first_t,
         sections=sections,
         steps_per_epoch=spe,
-        total_steps=max_epochs * spe if max_epochs and spe and total is None else None,
         info={"max_epochs": max_epochs} if max_epochs else None,
     )
 
