@@ -57,6 +57,12 @@ def test_megatron_deepspeed_log():
     # "iteration 10/ ... elapsed time per iteration (ms): 1001.5", "iteration 30/ ... 484.5"
     assert d[:10] == pytest.approx([1.0015] * 10)
     assert d[20:30] == pytest.approx([0.4845] * 10)
+    # "validation loss at iteration 100", then "iteration 110 ... (ms): 802.8": the interval's
+    # time beyond 10 iterations at the usual ~485 ms is the evaluation.
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 4  # at iterations 100, 200, 300, 400
+    assert evals[0].begin_s == pytest.approx(tl.step_end_s[99])
+    assert 8.028 - 10 * 0.490 <= evals[0].end_s - evals[0].begin_s <= 8.028 - 10 * 0.480
     assert (README := LOGS / "megatron" / "README.md").exists() and "Licence" in README.read_text()
 
 
@@ -71,6 +77,13 @@ def test_deepspeed_chat_log():
     d = np.diff(tl.step_end_s)
     step10, step20 = _stamp("2023-04-18 01:46:59,142"), _stamp("2023-04-18 01:47:06,590")
     assert d[10:19] == pytest.approx([(step20 - step10) / 10] * 9)
+    # "***** Evaluating perplexity, Epoch 1/16 *****" between step=460 (01:52:34,866) and
+    # step=470 (01:52:50,545): the interval's time beyond 10 steps is the evaluation.
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 15  # between the 16 epochs
+    gap = _stamp("2023-04-18 01:52:50,545") - _stamp("2023-04-18 01:52:34,866")
+    assert evals[0].begin_s == pytest.approx(tl.step_end_s[459])
+    assert gap - 10 * 0.76 <= evals[0].end_s - evals[0].begin_s <= gap - 10 * 0.74
     first = _stamp("2023-04-18 01:46:52,554")  # the log's first timestamp
     assert tl.end_s == pytest.approx(_stamp("2023-04-18 03:20:49,471") - first)
     assert tl.step_end_s[-1] == pytest.approx(_stamp("2023-04-18 03:20:25,116") - first)
@@ -124,6 +137,9 @@ def test_python_logging_lines_with_a_step_number():
     # iter: 20 at 01:59:27,037 and iter: 40 at 01:59:33,382
     per_step = (_stamp("2019-05-23 01:59:33,382") - _stamp("2019-05-23 01:59:27,037")) / 20
     assert d[20:39] == pytest.approx([per_step] * 19)
+    # maskrcnn-benchmark evaluates asynchronously: "Start evaluation" is a section of its
+    # interval, the results printed later while training goes on are not.
+    assert sum(s.name == "eval" for s in tl.sections) == 1
     # From the log's first clock reading ("STARTING TIMING RUN AT 2019-05-23 01:58:44 AM") to
     # the first iterations' start is init; they ran at the next interval's pace.
     first = _stamp("2019-05-23 01:58:44")
@@ -228,6 +244,20 @@ def test_restart_is_one_timeline_with_the_lost_time(tmp_path):
     (r,) = [s for s in tl.sections if s.name == "restart"]
     assert (r.begin_s, r.end_s) == pytest.approx((3.0, 7.0))
     assert tl.info["restarts"] == 1 and tl.info["restart_lost_s"] == pytest.approx(4.0)
+
+
+def test_timestamps_slightly_out_of_order_are_not_a_clock_restart(tmp_path):
+    """Ranks' lines interleave with clocks a moment apart: a timestamp a little before the
+    previous line's is the same moment, not a clock that started over."""
+    p = tmp_path / "ranks.log"
+    p.write_text(
+        "2024-01-01 12:00:00,000 - INFO - step 1 loss 3\n"
+        "2024-01-01 12:00:01,000 - INFO - step 2 loss 3\n"
+        "2024-01-01 12:00:00,990 - INFO - step 3 loss 3\n"
+        "2024-01-01 12:00:03,000 - INFO - step 4 loss 3\n"
+    )
+    tl = ailens.read_timeline(p)
+    assert tl.steps == 4 and tl.step_end_s[-1] == pytest.approx(3.0)
 
 
 def test_modded_log_cut_before_its_clock_restart(tmp_path):

@@ -5,8 +5,10 @@ LogFormat(name=..., title=..., detect=..., read=..., example=...)`` whose ``read
 progress lines into :class:`Point` and hands them to :func:`timeline_from_points`; add it to
 ``FORMATS`` below (before any format whose ``detect`` would also take its files); add a real
 public log of it under ``tests/data/logs/<name>/`` with a README (source, commit, licence)
-and a test. ``read_log`` picks the format by content (the first of ``FORMATS`` whose
-``detect`` takes the file's head) or takes the one named.
+and a test in ``tests/test_logformats.py`` (which checks every format has a sample, detected
+as its own); a row in docs/internals.md and in docs/forecast.md's table of formats.
+``read_log`` picks the format by content (the first of ``FORMATS`` whose ``detect`` takes the
+file's head, then the whole text) or takes the one named.
 """
 
 from __future__ import annotations

@@ -36,9 +36,14 @@ __all__ = [
     "first_timestamp_s",
     "last_timestamp_s",
     "read_text",
+    "section_mark",
     "timeline_from_points",
     "timestamp_s",
 ]
+
+# A section inside an interval counts when it took at least this share of the interval's
+# steps' time at the usual pace.
+_MIN_SECTION_SHARE = 0.25
 
 # Longer than any training run (30 years): a clock that is not seconds, or corrupt numbers.
 _MAX_SPAN_S = 1e9
@@ -80,7 +85,10 @@ class Point:
     seconds per step over the interval since the previous point, as the line prints it
     (Megatron's elapsed time per iteration), used where there is no clock reading, and to
     place the first interval. ``total``: the total steps the line says (``iter N/M``).
-    ``restart``: a new start (a second start banner) just before this line.
+    ``restart``: a new start (a second start banner) just before this line. ``section``: a
+    named part of the run ("eval", "checkpoint") ran inside the interval this line ends,
+    before its steps: the interval's time beyond its steps at the log's usual pace is that
+    section, not steps.
     """
 
     step: float | None
@@ -88,6 +96,7 @@ class Point:
     step_s: float | None = None
     total: int | None = None
     restart: bool = False
+    section: str | None = None
 
 
 def read_text(path: Path) -> str:
@@ -158,6 +167,26 @@ def last_timestamp_s(text: str) -> float | None:
     return None
 
 
+# Lines that say an evaluation or a checkpoint ran (between two progress lines).
+_SECTION_MARKS = (
+    ("eval", re.compile(r"\b(?:evaluat\w*|validat\w*|begin validation)\b", re.IGNORECASE)),
+    (
+        "checkpoint",
+        re.compile(
+            r"\b(?:sav(?:e|es|ing|ed)\b[^|]{0,20}checkpoint|checkpoint saved)", re.IGNORECASE
+        ),
+    ),
+)
+
+
+def section_mark(line: str) -> str | None:
+    """ "eval" or "checkpoint" when ``line`` says one ran (for ``Point.section``), else None."""
+    for name, pattern in _SECTION_MARKS:
+        if pattern.search(line):
+            return name
+    return None
+
+
 def count_matches(pattern: re.Pattern, text: str, enough: int) -> int:
     """How many lines of ``text`` ``pattern`` finds, counting up to ``enough`` (detection)."""
     n = 0
@@ -213,7 +242,8 @@ def timeline_from_points(
     pts = list(points)
     fix = f"it needs progress lines with a step number and a time; or convert it to {CSV_FORM}"
     # 1. Counters (steps done) and clock readings on one continuing clock.
-    resolved: list[tuple[float, float, bool, float | None]] = []  # counter, t, restart, step_s
+    # counter, t, restart, step_s, section
+    resolved: list[tuple[float, float, bool, float | None, str | None]] = []
     counter = None
     t_prev = None
     shift = 0.0  # added to readings after the clock restarted from zero
@@ -234,8 +264,11 @@ def timeline_from_points(
         if p.t_s is not None and math.isfinite(p.t_s):
             t = p.t_s + shift
             if t_prev is not None and t < t_prev - 1e-9:
-                shift = t_prev  # the clock restarted from zero (a timer reset after warm-up)
-                t = p.t_s + shift
+                if clock == "from_start" and p.t_s < 0.5 * (t_prev - shift):
+                    shift = t_prev  # the clock restarted from zero (a timer reset after warm-up)
+                    t = p.t_s + shift
+                else:
+                    t = t_prev  # a line printed a moment out of order (another rank's clock)
         elif p.step_s is not None and math.isfinite(p.step_s) and p.step_s >= 0:
             if t_prev is None:
                 t = (c if c <= 2 * typical else typical) * p.step_s
@@ -243,13 +276,13 @@ def timeline_from_points(
                 t = t_prev + (k if k is not None else typical) * p.step_s
         else:
             continue  # a line with no time: nothing to place it by
-        resolved.append((c, t, restart, p.step_s))
+        resolved.append((c, t, restart, p.step_s, p.section))
         counter, t_prev = c, t
     if not resolved:
         raise LogError(f"{path}: no timed progress lines found; {fix}")
 
     # 2. Where the first timed interval begins, and the timeline's zero.
-    c0, t0, _, s0 = resolved[0]
+    c0, t0, _, s0, _ = resolved[0]
     estimated_first = False
     if clock == "from_start":
         before = c0 if c0 <= 2 * typical else typical
@@ -285,7 +318,8 @@ def timeline_from_points(
     pending: list[tuple[float, float, float | None]] = []  # a restarted run below `reached`
     lost = 0.0
     restarts = 0
-    for c, t, restart, step_s in resolved[1:]:
+    flagged: dict[float, str] = {}  # counter of a line -> the section inside its interval
+    for c, t, restart, step_s, section in resolved[1:]:
         if restart:
             restarts += 1
             pending = []
@@ -307,16 +341,37 @@ def timeline_from_points(
             pieces.append([(reached, t_at)])
             pending = []
         pieces[-1].append((c, t))
+        if section:
+            flagged[c] = section
         reached, t_reached = c, t
 
     # 4. Step ends: each piece's integer counters, spread evenly over the intervals; lines
-    #    that share a clock reading (a coarse clock) count as one, at its last counter.
+    #    that share a clock reading (a coarse clock) count as one, at its last counter. An
+    #    interval with a section in it: the time beyond its steps at the usual pace first.
+    distinct = [list(zip(*_distinct_times(piece), strict=True)) for piece in pieces]
+    intervals = [
+        (a, b) for piece in distinct for a, b in zip(piece, piece[1:], strict=False) if b[0] > a[0]
+    ]
+
+    def inside(a, b) -> str | None:
+        return next((n for c, n in flagged.items() if a[0] < c <= b[0]), None)
+
+    plain = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in intervals if not inside(a, b)]
+    pace = float(np.median(plain)) if plain else None
     ends: list[float] = []
-    for piece in pieces:
-        xs, ts = _distinct_times(piece)
-        lo, hi = int(math.floor(xs[0] + 1e-9)), int(math.floor(xs[-1] + 1e-9))
+    for a, b in intervals:
+        start = a[1]
+        name = inside(a, b) if flagged else None
+        if name and pace is not None:
+            steps_s = (b[0] - a[0]) * pace
+            extra = (b[1] - a[1]) - steps_s
+            if extra > _MIN_SECTION_SHARE * steps_s:  # else noise: a line about a section
+                # that ran elsewhere (an asynchronous evaluation's results)
+                out_sections.append(Section(name, a[1] - zero, a[1] + extra - zero))
+                start = a[1] + extra
+        lo, hi = int(math.floor(a[0] + 1e-9)), int(math.floor(b[0] + 1e-9))
         n = np.arange(lo + 1, hi + 1, dtype=float)
-        ends.extend((np.interp(n, xs, ts) - zero).tolist())
+        ends.extend((start + (n - a[0]) / (b[0] - a[0]) * (b[1] - start) - zero).tolist())
     ends = np.maximum.accumulate(np.maximum(np.asarray(ends, dtype=float), 0.0)).tolist()
     if ends and ends[-1] > _MAX_SPAN_S:
         raise LogError(

@@ -7,7 +7,9 @@ RunningAvgSamplesPerSec=...``), each after DeepSpeed's logger timestamp::
 
 ``step`` counts optimizer steps (skipped ones included). DeepSpeed-Chat's ``Beginning of Epoch
 e/E, Total Micro Batches B`` gives the steps per epoch (B over the gradient accumulation the
-timer line shows, micro_step / global_step) and the total (E epochs).
+timer line shows, micro_step / global_step) and the total (E epochs). An evaluation or a
+checkpoint between two step lines (DeepSpeed-Chat's ``***** Evaluating perplexity``) is a
+section of the interval it fell in.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ._base import (
     count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    section_mark,
     timeline_from_points,
     timestamp_s,
 )
@@ -43,6 +46,7 @@ def read_deepspeed(path: Path, text: str) -> Timeline:
     points = []
     accum = None
     epochs = micro = None
+    mark = None  # an evaluation or checkpoint since the last step line
     for line in lines:
         a = _ACCUM.search(line)
         if a and int(a.group(2)) > 0:
@@ -52,11 +56,14 @@ def read_deepspeed(path: Path, text: str) -> Timeline:
             epochs, micro = int(e.group(2)), int(e.group(3))
         m = pattern.search(line)
         if m is None:
+            if points and mark is None:
+                mark = section_mark(line)
             continue
         ts = TIMESTAMP.search(line, 0, m.start())
         if ts is None:
             continue
-        points.append(Point(step=int(m.group(1)), t_s=timestamp_s(ts)))
+        points.append(Point(step=int(m.group(1)), t_s=timestamp_s(ts), section=mark))
+        mark = None
     if not points:
         raise LogError(f"{path}: no timestamped DeepSpeed '[Rank 0] step=N' or timer lines")
     spe = micro / (accum or 1.0) if micro else None

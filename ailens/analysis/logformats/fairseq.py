@@ -14,7 +14,14 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+from ._base import (
+    LogError,
+    LogFormat,
+    Point,
+    count_matches,
+    section_mark,
+    timeline_from_points,
+)
 
 __all__ = ["FORMAT", "read_fairseq"]
 
@@ -28,15 +35,19 @@ _DONE = re.compile(r"done training in ([0-9.]+) seconds")
 def read_fairseq(path: Path, text: str) -> Timeline:
     points = []
     spe = None
+    mark = None  # a validation or checkpoint since the last progress line
     for line in text.splitlines():
         u = _UPDATES.search(line)
         w = _WALL.search(line) if u else None
         if w is None:
+            if points and mark is None:
+                mark = section_mark(line)
             continue
         e = _PER_EPOCH.search(line)
         if e:
             spe = int(e.group(1))
-        points.append(Point(step=int(u.group(1)), t_s=float(w.group(1))))
+        points.append(Point(step=int(u.group(1)), t_s=float(w.group(1)), section=mark))
+        mark = None
     if not points:
         raise LogError(f"{path}: no fairseq progress lines (num_updates with wall)")
     totals = [int(m.group(1)) for m in _MAX_UPDATE.finditer(text) if int(m.group(1)) > 0]

@@ -7,7 +7,8 @@
 The counter is the iterations done (a line every k iterations counts k steps), the total is
 after the slash. A line's own timestamp places it; without one, the iterations' ends follow
 from the elapsed time per iteration (Megatron's interval timer, evaluations included) summed
-from the first iteration's start.
+from the first iteration's start. An evaluation (``validation loss at iteration N``) or a
+checkpoint saved between two lines is a section of the interval it fell in.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ._base import (
     count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    section_mark,
     timeline_from_points,
     timestamp_s,
 )
@@ -40,10 +42,13 @@ _LINE = re.compile(
 def read_megatron(path: Path, text: str) -> Timeline:
     points = []
     stamped = False
+    mark = None  # an evaluation or checkpoint since the last iteration line
     for line in text.splitlines():
         m = _ITER.search(line)
         e = _ELAPSED.search(line) if m else None
         if e is None:
+            if points and mark is None:
+                mark = section_mark(line)
             continue
         ts = TIMESTAMP.search(line, 0, m.start())
         stamped = stamped or ts is not None
@@ -54,8 +59,10 @@ def read_megatron(path: Path, text: str) -> Timeline:
                 t_s=None if ts is None else timestamp_s(ts),
                 step_s=float(e.group(1)) / 1e3,
                 total=total,
+                section=mark,
             )
         )
+        mark = None
     if not points:
         raise LogError(
             f"{path}: no Megatron 'iteration N/ M | ... elapsed time per iteration' lines"

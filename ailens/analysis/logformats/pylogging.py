@@ -8,7 +8,8 @@ The first ``step``/``iter``/``iteration``/``global_step``/``update`` number on a
 timestamp comes first (after a short prefix) is its counter; ``N/M`` gives the total, or, on
 lines that also say an ``epoch`` whose counter starts over every epoch, the steps per epoch
 (the steps then count on across epochs). Lines about evaluation, validation or tests are not
-training steps. Every rank's copy of a line counts once. The generic fallback: specific
+training steps; an evaluation or a checkpoint between two step lines is a section of the
+interval it fell in. Every rank's copy of a line counts once. The generic fallback: specific
 formats come before it in the registry.
 """
 
@@ -26,6 +27,7 @@ from ._base import (
     count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    section_mark,
     timeline_from_points,
     timestamp_s,
 )
@@ -59,6 +61,8 @@ def step_lines(lines: list[str]) -> list[tuple[int, float, int, int | None, int 
         m = _STEP.search(rest)
         if m is None or _NOT_TRAINING.search(rest, 0, m.start()):
             continue
+        if section_mark(rest[: m.start()]) == "checkpoint":
+            continue  # "Saving checkpoint at step N": not a step's end
         e = _EPOCH.search(rest)
         rows.append(
             (
@@ -93,12 +97,20 @@ def counted(rows) -> tuple[list[tuple[int, float, int, int | None]], int | None]
 
 
 def read_pylogging(path: Path, text: str) -> Timeline:
-    rows = step_lines(text.splitlines())
+    lines = text.splitlines()
+    rows = step_lines(lines)
     if not rows:
         raise LogError(f"{path}: no timestamped lines with a step number")
     steps, spe = counted(rows)
+    # An evaluation or checkpoint between two step lines is a section of that interval.
+    marks = []
+    for (i, *_), (j, *_) in zip(steps, steps[1:], strict=False):
+        marks.append(next((m for x in lines[i + 1 : j] if (m := section_mark(x))), None))
     return timeline_from_points(
-        [Point(step=n, t_s=t, total=m) for _, t, n, m in steps],
+        [
+            Point(step=n, t_s=t, total=m, section=mark)
+            for (_, t, n, m), mark in zip(steps, [None, *marks], strict=True)
+        ],
         path=path,
         source="pylogging",
         log_start_s=first_timestamp_s(text),
