@@ -30,10 +30,17 @@ def _stamp(text: str) -> float:
     return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + (int(ms) / 1000 if ms else 0.0)
 
 
-def _samples():
+# Not logs: the README beside each sample, and the files a reader looks up beside its log
+# (Ultralytics' args.yaml). Logs of a format that cannot give a timeline (a trainer_state.json,
+# a metrics.csv with no time column) are under <format>/refused/.
+NOT_LOGS = {"README.md", "args.yaml"}
+
+
+def _samples(refused: bool = False):
     for d in sorted(p for p in LOGS.iterdir() if p.is_dir()):
-        for f in sorted(d.iterdir()):
-            if f.name != "README.md":
+        where = d / "refused" if refused else d
+        for f in sorted(where.iterdir()) if where.is_dir() else ():
+            if f.is_file() and f.name not in NOT_LOGS:
                 yield d.name, f
 
 
@@ -184,10 +191,21 @@ def test_each_sample_is_detected_as_its_format(fmt, path):
     assert forced.step_end_s == ailens.read_timeline(path).step_end_s
 
 
+@pytest.mark.parametrize("fmt, path", list(_samples(refused=True)), ids=lambda x: str(x))
+def test_refused_samples_are_detected_and_say_why(fmt, path):
+    """A log of a known format that cannot give a timeline is detected as that format and
+    refused in one line naming the file (not 'not a training log')."""
+    assert detect_format(read_text(path)).name == fmt
+    with pytest.raises(ailens.LogError) as e:
+        ailens.read_timeline(path)
+    assert path.name in str(e.value) and "\n" not in str(e.value)
+    assert "not a training log" not in str(e.value)
+
+
 def test_every_format_has_a_sample_and_an_example():
     names = [f.name for f in FORMATS]
     assert len(set(names)) == len(names)
-    sampled = {fmt for fmt, _ in _samples()}
+    sampled = {fmt for fmt, _ in _samples()} | {fmt for fmt, _ in _samples(refused=True)}
     for f in FORMATS:
         assert f.title and f.example
         if f.name not in ("mlperf", "csv"):  # those two are tested in test_timeline.py

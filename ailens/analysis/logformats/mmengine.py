@@ -1,0 +1,162 @@
+"""mmengine's logger (MMDetection, MMPretrain, MMSegmentation, MMOCR, ... 2.x/3.x):
+``2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563]  lr: …  eta: …  time:
+0.1414  data_time: …`` (or ``08/22 15:51:56`` without the year), ``Iter(train) [50/90000]``
+for iteration-based runs, ``Epoch(val) [1][10/313]`` during validation and ``Saving
+checkpoint at 1 epochs``.
+
+The timestamps are the clock (whole seconds; lines in the same second are spread by the shared
+helper); a line's ``time:`` (seconds per iteration) places the iterations before the first
+line. The steps are the iterations: ``(e - 1) x N + i`` for ``Epoch(train) [e][i/N]``, ``i``
+for ``Iter(train) [i/M]`` (whose total is M); ``Saving checkpoint at e epochs`` marks the end
+of epoch e. A validation block is an "eval" section from the line before its first line to
+its last. The total of an epoch-based run is ``max_epochs`` (from the config the log prints
+at its start) x N; the iterations after a validation begin when it ends. The time before the
+first progress line (building the model and the data) is "init"."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from ...model.timeline import Section, Timeline
+from ._base import LogError, LogFormat, Point, timeline_from_points
+from ._clock import hold
+from ._table import whole_lines
+
+__all__ = ["FORMAT", "read_mmengine"]
+
+_LINE = re.compile(
+    r"^(?P<ts>\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}|\d{2}/\d{2} \d{2}:\d{2}:\d{2}) - "
+    r"[\w.]+ - [A-Z]+ - (?P<msg>.*)$"
+)
+_EPOCH = re.compile(
+    r"Epoch\((?P<mode>train|val|test)\)\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
+)
+_ITER = re.compile(r"Iter\((?P<mode>train|val|test)\)\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]")
+_SAVE = re.compile(r"Saving checkpoint at (\d+) (epochs|iterations)")
+_MAX_EPOCHS = re.compile(r"max_epochs\s*=\s*(\d+)")
+_TIME = re.compile(r"(?<![\w])time:\s*([\d.]+)")
+_YEAR_S = 366 * 86400.0
+
+
+def read_mmengine(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
+    points: list[Point] = []
+    sections: list[Section] = []
+    first_t = None
+    prev_t = None  # the previous line's time (where a validation block begins)
+    val_begin = None
+    val_end = None
+    spe = None
+    total = None
+    clock = _Clock()
+    m_max = _MAX_EPOCHS.search(text)
+    max_epochs = int(m_max.group(1)) if m_max else None
+    for raw in text.replace("\r", "\n").splitlines():
+        m = _LINE.match(raw.strip())
+        if not m:
+            continue
+        t = clock.seconds(m.group("ts"))
+        if first_t is None:
+            first_t = t
+        msg = m.group("msg")
+        e = _EPOCH.search(msg)
+        it = None if e else _ITER.search(msg)
+        mode = (e or it).group("mode") if (e or it) else None
+        if mode in ("val", "test"):
+            if val_begin is None:
+                val_begin = prev_t if prev_t is not None else t
+            val_end = t
+        else:
+            if val_begin is not None and (mode == "train" or _SAVE.search(msg)):
+                sections.append(Section("eval", val_begin, max(val_end, val_begin)))
+                hold(points, val_end)  # the next iterations begin when validation ends
+                val_begin = None
+            step_s = float(ts.group(1)) if (ts := _TIME.search(msg)) else None
+            if e:
+                n = int(e.group("n"))
+                spe = n
+                step = (int(e.group("e")) - 1) * n + int(e.group("i"))
+                points.append(Point(step=step, t_s=t, step_s=step_s))
+            elif it:
+                total = int(it.group("n"))
+                points.append(Point(step=int(it.group("i")), t_s=t, step_s=step_s, total=total))
+            elif s := _SAVE.search(msg):
+                k = int(s.group(1))
+                if s.group(2) == "epochs" and spe:
+                    points.append(Point(step=k * spe, t_s=t))
+                elif s.group(2) == "iterations":
+                    points.append(Point(step=k, t_s=t, total=total))
+        prev_t = t
+    if val_begin is not None:
+        sections.append(Section("eval", val_begin, max(val_end, val_begin)))
+    if not points:
+        raise LogError(
+            f"{path}: no mmengine progress lines ('<time> - mmengine - INFO - Epoch(train) "
+            "[e][i/N] ...' or 'Iter(train) [i/M]'); give the log the runner wrote"
+        )
+    # A checkpoint line repeats the step of the epoch's last progress line: keep the later one.
+    points = _last_per_step(points)
+    if max_epochs and spe and total is None:
+        # On the points, so a log resumed at a later epoch counts only the steps it has left.
+        points[-1] = replace(points[-1], total=max_epochs * spe)
+    return timeline_from_points(
+        points,
+        path=path,
+        source="mmengine",
+        clock="absolute",
+        log_start_s=first_t,
+        sections=sections,
+        steps_per_epoch=spe,
+        info={"max_epochs": max_epochs} if max_epochs else None,
+    )
+
+
+def _last_per_step(points: list[Point]) -> list[Point]:
+    out: list[Point] = []
+    for p in points:
+        if out and out[-1].step == p.step:
+            out[-1] = p
+        else:
+            out.append(p)
+    return out
+
+
+class _Clock:
+    """Seconds of the log's timestamps; one without a year continues across New Year."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+        self.last = None
+
+    def seconds(self, ts: str) -> float:
+        if len(ts) > 14:
+            return datetime.strptime(ts, "%Y/%m/%d %H:%M:%S").timestamp()
+        t = datetime.strptime("2000/" + ts, "%Y/%m/%d %H:%M:%S").timestamp() + self.shift
+        if self.last is not None and t < self.last - _YEAR_S / 2:
+            self.shift += _YEAR_S  # December -> January
+            t += _YEAR_S
+        self.last = t
+        return t
+
+
+_DETECT = re.compile(
+    r"(?m)^(?:\d{4}/)?\d{2}/\d{2} \d{2}:\d{2}:\d{2} - [\w.]+ - [A-Z]+ - "
+    r"(?:Epoch|Iter)\((?:train|val|test)\)\s*\["
+)
+
+
+def _detect(head: str) -> bool:
+    return bool(_DETECT.search(head))
+
+
+FORMAT = LogFormat(
+    name="mmengine",
+    title="mmengine / MMDetection logger (Epoch(train) [e][i/N] or Iter(train) [i/M], timestamps)",
+    detect=_detect,
+    read=read_mmengine,
+    example="2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563]  lr: 1.0000e-03  "
+    "eta: 0:18:23  time: 0.1414  data_time: 0.0077  memory: 392  loss: 5.3465",
+)

@@ -1,0 +1,325 @@
+"""The framework log formats (Hugging Face Trainer, LLaMA-Factory, MetricLogger, Keras,
+Ultralytics, Lightning's metrics.csv, timm, mmengine) on real public logs committed under
+tests/data/logs/<format>/ (source and licence in each README). The expected numbers are read
+from the logs by hand (quoted beside each assertion), not produced by the readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ailens.analysis.logformats import FORMATS, LogError, detect_format, read_log, read_text
+from ailens.analysis.logformats._base import HEAD_BYTES
+
+DATA = Path(__file__).parent / "data" / "logs"
+
+
+def _only_claimed_by(path: Path, name: str) -> str:
+    """The sample is detected as ``name`` and no other registered format claims it."""
+    text = read_text(path)
+    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES])]
+    assert claimed == [name], claimed
+    assert detect_format(text).name == name
+    return text
+
+
+def hms(h: int, m: int, s: float) -> float:
+    return h * 3600 + m * 60 + s
+
+
+# --------------------------------------------------------------------------- LLaMA-Factory
+
+
+def test_llamafactory_trainer_log_jsonl():
+    path = DATA / "llamafactory" / "trainer_log.jsonl"
+    _only_claimed_by(path, "llamafactory")
+    tl = read_log(path)
+    # {"current_steps": 8660, "total_steps": 8660, ... "epoch": 4.0, "elapsed_time": "5:39:46"}
+    assert tl.steps == 8660 and tl.total_steps == 8660
+    assert tl.steps_per_epoch == pytest.approx(8660 / 4.0)
+    assert tl.finished and tl.end_s == pytest.approx(hms(5, 39, 46))
+    # {"current_steps": 10, ... "elapsed_time": "0:00:24"}: logged every 10 steps
+    assert tl.step_end_s[9] == pytest.approx(24.0)
+    assert tl.step_end_s[4] == pytest.approx(12.0)  # spread evenly inside the interval
+    # {"current_steps": 2500, ... "elapsed_time": "1:37:53"}
+    assert tl.step_end_s[2499] == pytest.approx(hms(1, 37, 53))
+
+
+# --------------------------------------------------------------------------- HF Trainer
+
+
+def test_hf_trainer_console_bar_dicts_and_evaluations():
+    path = DATA / "hf-trainer" / "seq_label_nbbert_interactive.log"
+    _only_claimed_by(path, "hf-trainer")
+    tl = read_log(path)
+    # " 50%|...| 268/536 [01:10<01:00,  4.45it/s" ... "536/536 [02:38<00:00,  3.38it/s]"
+    assert tl.steps == 536 and tl.total_steps == 536
+    assert tl.step_end_s[267] == pytest.approx(70.0)
+    assert tl.step_end_s[437] == pytest.approx(123.0)  # "438/536 [02:03<00:24,  3.97it/s]"
+    assert tl.step_end_s[535] == pytest.approx(148.0)  # "536/536 [02:28<00:00,  4.55it/s"
+    # {'loss': 0.08, ..., 'epoch': 1.0} redrawn at 268/536
+    assert tl.steps_per_epoch == pytest.approx(268.0)
+    # {'eval_loss': ..., 'eval_runtime': 5.4015, ...} after 268 and 5.3206 after 536; the
+    # log_history list printed at the end (dicts with 'step') adds none
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [round(s.begin_s, 4) for s in evals] == [70.0, 148.0]
+    assert [round(s.end_s - s.begin_s, 4) for s in evals] == [5.4015, 5.3206]
+    # {'train_runtime': 158.4339, ...}
+    assert tl.finished and tl.end_s == pytest.approx(158.4339)
+
+
+def test_hf_trainer_console_without_its_bar_says_where_the_bar_went():
+    path = DATA / "hf-trainer" / "refused" / "slurm_10917672_no_bar.out"
+    _only_claimed_by(path, "hf-trainer")
+    with pytest.raises(LogError, match=r"slurm_10917672_no_bar\.out: .*progress bar.*2>&1"):
+        read_log(path)
+
+
+def test_hf_trainer_state_is_refused_with_what_to_give_instead():
+    path = DATA / "hf-trainer-state" / "refused" / "trainer_state.json"
+    _only_claimed_by(path, "hf-trainer-state")
+    with pytest.raises(LogError) as e:
+        read_log(path)
+    msg = str(e.value)
+    assert str(path) in msg and "no times" in msg and "trainer_log.jsonl" in msg
+    assert "max_steps 8660" in msg  # "max_steps": 8660
+
+
+# --------------------------------------------------------------------------- MetricLogger
+
+
+def test_metriclogger_deit_epochs_tests_and_training_time():
+    path = DATA / "metriclogger" / "deit_vim_8gpu_2epochs.log"
+    _only_claimed_by(path, "metriclogger")
+    tl = read_log(path)
+    # "Epoch: [0]  [   0/1251]", "Start training for 2 epochs"
+    assert tl.steps_per_epoch == 1251
+    assert tl.steps == 2 * 1251 and tl.total_steps == 2 * 1251
+    # "Epoch: [0] Total time: 1:07:10 (3.2217 s / it)"
+    epoch0 = 1251 * 3.2217
+    assert tl.step_end_s[1250] == pytest.approx(epoch0)
+    assert abs(epoch0 - hms(1, 7, 10)) < 1.0
+    # "Test: Total time: 0:05:19 (22.7948 s / it)" over "Test:  [13/14]"
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 2
+    assert evals[0].begin_s == pytest.approx(epoch0)
+    assert evals[0].end_s - evals[0].begin_s == pytest.approx(14 * 22.7948)
+    # "Epoch: [1] Total time: 1:08:54 (3.3050 s / it)" begins when the test ends
+    assert tl.step_end_s[2501] == pytest.approx(evals[0].end_s + 1251 * 3.3050)
+    assert evals[1].end_s - evals[1].begin_s == pytest.approx(14 * 26.7514)
+    # "Training time 2:28:59"
+    assert tl.finished and tl.end_s == pytest.approx(hms(2, 28, 59))
+    # Inside epoch 0 the 10-iteration intervals follow the printed pace ("time: 3.2104"
+    # at 600), not the slow first iterations ("time: 14.1278" at 0).
+    pace = (tl.step_end_s[610] - tl.step_end_s[600]) / 10
+    first = tl.step_end_s[0]
+    assert pace < first and pace == pytest.approx(3.2171, rel=0.05)
+
+
+# --------------------------------------------------------------------------- Keras
+
+
+def test_keras2_console_epochs_from_the_final_bar_lines():
+    path = DATA / "keras" / "mnist_convnet_keras2.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 1/15" ... 11 finished epochs of "422/422"; epoch 12 stops at "237/422 ... ETA: 7s"
+    assert tl.steps_per_epoch == 422
+    assert tl.steps == 11 * 422 and tl.total_steps == 15 * 422
+    assert not tl.finished and tl.end_s is None
+    # "422/422 [====] - 13s 29ms/step": 13 s (> 422 x 29 ms)
+    assert tl.step_end_s[421] == pytest.approx(13.0)
+    # "- 13s 31ms/step": 422 x 31 ms = 13.08 s is longer than the rounded 13 s
+    assert tl.step_end_s[843] - tl.step_end_s[421] == pytest.approx(422 * 0.031)
+    # epoch 7 "- 17s 41ms/step" -> 17.302 s
+    assert tl.step_end_s[7 * 422 - 1] - tl.step_end_s[6 * 422 - 1] == pytest.approx(422 * 0.041)
+
+
+def test_keras3_console_skips_in_epoch_redraws_and_times_evaluate():
+    path = DATA / "keras" / "float8_transformer_keras3.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 3/3", "625/625 ━━━ 5s 5ms/step", "2s 923us/step", "1s 890us/step"
+    assert tl.steps == 3 * 625 and tl.total_steps == 3 * 625
+    assert [tl.step_end_s[i] for i in (624, 1249, 1874)] == pytest.approx([5.0, 7.0, 8.0])
+    # "  56/625 ━━━  11s 20ms/step" is the time left, not elapsed: epoch 1 still ends at 5 s
+    # "782/782 ━━━ 1s 491us/step" after the last epoch: evaluate()
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(8.0, 9.0)]
+    assert tl.finished and tl.end_s == pytest.approx(9.0)
+
+
+# --------------------------------------------------------------------------- Ultralytics
+
+
+def test_yolo_results_csv_time_column_and_args_yaml_epochs():
+    path = DATA / "yolo-results" / "results.csv"
+    _only_claimed_by(path, "yolo-results")
+    tl = read_log(path)
+    assert tl.unit == "epoch" and tl.steps == 20  # rows "1,93.2846,..." to "20,623.782,..."
+    assert tl.total_steps == 50  # args.yaml "epochs: 50"
+    assert tl.step_end_s[0] == pytest.approx(93.2846)
+    assert tl.step_end_s[9] == pytest.approx(343.598)  # "10,343.598,..."
+    assert tl.step_end_s[19] == pytest.approx(623.782)
+    assert not tl.finished
+
+
+# --------------------------------------------------------------------------- Lightning
+
+
+def test_lightning_metrics_csv_with_a_logged_epoch_time():
+    path = DATA / "lightning-csv" / "metrics.csv"
+    _only_claimed_by(path, "lightning-csv")
+    tl = read_log(path)
+    # "0,2517.10107421875,14073,..." ... "9,2419.625244140625,140739,...": step counts from 0
+    assert tl.steps == 140740 and tl.steps_per_epoch == 14074
+    assert tl.step_end_s[14073] == pytest.approx(2517.10107421875)
+    # "1,2414.659423828125,28147,...": a duration per epoch, summed
+    assert tl.step_end_s[28147] == pytest.approx(2517.10107421875 + 2414.659423828125)
+    assert tl.info["time column"] == "epoch_time"
+
+
+def test_lightning_metrics_csv_without_time_says_it_cannot_give_times():
+    path = DATA / "lightning-csv" / "refused" / "metrics_no_time.csv"
+    _only_claimed_by(path, "lightning-csv")
+    with pytest.raises(LogError, match=r"no_time\.csv: .*cannot give times.*no time column"):
+        read_log(path)
+
+
+# --------------------------------------------------------------------------- mmengine
+
+
+def test_mmengine_epoch_log_with_checkpoint_and_validation():
+    path = DATA / "mmengine" / "15_minutes_cifar10_resnet50.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "2022/08/22 15:51:54 - ... Checkpoints will be saved": the log's start;
+    # "15:51:56 ... Epoch(train) [1][10/1563] ... time: 0.1414" begins the steps 10 x 0.1414 s
+    # before; "[1][30/1563]" is the last line stamped 15:51:56, "[1][70/1563]" 15:51:58
+    assert tl.steps_per_epoch == 1563
+    assert tl.step_end_s[29] == pytest.approx(2.0)
+    assert tl.step_end_s[69] == pytest.approx(4.0)
+    init = [s for s in tl.sections if s.name == "init"]
+    assert init and init[0].end_s == pytest.approx(2.0 - 10 * 0.1414)
+    # "15:52:50 ... Saving checkpoint at 1 epochs": the epoch's 1563 iterations ended
+    assert tl.steps == 1563 and tl.step_end_s[-1] == pytest.approx(56.0)
+    # "Epoch(val) [1][10/313]" at 15:52:51 ... "[1][313/313]" at 15:52:54
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(56.0, 60.0)]
+
+
+def test_mmengine_timestamps_without_the_year():
+    path = DATA / "mmengine" / "deepspeed_flexible_runner_2gpu.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "07/03 13:04:17 ... [1][ 10/196] ... time: 0.4073" ... "07/03 13:04:53 ... [1][190/196]"
+    assert tl.steps == 190 and tl.steps_per_epoch == 196
+    assert tl.step_end_s[189] - tl.step_end_s[9] == pytest.approx(36.0)
+    assert tl.step_end_s[9] == pytest.approx(10 * 0.4073)
+
+
+# --------------------------------------------------------------------------- timm
+
+
+def test_timm_train_and_test_lines():
+    path = DATA / "timm" / "imagenette_resnet50_hpu_2epochs.log"
+    _only_claimed_by(path, "timm")
+    tl = read_log(path)
+    # "Train: 0 [   0/73 (  1%)] ... Time: 9.575s, ... (9.575s, ...)"
+    assert tl.steps_per_epoch == 73 and tl.steps == 2 * 73
+    assert tl.step_end_s[0] == pytest.approx(9.575)
+    # "Train: 0 [  50/73 ( 70%)] ... (0.470s, ...)": 51 batches at 0.470 s on average
+    assert tl.step_end_s[50] == pytest.approx(51 * 0.470)
+    epoch0 = 73 * 0.470
+    assert tl.step_end_s[72] == pytest.approx(epoch0)
+    # "Test: [  30/30]  Time: 3.856 (0.732)": 31 batches at 0.732 s
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert evals[0].begin_s == pytest.approx(epoch0)
+    assert evals[0].end_s == pytest.approx(epoch0 + 31 * 0.732)
+    # "Train: 1 [  50/73 ( 70%)] ... (0.148s, ...)" after the test
+    assert tl.step_end_s[145] == pytest.approx(evals[0].end_s + 73 * 0.148)
+    assert evals[1].end_s - evals[1].begin_s == pytest.approx(31 * 0.126)
+
+
+# --------------------------------------------------------------------------- Keras CSVLogger
+
+
+def test_keras_csvlogger_without_time_says_it_cannot_give_times():
+    path = DATA / "keras-csv" / "refused" / "training_log.csv"
+    _only_claimed_by(path, "keras-csv")
+    # "epoch,accuracy,loss,val_accuracy,val_loss": no time column
+    with pytest.raises(LogError, match=r"training_log\.csv: .*cannot give times.*console"):
+        read_log(path)
+
+
+def test_metriclogger_variant_validate_and_epochs_from_one():
+    path = DATA / "metriclogger" / "food101_ddp_2gpu_20epochs.log"
+    _only_claimed_by(path, "metriclogger")
+    tl = read_log(path)
+    # "Namespace(... epochs=20 ...)", "Epoch: [1] [  0/295]" ... "Epoch: [20] Total time"
+    assert tl.steps_per_epoch == 295
+    assert tl.steps == 20 * 295 and tl.total_steps == 20 * 295
+    # "Epoch: [1] Total time: 0:01:06", then "Validate: Total time: 0:00:19"
+    assert tl.step_end_s[294] == pytest.approx(66.0)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 20
+    assert (evals[0].begin_s, evals[0].end_s) == pytest.approx((66.0, 85.0))
+    # "Epoch: [2] Total time: 0:01:00" begins when the validation ends
+    assert tl.step_end_s[589] == pytest.approx(85.0 + 60.0)
+    # the last "Validate: Total time: 0:00:18" ends the run
+    assert tl.finished and tl.end_s == pytest.approx(evals[-1].end_s)
+    assert tl.end_s - tl.step_end_s[-1] == pytest.approx(18.0)
+
+
+def test_mmengine_validation_between_epochs():
+    path = DATA / "mmengine" / "debug_tricks_val_between_epochs.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    # "20:27:22 ... Epoch(train) [1][5/5]", "Saving checkpoint at 1 epochs" at 20:27:22,
+    # "Epoch(val) [1][5/5]" at 20:27:23, "Epoch(train) [2][5/5]" at 20:27:23, ... val at :24
+    assert tl.steps == 10 and tl.steps_per_epoch == 5
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [(s.begin_s, s.end_s) for s in evals] == [(0.0, 1.0), (1.0, 2.0)]
+    assert tl.step_end_s[4] == pytest.approx(0.0) and tl.step_end_s[9] == pytest.approx(1.0)
+
+
+def test_hf_trainer_steps_after_an_evaluation_begin_when_it_ends():
+    tl = read_log(DATA / "hf-trainer" / "seq_label_nbbert_interactive.log")
+    # 268/536 at 01:10, then {'eval_runtime': 5.4015}: step 269 ends after 75.4015 s
+    assert tl.step_end_s[268] > 70.0 + 5.4015
+    assert tl.step_end_s[437] == pytest.approx(123.0)  # "438/536 [02:03" is still read
+
+
+def test_keras_log_cut_after_its_first_epoch_begins_at_zero(tmp_path):
+    """fit()'s first epoch begins the run: a log with one finished epoch is its N steps."""
+    lines = (DATA / "keras" / "mnist_convnet_keras2.log").read_text().splitlines(keepends=True)
+    p = tmp_path / "first_epoch.log"
+    p.write_text("".join(lines[:2]))  # "Epoch 1/15", "422/422 [====] - 13s 29ms/step ..."
+    tl = read_log(p)
+    assert tl.steps == 422 and tl.step_end_s[-1] == pytest.approx(13.0)
+    assert tl.step_end_s[0] == pytest.approx(13.0 / 422)
+
+
+def test_hf_trainer_steps_per_epoch_while_running(tmp_path):
+    """Read before the end (no train_runtime yet): the epoch of {'loss': 0.08, 'epoch': 1.0} at
+    268/536, not the evaluation's dict paired with the next reading (436/536)."""
+    text = (DATA / "hf-trainer" / "seq_label_nbbert_interactive.log").read_text()
+    p = tmp_path / "running.log"
+    p.write_text(text[: text.index("438/536")])  # up to the " 82%|... 43" redraws
+    tl = read_log(p)
+    assert tl.steps == 436 and tl.steps_per_epoch == pytest.approx(268.0)
+    assert not tl.finished
+
+
+def test_timm_log_that_starts_at_a_later_epoch(tmp_path):
+    """The sample from its epoch 1 on (as a run resumed at epoch 1 prints it): its steps are
+    that epoch's 73 batches, not 146 counted from epoch 0."""
+    lines = (DATA / "timm" / "imagenette_resnet50_hpu_2epochs.log").read_text().splitlines()
+    p = tmp_path / "resumed.log"
+    p.write_text("\n".join(lines[lines.index("") + 1 :]) + "\n")  # from "Train: 1 [   0/73"
+    tl = read_log(p)
+    # "Train: 1 [   0/73 (  1%)] ... (0.796s, ...)", "Train: 1 [  50/73 ( 70%)] ... (0.148s"
+    assert tl.steps == 73
+    assert tl.step_end_s[0] == pytest.approx(0.796)
+    assert tl.step_end_s[50] == pytest.approx(51 * 0.148)
