@@ -406,9 +406,14 @@ def main() -> int:
         for n in names:
             print(f"== {n}: ranks {counts}", flush=True)
             try:
-                cases += ladder_cases(bench, n, counts)
+                done = ladder_cases(bench, n, counts)
             except (RuntimeError, OSError, ValueError) as e:
-                cases.append({"example": n, "skipped": f"failed: {e}"})
+                done = [{"example": n, "skipped": f"failed: {e}"}]
+            cases += done
+            print(table(done), flush=True)  # each example's cases as soon as they exist
+            if args.json:  # kept as it goes: a time limit on the whole run loses nothing done
+                harness.write_json(args.json, {"cases": cases, "partial": True}, indent=2,
+                                   default=str)  # fmt: skip
         names = []  # the ladder replaces the 1 <-> 2 and link cases
     for n in names:
         if n not in CPU_EXAMPLES:

@@ -130,9 +130,11 @@ CASES = {
 
 def recording_set(case: dict) -> str:
     """The set of a recording (its ``source`` is "recorded"): "recorded" when made on a quiet
-    machine (the recorder's load check passed, not forced), else "recorded-loaded"."""
+    machine (the recorder's load check passed, not forced; the 1-minute load at most
+    ``QUIET_LOAD`` per two cores, the development machine's size), else "recorded-loaded"."""
     before = case.get("load_1min_before")
-    quiet = before is not None and float(before) <= QUIET_LOAD and not case.get("forced")
+    limit = QUIET_LOAD * max(1, int(case.get("cores") or 2)) / 2
+    quiet = before is not None and float(before) <= limit and not case.get("forced")
     return "recorded" if quiet else "recorded-loaded"
 
 

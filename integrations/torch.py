@@ -45,7 +45,9 @@ What is recorded, on every rank:
 
 - **On a CUDA device** (the model's parameters on a GPU), device time as well
   (``ailens.record.device``): each bucket's ready point is a CUDA timing event on the stream
-  that produced its gradients, recorded just before the allreduce is launched; its end is an
+  that produced its gradients, recorded just before the allreduce is launched (after the
+  averaging, which DDP's own reduction does while copying; with your ``comm_hook=``, before
+  it: what it computes counts as the collective); its end is an
   event recorded in the bucket future's callback, whose current stream waits for the
   collective (NCCL's stream, or gloo's copy back with CUDA tensors); each step end is an event
   after ``optimizer.step()``. The events are resolved at later step ends with
@@ -209,7 +211,7 @@ class TorchLens(Attachment):
             return
         group = getattr(model, "process_group", None) or dist.group.WORLD
 
-        def average(_state, bucket):
+        def average(_state, bucket, ready=None):
             # DDP's built-in arithmetic: it multiplies by 1 / world size while copying into
             # the bucket (Reducer::copy_grad_to_bucket, at::mul_out); a division (what
             # allreduce_hook does) differs in the last bit at world sizes that are not powers
@@ -217,31 +219,44 @@ class TorchLens(Attachment):
             # through dist.all_reduce's Python checks.
             tensor = bucket.buffer()
             tensor.mul_(1.0 / group.size())
+            if ready is not None:  # on a device: the collective's input is ready now
+                ready()
             return group.allreduce([tensor]).get_future()
 
-        def composed(inner_state, bucket):
+        def composed(inner_state, bucket, ready=None):
+            if ready is not None:  # the user's hook (compression, ...) counts as the collective
+                ready()
             with quiet():  # what the user's hook calls is inside this bucket's tick
                 return comm_hook(inner_state, bucket)
 
         launch = average if comm_hook is None else composed
         value = (lambda f: f.value()[0]) if comm_hook is None else (lambda f: f.value())
-        device = self.lens.device  # set by attach() when the model trains on a CUDA device
+        lens = self.lens
 
         def ailens_comm_hook(state, bucket):
             if not self.recording:
                 fut = launch(state, bucket)
                 return fut.then(value) if comm_hook is None else fut
             tick = self.begin("allreduce", bucket.buffer().nbytes)
-            on_device = device.collective_ready(tick) if device is not None else None
-            fut = launch(state, bucket)
+            device = lens.device  # set on a CUDA device; None again if the Lens disables itself
+            if device is None:
+                fut = launch(state, bucket)
 
-            def done(f):  # the tick's end folded into the one completion callback
-                if on_device is not None:  # this callback's stream waits for the collective
-                    device.collective_done(on_device)
+                def done(f):  # the tick's end folded into the one completion callback
+                    self.end(tick)
+                    return value(f)
+
+                return fut.then(done)
+            on_device = []  # the device's pending entry, made where the input is ready
+            fut = launch(state, bucket, lambda: on_device.append(device.collective_ready(tick)))
+
+            def done_on_device(f):  # this callback's current stream waits for the collective
+                if on_device:
+                    device.collective_done(on_device[0])
                 self.end(tick)
                 return value(f)
 
-            return fut.then(done)
+            return fut.then(done_on_device)
 
         inner = getattr(comm_hook, "__qualname__", "hook") if comm_hook else "allreduce"
         ailens_comm_hook.__qualname__ = f"ailens({inner})"
@@ -256,8 +271,10 @@ class TorchLens(Attachment):
         cuda = _cuda_device(model, optimizer)
         if cuda is None or not torch.cuda.is_available():
             return None
+        # NCCL runs a group's collectives one after another on its stream; gloo side by side
+        queued = self.lens.config.backend == "nccl"
         with torch.cuda.device(cuda):
-            return self.lens.use_device_clock(CudaClock(cuda))
+            return self.lens.use_device_clock(CudaClock(cuda), queued=queued)
 
     def _learn_batch_size(self, model: torch.nn.Module) -> None:
         def first_forward(module, args):

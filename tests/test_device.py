@@ -97,10 +97,11 @@ def test_collective_device_time_starts_when_the_previous_one_ended():
     ]
     d = device_rank(3, marks)
     assert list(d.comm_ns) == [10_000, 4_000, 3_000]
-    # a backend with several threads (gloo) may end a later collective first: it ran beside
-    # the earlier one, from its own ready point
-    side = [{**marks[0], "end_ns": [11_000, 9_000, 53_000]}]
-    assert list(device_rank(3, side).comm_ns) == [10_000, 7_000, 3_000]
+    # a backend with worker threads (gloo) runs collectives side by side: each from its own
+    # ready point, whatever ended first
+    side = device_rank(3, [{**marks[0], "queued": False, "end_ns": [11_000, 9_000, 53_000]}])
+    assert list(side.comm_ns) == [10_000, 7_000, 3_000]
+    assert list(device_rank(3, [{**marks[0], "queued": False}]).comm_ns) == [10_000, 13_000, 3_000]
     # gpu-ns: the training stream's time before each collective, restarting at step ends
     assert list(d.work_ns()) == [1_000, 1_000, 30_000]
     assert list(d.step_ns) == [40_000]

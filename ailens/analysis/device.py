@@ -2,10 +2,11 @@
 
 Per collective (tick) the device gives two points, in ns from the rank's device origin:
 ``ready`` (its input was produced on the training stream) and ``end`` (it completed). The
-collectives of a rank queue on the communication stream, so a collective runs on the device
-from ``max(ready, end of the earlier collectives that ended before it)`` to ``end``: that
-span is its device time (``comm_ns``), comparable to the communication kernels' time in a
-profiler. The work
+collectives of a rank either queue on one communication stream (NCCL: ``queued``), so one
+runs on the device from ``max(ready, previous end)`` to ``end``, or run side by side (gloo's
+worker threads), from ``ready`` to ``end``: that span is its device time (``comm_ns``),
+comparable to the communication's time in a profiler (the NCCL kernel; with gloo, the copy
+of the bucket to the host through the copy back). The work
 before a collective, the ``gpu-ns`` counter, is the training stream's time from the previous
 collective's ready point (or the previous step's end) to this one's ready point. Step times
 are the differences of the step-end events.
@@ -28,6 +29,7 @@ class DeviceRank:
 
     rank: int
     clock: str
+    queued: bool  # collectives one after another on one stream (NCCL), else side by side
     tick: np.ndarray
     ready_ns: np.ndarray
     end_ns: np.ndarray
@@ -36,18 +38,13 @@ class DeviceRank:
 
     @property
     def comm_ns(self) -> np.ndarray:
-        """Each collective's time on the device: from when it could start (its input ready,
-        and every earlier collective that ended before it done: they queue on one stream,
-        while a backend running several at once, gloo's threads, ends them out of order) to
-        its end."""
-        n = len(self.tick)
-        start = self.ready_ns.copy()
-        for k in range(1, n):
-            earlier = self.end_ns[:k]
-            done_before = earlier[earlier <= self.end_ns[k]]
-            if len(done_before):
-                start[k] = max(start[k], int(done_before.max()))
-        return self.end_ns - start
+        """Each collective's time on the device: from when it could start to its end. Queued
+        collectives (NCCL: one stream) start once their input is ready and the previous one
+        ended; side by side (gloo's threads), once their input is ready."""
+        if not self.queued or not len(self.tick):
+            return self.end_ns - self.ready_ns
+        prev_end = np.maximum.accumulate(np.concatenate(([self.ready_ns[0]], self.end_ns[:-1])))
+        return self.end_ns - np.maximum(self.ready_ns, prev_end)
 
     @property
     def step_ns(self) -> np.ndarray:
@@ -87,8 +84,9 @@ class DeviceSummary:
         return dict(self.__dict__)
 
 
-def device_rank(rank: int, marks) -> DeviceRank | None:
-    """The device rows among a rank's trace marks (None when it recorded none)."""
+def device_rank(rank: int, marks, *, backend: str = "") -> DeviceRank | None:
+    """The device rows among a rank's trace marks (None when it recorded none). ``backend``
+    (the trace's) decides ``queued`` for rows written before marks carried it."""
     rows = [m for m in marks if m.get("kind") == "device"]
     if not rows:
         return None
@@ -101,6 +99,7 @@ def device_rank(rank: int, marks) -> DeviceRank | None:
     return DeviceRank(
         rank=rank,
         clock=str(rows[0].get("clock", "")),
+        queued=bool(rows[0].get("queued", backend != "gloo")),
         tick=tick[order],
         ready_ns=col("ready_ns")[order],
         end_ns=col("end_ns")[order],

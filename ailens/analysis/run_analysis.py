@@ -162,7 +162,8 @@ def analyze(
     online = _read_online(Path(run.path))
     fed = (mag, comm_r, compute_r, key)
     forecast = _run_forecast(run, cfg, own_cfg, lt, fed, total_steps, watch, online, warnings)
-    device = [d for t in traces if (d := device_rank(t.rank, t.marks)) is not None]
+    backend = str(run.meta.get("backend", ""))
+    device = [d for t in traces if (d := device_rank(t.rank, t.marks, backend=backend))]
     return RunAnalysis(
         run=run,
         counter=str(run.meta.get("counter", "")),

@@ -290,16 +290,18 @@ class Lens:
         if mark is not None:
             self._add_mark(mark)
 
-    def use_device_clock(self, clock: DeviceClock) -> DeviceTimes | None:
+    def use_device_clock(self, clock: DeviceClock, *, queued: bool = True) -> DeviceTimes | None:
         """Time collectives and steps on a device too (``ailens.record.device``): the
         integration marks each collective's ready and end points on the returned
-        :class:`DeviceTimes`; step ends are marked here. None when not recording."""
+        :class:`DeviceTimes`; step ends are marked here. ``queued``: the collectives run one
+        after another on one stream (NCCL), not side by side (gloo's threads). None when not
+        recording."""
         if self.disabled is not None or self.recorder is None:
             return None
         if self.device is None:
             rec = self.recorder
             self.device = DeviceTimes(clock, log=lambda m: rec.log_mark(m, self._steps),
-                                      origin_ns=rec.now())  # fmt: skip
+                                      origin_ns=rec.now(), queued=queued)  # fmt: skip
             self._add_mark({"kind": "info", "device_clock": clock.name})
         return self.device
 
@@ -405,6 +407,7 @@ class Lens:
 
     def _on_disable(self, thread: str) -> None:
         self._install_disabled_methods()
+        self.device = None  # no more device marks: nothing would resolve them
         if thread == "training" and self.recorder is not None:
             self.recorder.keep(self._exit_state())  # what was recorded, with the reason
 

@@ -60,8 +60,13 @@ class DeviceTimes:
     a pending collective is a small list whose end slot is filled there.
     """
 
-    def __init__(self, clock: DeviceClock, *, log: Callable[[dict], None], origin_ns: int) -> None:
+    def __init__(
+        self, clock: DeviceClock, *, log: Callable[[dict], None], origin_ns: int, queued: bool
+    ) -> None:
         self.clock, self._log = clock, log
+        # Whether the collectives run one after another on one stream (NCCL), so each waits
+        # for the previous one, or side by side (gloo's worker threads).
+        self.queued = queued
         self.origin = clock.mark()
         self.origin_ns = origin_ns  # the host clock when the origin was recorded
         self._collectives: deque[list] = deque()  # [tick, ready_event, end_event | None]
@@ -105,6 +110,7 @@ class DeviceTimes:
                         "kind": "device",
                         "clock": self.clock.name,
                         "counter": DEVICE_COUNTER,
+                        "queued": self.queued,
                         "origin_ns": self.origin_ns,
                         **rows,
                     }

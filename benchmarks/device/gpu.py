@@ -19,6 +19,7 @@ Cases (``python benchmarks/device/gpu.py CASE --out DIR``):
   device synchronise.
 - ``forecast``: a run with evaluation and checkpoints, recorded into a run directory the
   forecast corpus takes (``case.json`` beside it).
+- ``recompare``: the ``profile`` comparison again from its saved trace and run directory.
 - ``oneliners``: Lightning (``accelerator="gpu"``) and the Hugging Face Trainer on the GPU
   with their one line: the trace must hold device rows.
 
@@ -171,17 +172,24 @@ def case_profile(args) -> None:
         a = ailens.analyze(run_dir)
         d = a.device_ranks[0] if a.device_ranks else None
         write(args, f"profile-{args.model}-{args.backend}{world}",
-              compare(d, truth, range(first, first + args.profiled), batch=batch))  # fmt: skip
+              compare(d, truth, range(first, first + args.profiled), batch=batch,
+                      nbytes=a.tick_nbytes))  # fmt: skip
     dist.destroy_process_group()
 
 
 def profiler_truth(tr: dict, steps: range) -> dict:
-    """Per profiled step: its device end and its communication spans (µs), from the chrome
-    trace of ``torch.profiler``."""
+    """Per profiled step: its device end and its collectives' device spans (µs), from the
+    chrome trace of ``torch.profiler``.
+
+    A step's device end is the end of the last GPU activity launched inside its
+    ``ProfilerStep#`` range. Collectives: NCCL kernels (one each); with gloo and CUDA tensors
+    a copy to pinned host memory and the copy back on the same stream of gloo's pool (one
+    collective: the span from the first's start to the second's end). A collective belongs to
+    the step in whose device interval (previous step's device end, this one's] it starts.
+    """
     events = tr.get("traceEvents", [])
     launch = {}  # correlation id -> CPU launch timestamp
-    gpu = []
-    marks = []
+    gpu, marks = [], []
     for e in events:
         cat, args = e.get("cat", ""), e.get("args") or {}
         if cat == "cuda_runtime" and "correlation" in args:
@@ -191,52 +199,48 @@ def profiler_truth(tr: dict, steps: range) -> dict:
         elif str(e.get("name", "")).startswith("ProfilerStep#") and cat == "user_annotation":
             marks.append((int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]))
     marks.sort()
-    by_stream: dict = {}
-    for e in gpu:
-        by_stream.setdefault(e["args"].get("stream", e.get("tid")), []).append(e)
-    # The compute stream runs most kernels; the others carry the collectives (NCCL's stream,
-    # or gloo's copies of CUDA tensors).
-    busiest = max(by_stream, key=lambda s: len(by_stream[s])) if by_stream else None
-    comm = [e for s, es in by_stream.items() if s != busiest for e in es]
-    per_step = []
-    for i, (_, lo, hi) in enumerate(marks[: len(steps)]):
+    ends = []
+    for _, lo, hi in marks[: len(steps)]:
         inside = [e for e in gpu if lo <= launch.get(e["args"].get("correlation"), -1) <= hi]
-        spans = sorted(
-            (e["ts"], e["ts"] + e["dur"], e["name"])
-            for e in comm
-            if lo <= launch.get(e["args"].get("correlation"), -1) <= hi
-        )
-        per_step.append(
-            {
-                "step": steps[i],
-                "device_end_us": max((e["ts"] + e["dur"] for e in inside), default=None),
-                "comm": _collectives(spans),
-                "comm_names": sorted({n for _, _, n in spans})[:6],
-            }
-        )
-    return {"steps": per_step, "streams": {str(k): len(v) for k, v in by_stream.items()},
-            "compute_stream": str(busiest)}  # fmt: skip
+        ends.append(max((e["ts"] + e["dur"] for e in inside), default=None))
+    spans = _collectives(gpu)
+    per_step = []
+    for i, end in enumerate(ends):
+        lo = ends[i - 1] if i else None
+        mine = [(d, b) for t, d, _, b in spans if end and lo and lo < t <= end]
+        per_step.append({"step": steps[i], "device_end_us": end, "comm": [d for d, _ in mine],
+                         "comm_bytes": [b for _, b in mine]})  # fmt: skip
+    return {"steps": per_step, "collective_kinds": sorted({k for _, _, k, _ in spans}),
+            "streams": len({e["args"].get("stream") for e in gpu})}  # fmt: skip
 
 
-def _collectives(spans: list) -> list[float]:
-    """Durations (µs) of the collectives among one step's comm-stream activities: an NCCL
-    kernel is one; a gloo copy to the host and its copy back make one (DtoH ... HtoD)."""
-    out, open_at = [], None
-    for lo, hi, name in spans:
+def _collectives(gpu: list) -> list[tuple[float, float, str, int | None]]:
+    """(start µs, duration µs, kind, bytes copied out or None) of each collective's device
+    activity."""
+    out = []
+    by_stream: dict = {}
+    for e in sorted(gpu, key=lambda e: e["ts"]):
+        name = e["name"]
         if "nccl" in name.lower():
-            out.append(hi - lo)
-        elif "DtoH" in name or "Device -> Pinned" in name or "DtoP" in name:
-            open_at = lo if open_at is None else open_at
-        elif (
-            "HtoD" in name or "Pinned -> Device" in name or "PtoD" in name
-        ) and open_at is not None:
-            out.append(hi - open_at)
-            open_at = None
-    return out
+            out.append((e["ts"], e["dur"], "nccl kernel", None))
+        elif "Pinned" in name:  # gloo's copies of CUDA tensors, on its own streams
+            by_stream.setdefault(e["args"].get("stream"), []).append(e)
+    for es in by_stream.values():
+        start = nbytes = None
+        for e in es:
+            if "DtoH" in e["name"] or "Device -> Pinned" in e["name"]:
+                if start is None:
+                    start, nbytes = e["ts"], e["args"].get("bytes")
+            elif start is not None:  # the copy back ends the collective
+                out.append((start, e["ts"] + e["dur"] - start, "gloo copy out..copy back", nbytes))
+                start = None
+    return sorted(out)
 
 
-def compare(d, truth: dict, steps: range, *, batch: int) -> dict:
-    """ailens's device rows against the profiler over the profiled steps."""
+def compare(d, truth: dict, steps: range, *, batch: int, nbytes=None) -> dict:
+    """ailens's device rows against the profiler over the profiled steps. ``nbytes``: the
+    bytes of every tick (``RunAnalysis.tick_nbytes``), to pair each bucket with the copy of
+    the same size where the profiler gives sizes (gloo); else buckets pair in order."""
     if d is None:
         return {"check": "no device rows in the trace", "truth": truth}
     step_end = dict(zip(d.step.tolist(), d.step_end_ns.tolist(), strict=True))
@@ -245,27 +249,29 @@ def compare(d, truth: dict, steps: range, *, batch: int) -> dict:
     ]
     ends = [t["device_end_us"] for t in truth["steps"]]
     prof_step_ms = [(b - a) / 1e3 for a, b in zip(ends, ends[1:], strict=False) if a and b]
-    # ailens's collectives per step: those whose ready point falls inside the step
     comm_ns = d.comm_ns
-    ailens_comm = []
-    for s in steps:
+    pairs = []  # (step, bucket position, ailens µs, profiler µs)
+    for t in truth["steps"]:
+        s = t["step"]
         lo, hi = step_end.get(s - 1), step_end.get(s)
-        if lo is None or hi is None:
+        if lo is None or hi is None or not t["comm"]:
             continue
-        inside = (d.ready_ns > lo) & (d.ready_ns <= hi)
-        ailens_comm.append((comm_ns[inside] / 1e3).tolist())
-    prof_comm = [t["comm"] for t in truth["steps"]]
-    per_bucket = []
-    for a_c, p_c in zip(ailens_comm, prof_comm, strict=False):
-        if len(a_c) == len(p_c):
-            per_bucket.append([(a, p) for a, p in zip(a_c, p_c, strict=True)])
+        inside = np.flatnonzero((d.ready_ns > lo) & (d.ready_ns <= hi))
+        sized = nbytes is not None and all(b is not None for b in t["comm_bytes"])
+        for pos, i in enumerate(inside):
+            if sized:
+                b = int(nbytes[d.tick[i]])
+                match = [p for p, pb in zip(t["comm"], t["comm_bytes"], strict=True) if pb == b]
+            else:
+                match = t["comm"][pos : pos + 1] if len(inside) == len(t["comm"]) else []
+            if len(match) == 1:
+                pairs.append((s, pos, comm_ns[i] / 1e3, match[0]))
     bucket_err = []
-    if per_bucket:
-        for b in range(len(per_bucket[0])):
-            a = statistics.median(x[b][0] for x in per_bucket)
-            p = statistics.median(x[b][1] for x in per_bucket)
-            bucket_err.append({"bucket": b, "ailens_us": a, "profiler_us": p,
-                               "err_pct": 100 * (a - p) / p if p else None})  # fmt: skip
+    for pos in sorted({p for _, p, _, _ in pairs}):
+        a = statistics.median(x[2] for x in pairs if x[1] == pos)
+        p = statistics.median(x[3] for x in pairs if x[1] == pos)
+        bucket_err.append({"bucket": pos, "ailens_us": a, "profiler_us": p,
+                           "err_pct": 100 * (a - p) / p if p else None})  # fmt: skip
     errs = [abs(x["err_pct"]) for x in bucket_err if x["err_pct"] is not None]
     a_step = statistics.median(ailens_step_ms) if ailens_step_ms else None
     p_step = statistics.median(prof_step_ms) if prof_step_ms else None
@@ -275,17 +281,32 @@ def compare(d, truth: dict, steps: range, *, batch: int) -> dict:
         "step_ms_ailens": a_step,
         "step_ms_profiler": p_step,
         "step_err_pct": 100 * (a_step - p_step) / p_step if a_step and p_step else None,
-        "buckets_per_step_ailens": [len(x) for x in ailens_comm],
-        "collectives_per_step_profiler": [len(x) for x in prof_comm],
+        "collective_kinds": truth["collective_kinds"],
+        "collectives_per_step_profiler": [len(t["comm"]) for t in truth["steps"]],
+        "buckets_paired": len(pairs),
         "bucket_median_abs_err_pct": statistics.median(errs) if errs else None,
         "buckets": bucket_err,
-        "comm_us_per_step_ailens": [sum(x) for x in ailens_comm],
-        "comm_us_per_step_profiler": [sum(x) for x in prof_comm],
         "truth": truth,
     }
 
 
 # --------------------------------------------------------------------------- A/B
+
+
+def case_recompare(args) -> None:
+    """``profile``'s comparison again, from its saved files: ``--trace`` (the profiler's
+    chrome trace, gzip) and ``--run`` (ailens's run directory)."""
+    import gzip
+
+    a = ailens.analyze(args.run)
+    tr = json.loads(gzip.open(args.trace).read())
+    marks = sorted(int(e["name"].split("#")[1]) for e in tr["traceEvents"]
+                   if str(e.get("name", "")).startswith("ProfilerStep#")
+                   and e.get("cat") == "user_annotation")  # fmt: skip
+    steps = range(marks[0], marks[-1] + 1)
+    d = a.device_ranks[0] if a.device_ranks else None
+    result = compare(d, profiler_truth(tr, steps), steps, batch=0, nbytes=a.tick_nbytes)
+    write(args, f"recompare-{Path(args.run).name}", {"trace": args.trace, **result})
 
 
 def case_ab(args) -> None:
@@ -452,7 +473,9 @@ def _hf_trainer(args, run_dir: Path) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("case", choices=["profile", "ab", "forecast", "oneliners"])
+    p.add_argument("case", choices=["profile", "recompare", "ab", "forecast", "oneliners"])
+    p.add_argument("--trace", help="recompare: the profiler's chrome trace (.json.gz)")
+    p.add_argument("--run", help="recompare: ailens's run directory")
     p.add_argument("--out", required=True)
     p.add_argument("--model", default="resnet50", choices=["resnet50", "gpt2"])
     p.add_argument("--backend", default="nccl")
@@ -468,8 +491,8 @@ def main() -> None:
     args = p.parse_args()
     if args.cpu and args.backend == "nccl":
         args.backend = "gloo"
-    {"profile": case_profile, "ab": case_ab, "forecast": case_forecast,
-     "oneliners": case_oneliners}[args.case](args)  # fmt: skip
+    {"profile": case_profile, "recompare": case_recompare, "ab": case_ab,
+     "forecast": case_forecast, "oneliners": case_oneliners}[args.case](args)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ TR="$BIN/torchrun --standalone"
 case_run() { # NAME LIMIT CMD...
   local name="$1" limit="$2"; shift 2
   echo "== $name ($(date +%T))"
-  timeout "$limit" "$@" >"$O/$name.log" 2>&1; local rc=$?
+  timeout "$limit" "$@" </dev/null >"$O/$name.log" 2>&1; local rc=$?
   echo "   rc=$rc"; grep -E '^(profile|ab|forecast|oneliners)-?[a-z0-9-]*: ' "$O/$name.log" | cut -c1-400
   [ $rc = 0 ] || tail -5 "$O/$name.log"
 }
