@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -169,5 +170,8 @@ def _forecast_text(path, result, rows) -> str:
     out += ["", section_text(signature_section(result), title=False)]
     f = result.forecast
     if f is not None and f.predicted_total_s is not None:
-        out += ["", section_text(run_forecast_section(f))]
+        section = run_forecast_section(f)
+        if result.timeline.source != "ailens":  # its note is about where ailens attached
+            section = dataclasses.replace(section, notes=())
+        out += ["", section_text(section)]
     return "\n".join(out)
