@@ -231,3 +231,32 @@ def test_a_timeline_fed_in_pieces_gives_the_numbers_of_feeding_it_whole():
     assert not fresh.extends(moved)
     with pytest.raises(ValueError, match="start a new replay"):
         fresh.feed(moved)
+
+
+@pytest.mark.parallel
+def test_follow_a_run_directory_that_real_ranks_write(tmp_path):
+    """A run directory is followed through ``analyze``: its last update is the run's own
+    latest forecast (forecast.json) once every rank closed."""
+    from conftest import mpiexec
+
+    run_dir = tmp_path / "run"
+    follower = _follow(run_dir, "--json-lines")
+    first = follower.stdout.readline()
+    assert json.loads(first)["status"] == "waiting", first
+    script = REPO / "tests/parallel/forecast_settings_mpi.py"
+    job = subprocess.Popen(
+        [mpiexec(), "-n", "2", sys.executable, str(script), str(run_dir), "300"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    out, err = _finish(follower, first=first)
+    assert job.wait(timeout=60) == 0, job.stderr.read()
+    assert follower.returncode == 0 and "Traceback" not in err, err
+    last = json.loads(out.splitlines()[-1])
+    online = json.loads((run_dir / "forecast.json").read_text())
+    assert last["status"] == "finished" and last["steps"] == 300
+    assert last["predicted_total_s"] == online["latest"]["predicted_total_s"]
+    assert last["signature_step"] == online["signature_step"]
+    assert last["actual_total_s"] == online["actual_total_s"]

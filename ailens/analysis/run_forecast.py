@@ -105,6 +105,7 @@ class RunLatest:
     timeline: Timeline
     latest: StepForecast | None
     signature_step: int | None
+    start_wall_s: float | None = None  # rank 0's Lens start (Unix time): the run's time 0
 
 
 def latest_run(
@@ -132,7 +133,13 @@ def latest_run(
         return RunLatest(timeline=tl, latest=None, signature_step=None)
     oa = fed[0]
     (latest,) = timeline_forecast(tl, oa, [(oa.predict(), oa.total_steps)], None).steps
-    return RunLatest(timeline=tl, latest=latest, signature_step=oa.signature_step)
+    start = run.ranks[0].meta.get("start_wall_ns")
+    return RunLatest(
+        timeline=tl,
+        latest=latest,
+        signature_step=oa.signature_step,
+        start_wall_s=start / 1e9 if start else None,
+    )
 
 
 def forecast_path(

@@ -149,7 +149,9 @@ class _RunDirSource:
 
     def stamp(self):
         try:
-            files = [(p.name, p.stat()) for p in self.path.iterdir()]
+            # The rank traces: what the analysis reads (forecast.json is rewritten every
+            # 2 s without a new step on disk).
+            files = [(p.name, p.stat()) for p in self.path.glob("rank-*")]
             return tuple(sorted((name, st.st_size, st.st_mtime_ns) for name, st in files))
         except OSError:
             return None
@@ -158,8 +160,11 @@ class _RunDirSource:
         from ..analysis.run_forecast import latest_run
 
         got = latest_run(self.path, **self.total)
-        wall = max((p.stat().st_mtime for p in self.path.glob("rank-*")), default=None)
-        return _update(got.timeline, got.latest, got.signature_step, None, wall, 0)
+        start, latest = got.start_wall_s, got.latest
+        # The run's clock starts at its Lens's start: the last step ended that much later.
+        wall = None if start is None or latest is None else start + latest.elapsed_s
+        actual = got.timeline.end_s if got.timeline.finished else None
+        return _update(got.timeline, latest, got.signature_step, actual, wall, 0)
 
 
 def _mtime(p: Path) -> float | None:
@@ -285,13 +290,17 @@ def follow(args, read_kwargs: dict) -> int:
     from ..record.trace import TraceError
 
     path: Path = args.log
-    src = (_RunDirSource if path.is_dir() else _LogSource)(path, read_kwargs)
+    src = None
     screen = _Screen(str(path), json_lines=args.json_lines)
     board = _Tensorboard(args.tensorboard) if args.tensorboard is not None else None
     last_stamp, last_change, shown = object(), time.monotonic(), None
     u = Update(status="waiting", message=f"no {path} yet")
     try:
         while True:
+            # A run directory or a log: known once the path is there (it may come later).
+            kind = _RunDirSource if path.is_dir() else _LogSource
+            if not isinstance(src, kind):
+                src = kind(path, read_kwargs)
             stamp = src.stamp()
             if stamp != last_stamp:
                 last_stamp, last_change = stamp, time.monotonic()
