@@ -135,6 +135,22 @@ def test_follow_reads_a_rotated_log_anew(tmp_path):
     assert docs[-1]["rereads"] == 1 and docs[-1]["status"] == "finished"
 
 
+def test_a_line_cut_mid_write_keeps_what_was_read(tmp_path):
+    log = tmp_path / "steps.csv"
+    log.write_text("".join(f"{i},{i + 1}.0\n" for i in range(30)))
+    follower = _follow(log, "--json-lines", "--total-steps", "31")
+    first = follower.stdout.readline()
+    with log.open("a") as f:
+        f.write("30,")  # the job is writing this row
+        f.flush()
+        time.sleep(1.5)
+        f.write("31.0\n31,31.5,end\n")
+    out, err = _finish(follower, first=first)
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert [d["status"] for d in docs] == ["running", "finished"], docs
+    assert docs[-1]["steps"] == 31
+
+
 def test_ctrl_c_stops_following_cleanly(tmp_path):
     log = tmp_path / "steps.csv"
     log.write_text("".join(f"{i},{i + 1}.0\n" for i in range(30)))

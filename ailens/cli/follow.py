@@ -310,8 +310,10 @@ def follow(args, read_kwargs: dict) -> int:
                     try:
                         u = src.read(screen.draw)
                     except (LogError, TraceError, ValueError, OSError) as e:
-                        # A log too short to read yet, or cut mid-write: wait for more.
-                        u = Update(status="waiting", message=_one_line(e))
+                        # A log too short to read yet, or a line cut mid-write: wait for
+                        # more; what was read stands meanwhile.
+                        if u.status == "waiting":
+                            u = Update(status="waiting", message=_one_line(e))
                 if u != shown:
                     shown = u
                     screen.update(u)
