@@ -189,6 +189,22 @@ def test_follow_writes_tensorboard_scalars(tmp_path):
     assert all(lows[k] <= v <= highs[k] for k, v in total.items())
 
 
+def test_help_and_options_that_go_with_follow_only(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "ailens", "forecast", "--help"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    for flag in ("--follow", "--json-lines", "--tensorboard"):
+        assert flag in out.stdout, flag
+    log = tmp_path / "steps.csv"
+    log.write_text("0,1\n1,2\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "ailens", "forecast", str(log), "--json-lines"],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert out.returncode == 2 and "go with --follow" in out.stderr
+
+
 def test_tensorboard_missing_is_a_one_line_error_naming_the_package(tmp_path):
     log = tmp_path / "steps.csv"
     log.write_text("0,1\n1,2\n2,3\n3,4\n4,5,end\n")

@@ -98,7 +98,8 @@ def add_forecast(sub) -> None:
 
 
 def _read_options(args) -> dict:
-    """The reading options ``ailens forecast`` passes to ``read_timeline``."""
+    """The reading options ``ailens forecast`` passes to ``read_timeline`` (one place: a
+    reader option such as a forced format is added here and reaches --follow too)."""
     return {
         "total_steps": args.total_steps,
         "epochs": args.epochs,
