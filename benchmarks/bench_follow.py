@@ -1,8 +1,8 @@
 """What one update of ``ailens forecast LOG --follow`` costs on a long log: a CSV of 100,000
 steps (0.5 s each, seeded) is read and fed whole once, as the first read does (in pieces of
-2,000 steps), then grows by 10 rows at a time: each update parses the file again and feeds
-the model only the rows it added (``ailens.TimelineReplay``). Feeding from scratch at every
-update would cost the first read each time.
+2,000 steps here), then grows by 10 rows at a time: each update parses the file again and
+feeds the model only the rows it added (``ailens.TimelineReplay``). Feeding from scratch at
+every update would cost the first read each time.
 
     .venv/bin/python benchmarks/bench_follow.py [--steps 100000] [--updates 3]
 """

@@ -29,8 +29,9 @@ __all__ = ["POLL_S", "Update", "follow", "live_line"]
 
 # How often the log is looked at (and the live line redrawn).
 POLL_S = 0.5
-# A long log's first read is fed in pieces of this many steps, the live line saying how far.
-_CHUNK_STEPS = 2000
+# A long log's first read is fed in pieces, this many steps first, then sized to take about
+# POLL_S each.
+_FIRST_CHUNK_STEPS = 500
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,17 @@ class _LogSource:
                 self.rereads += 1
             self.replay = TimelineReplay()
         r = self.replay
-        done = r.timeline.steps if r.timeline is not None else 0
-        for m in range(done + _CHUNK_STEPS, tl.steps, _CHUNK_STEPS):
+        m = r.timeline.steps if r.timeline is not None else 0
+        chunk = _FIRST_CHUNK_STEPS
+        # A long stretch to feed (the first read of a long log) goes in pieces of about
+        # POLL_S each, the live line saying how far it got.
+        while m + chunk < tl.steps:
+            t0 = time.monotonic()
+            m += chunk
             r.feed(tl.head(m))
             progress(f"reading {self.path}: step {m:,} of {tl.steps:,}")
+            took = max(time.monotonic() - t0, 1e-3)
+            chunk = max(_FIRST_CHUNK_STEPS // 5, int(chunk * POLL_S / took))
         r.feed(tl)
         oa = r.oa
         wall = _mtime(self.path)
