@@ -7,7 +7,10 @@ script knows (the keywords of ``Lens.set_schedule``) and, once it is over, when 
 driven by a clock that follows the timeline would: the schedule as a mark at the start, each
 step end, each section as a mark after the step end it follows, and an evaluation point
 wherever that Lens's exchange cadence puts one (so the signature lands on the same step).
-There is no second model: the numbers are the live ones.
+There is no second model: the numbers are the live ones. :class:`TimelineReplay` does the
+feeding, and feeds a timeline that grows (a log being written) only what each read adds.
+An ailens run directory's own recording is fed by ``ailens.analyze`` instead (its settings
+and recorded exchanges: ``analysis.run_forecast``).
 
 Beside the forecast at every step it gives the progress-bar ETA and MosaicML Composer's
 ``RuntimeEstimator`` (``baselines``), computed from the same timeline.
