@@ -31,6 +31,7 @@ _LAZY = {
     "Section": "model.timeline",
     "StepForecast": "model.timeline",
     "TimelineForecast": "model.timeline",
+    "TimelineReplay": "model.timeline",
     "forecast_timeline": "model.timeline",
 }
 
@@ -53,6 +54,7 @@ __all__ = [
     "Section",
     "StepForecast",
     "TimelineForecast",
+    "TimelineReplay",
     "forecast_timeline",
     "read_timeline",
     "LogError",

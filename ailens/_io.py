@@ -128,6 +128,8 @@ def _sig3(x: float) -> str:
 def _compact(s: float) -> str:
     if not math.isfinite(s):
         return "?"
+    if s < 0:  # an interval's end below zero: the sign, then the same units
+        return "-" + _compact(-s)
     if s >= 3600:
         return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
     if s >= 60:

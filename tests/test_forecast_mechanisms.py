@@ -98,8 +98,7 @@ def test_an_evaluation_period_that_is_not_a_whole_number_of_steps_lands_on_the_n
     hits = [k for k in range(0, 21) if plan.count(k, k)]
     assert hits == [3, 5, 8, 10, 13, 15, 18, 20]  # floor(2.5 j + 0.5)
     assert plan.count(0, 20) == len(hits)
-    s = Schedule()
-    s.update({"total_steps": 100, "eval_every_steps": 10, "eval_start_step": 0})
+    s = Schedule().merged({"total_steps": 100, "eval_every_steps": 10, "eval_start_step": 0})
     assert s.eval_plan().count(0, 100) == 11  # 0, 10, ..., 100
 
 

@@ -8,7 +8,7 @@ import pytest
 from synthetic import write_run
 from test_cli import assert_one_line_error, cli
 
-from ailens._io import read_json, read_json_file
+from ailens._io import fmt_s, read_json, read_json_file
 from ailens.predict.job import JobError, load_job
 
 
@@ -135,3 +135,10 @@ def test_history_add_of_a_record_file(files):
         f"{p}: not a signature record",
         "`ailens history add RUN_DIR --rebuild`",
     )
+
+
+def test_compact_durations_keep_their_units_below_zero():
+    assert fmt_s(-45.0135, "compact") == "-45.01s"
+    assert fmt_s(-0.25, "compact") == "-250.00ms"
+    assert fmt_s(-3700, "compact") == "-1h01m"
+    assert fmt_s(45.0135, "compact") == "45.01s"

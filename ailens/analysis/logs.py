@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from ..model.timeline import SCHEDULE_KEYS, Section, Timeline
+from ..model.timeline import Section, Timeline
 from .logformats import LogError, format_names, read_log, read_text
 from .logformats.csv_steps import read_csv
 from .logformats.mlperf import parse_mlperf, read_mlperf
@@ -91,30 +89,9 @@ def _from_init_end(tl: Timeline) -> Timeline:
 
 def read_run_dir(path: str | Path) -> Timeline:
     """Rank 0's step ends, sections and schedule from an ailens run directory (seconds from
-    its Lens's start); the run's end when every rank closed."""
+    its Lens's start); the run's end when every rank closed. Its forecast is
+    ``analysis.run_forecast.forecast_run`` (through ``analyze``, as the run recorded it)."""
     from ..record.reader import load_run
+    from .run_forecast import run_timeline
 
-    run = load_run(path)
-    first = run.ranks[0]
-    step_s = first.steps["t_ns"].astype(np.int64) / 1e9
-    sections, schedule = [], {}
-    for m in first.marks:
-        if m.get("kind") == "section":
-            sections.append(Section(str(m["name"]), m["t_begin_ns"] / 1e9, m["t_end_ns"] / 1e9))
-        elif m.get("kind") == "schedule":
-            schedule.update({k: v for k, v in m.items() if k in SCHEDULE_KEYS and v})
-    end = first.info.get("end_ns") if run.complete else None
-    if end is not None and not first.info.get("crashed") and not schedule.get("total_steps"):
-        schedule["total_steps"] = len(step_s)  # a run that ended normally ran all its steps
-    spe = schedule.get("steps_per_epoch")
-    return Timeline(
-        step_end_s=tuple(step_s.tolist()),
-        sections=tuple(sections),
-        schedule=schedule,
-        end_s=None if end is None else end / 1e9,
-        name=str(path),
-        source="ailens",
-        unit="step",
-        steps_per_epoch=float(spe) if spe else None,
-        info={"file": str(path), "ranks": run.world_size},
-    )
+    return run_timeline(load_run(path))

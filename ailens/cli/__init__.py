@@ -34,6 +34,7 @@ training run wrote (rank-NNNNN.ailens files, default ./ailens-run).
   ailens fit --history H.sqlite -o model.json learn step time from the history
   ailens forecast LOG --at 5%,10%             forecast any run from its log (Megatron, DeepSpeed,
                                               nanoGPT, MLPerf, ...: --format list; CSV, run dir)
+  ailens forecast LOG --follow                follow a running job's log: one live forecast line
 """
 
 

@@ -4,6 +4,7 @@ format of ``ailens.analysis.logformats``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -40,7 +41,10 @@ def add_forecast(sub) -> None:
         "gzip accepted), or a CSV of step,end_s[,section[,begin_s]] rows (a row with section "
         "'end' says when the run ended). The forecast is the live Lens's own (ailens."
         "forecast_timeline), shown with its 95% interval, its parts and the progress-bar "
-        "and Composer ETAs beside it. See docs/forecast.md.",
+        "and Composer ETAs beside it. An ailens run directory goes through the run's own "
+        "analysis (its settings and recorded exchanges), so its numbers are those of "
+        "`ailens report` and the run's forecast.json. --follow follows a running job's log. "
+        "See docs/forecast.md.",
     )
     p.add_argument(
         "log", type=Path, metavar="LOG", nargs="?", help="run directory, training log or CSV"
@@ -82,31 +86,67 @@ def add_forecast(sub) -> None:
         "scores) instead of the log's first reading (MLPerf: init_start)",
     )
     p.add_argument("--json", action="store_true", help="print the forecasts as JSON")
+    f = p.add_argument_group("a running job")
+    f.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow the log as the job writes it (a rotated or truncated log is read anew): "
+        "one live line on a terminal (forecast end, its interval, time to go, the progress "
+        "bar's ETA, steps seen), a plain line per update otherwise; until the log says the "
+        "run ended, or Ctrl-C. The job is not touched",
+    )
+    f.add_argument(
+        "--json-lines",
+        action="store_true",
+        help="with --follow: one JSON object per update instead of the live line (keys in "
+        "docs/forecast.md)",
+    )
+    f.add_argument(
+        "--tensorboard",
+        type=Path,
+        metavar="DIR",
+        help="with --follow: also write each update as TensorBoard scalars (ailens/"
+        "forecast_total_s, ...) into DIR (needs the tensorboard package)",
+    )
+
+
+def _read_options(args) -> dict:
+    """The reading options ``ailens forecast`` passes to ``read_timeline`` (one place: a
+    reader option such as a forced format is added here and reaches --follow too)."""
+    return {
+        "total_steps": args.total_steps,
+        "epochs": args.epochs,
+        "include_init": not args.no_init,
+        "fmt": args.format,
+    }
 
 
 def cmd_forecast(args) -> int:
     from ..analysis.logformats import FORMATS
-    from ..analysis.logs import LogError, read_timeline
-    from ..model.timeline import forecast_timeline
+    from ..analysis.logs import LogError
+    from ..analysis.run_forecast import forecast_path
 
     if args.format == "list":
         emit("\n".join(f"{f.name:<16} {f.title}" for f in FORMATS))
         return 0
     if args.log is None:
         raise CliError("give the LOG to forecast (a run directory, a training log or a CSV)")
+    if args.json_lines or args.tensorboard is not None:
+        if not args.follow:
+            raise CliError("--json-lines and --tensorboard go with --follow")
+    if args.follow:
+        if args.at is not None or args.json:
+            raise CliError("--follow shows the forecast now; --at and --json do not go with it")
+        from .follow import follow
+
+        return follow(args, _read_options(args))
     try:
-        tl = read_timeline(
-            args.log,
-            total_steps=args.total_steps,
-            epochs=args.epochs,
-            include_init=not args.no_init,
-            fmt=args.format,
-        )
+        result = forecast_path(args.log, **_read_options(args))
     except (LogError, ValueError) as e:
         raise CliError(str(e)) from None
+    tl = result.timeline
     if not tl.steps:
         raise CliError(f"{args.log}: no steps in the log yet; nothing to forecast from")
-    result = forecast_timeline(tl)
     if args.at is not None:
         fractions = args.at
     elif tl.finished:
@@ -129,98 +169,30 @@ def cmd_forecast(args) -> int:
             doc["at"] = [result.latest.to_dict()]
         emit(json.dumps(doc, indent=2))
         return 0
-    emit("\n".join(_forecast_text(args.log, tl, result, rows)))
+    emit(_forecast_text(args.log, result, rows))
     return 0
 
 
-def _forecast_text(path, tl, result, rows) -> list[str]:
-    from .._io import fmt_s
-
-    n = tl.total_steps
-    what = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}.get(
-        tl.source, f"{tl.source} log"
+def _forecast_text(path, result, rows) -> str:
+    """The report's sections of ``ailens forecast``: one per point of the run, the
+    signature, and the run's forecast as ``ailens report`` shows it."""
+    from ..report.sections import (
+        run_forecast_section,
+        signature_section,
+        step_forecast_section,
+        timeline_head,
     )
-    bench = tl.info.get("submission_benchmark")
-    head = f"{path}: {what}" + (f" ({bench})" if bench else "")
-    head += f", one step = one {tl.unit}, {tl.steps} steps"
-    head += f" of {n}" if n else " (total unknown: give --total-steps or --epochs)"
-    head += ", finished" if tl.finished else ", running"
-    out = [head]
-    actual = result.actual_total_s
+    from ..report.text import section_text
+
+    out = [timeline_head(path, result.timeline)]
     for frac, r in rows:
-        if r is None:
-            continue
-        where = f"at {100 * frac:g}% " if frac is not None else "now "
-        out.append(
-            f"\n{where}(step {r.steps_done}{f'/{n}' if n else ''}, "
-            f"{fmt_s(r.elapsed_s, 'compact')} elapsed):"
-        )
-        if r.predicted_total_s is None:
-            step = (
-                "warming up"
-                if r.step_time_s is None
-                else f"step time {fmt_s(r.step_time_s, 'compact')}"
-            )
-            out.append(f"  forecast end   not yet ({step})")
-        else:
-            lo, hi = r.interval_s
-            out.append(
-                f"  forecast end   {fmt_s(r.predicted_total_s, 'compact')}  "
-                f"95% interval [{fmt_s(lo, 'compact')}, "
-                f"{fmt_s(hi, 'compact')}]  (still to go {fmt_s(r.eta_s, 'compact')})"
-            )
-        spent = _spent(tl, r)
-        if spent:
-            out.append("  spent          " + ", ".join(spent))
-        for c in r.components:
-            if c.remaining <= 0:
-                continue
-            out.append(
-                f"  to come        {c.name}: {c.remaining} x "
-                f"{fmt_s(c.per_occurrence_s, 'compact')} = "
-                f"{fmt_s(c.remaining_s, 'compact')} ({c.source})"
-            )
-        bar, comp = r.progress_bar_total_s, r.composer_total_s
-        init = tl.init_s
-        out.append(
-            "  beside it      progress bar "
-            + (fmt_s(bar, "compact") if bar is not None else "n/a")
-            + (f" (from the first step, after {fmt_s(init, 'compact')} of init)" if init else "")
-            + ", Composer RuntimeEstimator "
-            + (fmt_s(comp, "compact") if comp is not None else "n/a")
-        )
-        if actual:
-            errs = [
-                f"{name} {100 * (v - actual) / actual:+.2f}%"
-                for name, v in (
-                    ("ailens", r.predicted_total_s),
-                    ("progress bar", bar),
-                    ("Composer", comp),
-                )
-                if v is not None
-            ]
-            out.append(f"  actual end     {fmt_s(actual, 'compact')}  (error: {', '.join(errs)})")
-    sig = result.signature_step
-    if sig is not None:
-        out.append(
-            f"\nsignature: step {sig}" + (f" ({100 * sig / n:.1f}% of the steps)" if n else "")
-        )
-    else:
-        out.append("\nsignature: not reached")
-    return out
-
-
-def _spent(tl, r) -> list[str]:
-    """Time spent so far by part: training steps and each named section."""
-    from .._io import fmt_s
-
-    t = tl.step_end_s[r.steps_done - 1]
-    by: dict[str, list[float]] = {}
-    for s in tl.sections:
-        if s.end_s <= t:
-            by.setdefault(s.name, []).append(s.end_s - s.begin_s)
-    sections = sum(sum(v) for v in by.values())
-    out = [f"training steps {r.steps_done} in {fmt_s(max(t - sections, 0.0), 'compact')}"]
-    for name, v in by.items():
-        out.append(f"{name} {len(v)} x {fmt_s(sum(v) / len(v), 'compact')}")
-    return out
+        if r is not None:
+            out += ["", section_text(step_forecast_section(result, frac, r))]
+    out += ["", section_text(signature_section(result), title=False)]
+    f = result.forecast
+    if f is not None and f.predicted_total_s is not None:
+        section = run_forecast_section(f)
+        if result.timeline.source != "ailens":  # its note is about where ailens attached
+            section = dataclasses.replace(section, notes=())
+        out += ["", section_text(section)]
+    return "\n".join(out)

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from ..model.online import OnlineAnalysis
 from ..record.config import LensConfig
@@ -34,6 +34,7 @@ from ..record.device import DeviceClock, DeviceTimes
 from ..record.exchange import Exchange, Summed
 from ..record.node import detect_rank_world
 from ..record.recorder import Recorder, WriterFactory, schedule_mark
+from ..record.schedule import keyword_signature
 from ..record.session import ExchangeSession
 from ..record.ticks import TickSummary
 from ..record.writer import WriterThread
@@ -254,39 +255,16 @@ class Lens:
         finally:
             self.section_end()
 
-    def set_schedule(
-        self,
-        *,
-        total_steps: int | None = None,
-        steps_per_epoch: int | None = None,
-        epochs: int | None = None,
-        eval_every_epochs: float | None = None,
-        eval_every_steps: int | None = None,
-        eval_steps: int | None = None,
-        checkpoint_every_steps: int | None = None,
-        eval_start_step: int | None = None,
-        eval_start_epoch: float | None = None,
-        eval_at_steps: Sequence[int] | None = None,
-        eval_at_epochs: Sequence[float] | None = None,
-    ) -> None:
+    def set_schedule(self, **schedule) -> None:
         """What the run will do, as far as the script or framework knows it: total steps
         (or steps per epoch x epochs), when evaluation comes and how many batches it runs
         (``eval_steps``), how often checkpoints come. The forecast schedules the remaining
         occurrences from it. Keys left None stay unknown.
 
-        Evaluation positions count steps done: an evaluation "at step k" runs after the k-th
-        step ends; "at epoch e" after ``e x steps_per_epoch`` steps. Periodic evaluations
-        come every ``eval_every_steps`` steps or ``eval_every_epochs`` epochs (a float: a
-        period that is not a whole number of steps lands on the nearest step), from
-        ``eval_start_step`` / ``eval_start_epoch`` (default: one period in); listed ones at
-        ``eval_at_steps`` / ``eval_at_epochs``. Both may be given: the union is scheduled."""
-        mark = schedule_mark(total_steps=total_steps, steps_per_epoch=steps_per_epoch,
-                             epochs=epochs, eval_every_epochs=eval_every_epochs,
-                             eval_every_steps=eval_every_steps, eval_steps=eval_steps,
-                             checkpoint_every_steps=checkpoint_every_steps,
-                             eval_start_step=eval_start_step, eval_start_epoch=eval_start_epoch,
-                             eval_at_steps=eval_at_steps,
-                             eval_at_epochs=eval_at_epochs)  # fmt: skip
+        The keywords are the fields of :class:`ailens.record.schedule.Schedule` (its
+        docstring says what each means; ``help`` lists them in this method's signature).
+        Raises ValueError naming a bad value, TypeError naming an unknown keyword."""
+        mark = schedule_mark(**schedule)
         if mark is not None:
             self._add_mark(mark)
 
@@ -430,3 +408,7 @@ class Lens:
                 self._live.on_exit(time.time_ns())  # the job's end, for its wall time
             except Exception:  # noqa: BLE001 - at exit: nothing left to protect but quiet
                 pass
+
+
+# help(Lens.set_schedule) and editors list the Schedule's fields as its keywords.
+Lens.set_schedule.__signature__ = keyword_signature(Lens.set_schedule)

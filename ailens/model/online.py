@@ -276,6 +276,8 @@ def feed_recorded(
     end_ns: int | None,
     watch=None,
     crashed: bool = False,
+    first_step: int = 0,
+    first_tick: int = 0,
 ) -> None:
     """Feed a recorded stream of rank 0 to ``oa`` in the order the Lens fed it.
 
@@ -283,19 +285,21 @@ def feed_recorded(
     ``batch(lo, hi, disabled)`` returns the ``on_batch`` arguments for ticks [lo, hi). Marks
     and exchanges are ordered by the steps done when they were recorded, then their ``seq``;
     each comes after the step end it followed. ``watch(oa)`` runs after each step end (a
-    benchmark reads the forecast a user would have seen there)."""
+    benchmark reads the forecast a user would have seen there). A stream fed in pieces (a
+    log that grows) continues after ``first_step`` steps and ``first_tick`` ticks fed
+    before: ``step_t_ns`` then holds the ends of the steps after those."""
     events: list[tuple[int, int, int, object]] = []  # (steps done, seq, kind, payload)
     for m in marks:
         if m.get("kind") in ("schedule", "section"):
             events.append((int(m.get("at_step", m.get("step", 0))), int(m.get("seq", 0)), 0, m))
-    lo = 0
+    lo = first_tick
     for seq, step, ticks, disabled in exchanges:
         events.append((int(step), int(seq), 1, (lo, int(ticks), int(disabled))))
         lo = int(ticks)
     events.sort(key=lambda e: (e[0], e[1]))
     times = np.asarray(step_t_ns).tolist()
     j = 0
-    for s in range(len(times) + 1):
+    for s in range(first_step, first_step + len(times) + 1):
         while j < len(events) and events[j][0] <= s:
             _, _, kind, payload = events[j]
             j += 1
@@ -303,8 +307,8 @@ def feed_recorded(
                 oa.on_mark(payload)
             else:
                 oa.on_batch(*batch(*payload))
-        if s < len(times):
-            oa.on_step(s, int(times[s]))
+        if s < first_step + len(times):
+            oa.on_step(s, int(times[s - first_step]))
             if watch is not None:
                 watch(oa)
     if end_ns is not None:

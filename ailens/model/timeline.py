@@ -7,7 +7,10 @@ script knows (the keywords of ``Lens.set_schedule``) and, once it is over, when 
 driven by a clock that follows the timeline would: the schedule as a mark at the start, each
 step end, each section as a mark after the step end it follows, and an evaluation point
 wherever that Lens's exchange cadence puts one (so the signature lands on the same step).
-There is no second model: the numbers are the live ones.
+There is no second model: the numbers are the live ones. :class:`TimelineReplay` does the
+feeding, and feeds a timeline that grows (a log being written) only what each read adds.
+An ailens run directory's own recording is fed by ``ailens.analyze`` instead (its settings
+and recorded exchanges: ``analysis.run_forecast``).
 
 Beside the forecast at every step it gives the progress-bar ETA and MosaicML Composer's
 ``RuntimeEstimator`` (``baselines``), computed from the same timeline.
@@ -24,26 +27,20 @@ import numpy as np
 
 from ..record.config import LensConfig
 from ..record.exchange import Cadence, Summed
+from ..record.schedule import SCHEDULE_KEYS
 from .baselines import composer_total_s, naive_total_s
 from .forecast import Component, Forecast
 from .online import OnlineAnalysis, feed_recorded
 
-__all__ = ["Section", "StepForecast", "Timeline", "TimelineForecast", "forecast_timeline"]
-
-# The keywords of Lens.set_schedule, and the extension of the forecast's schedule.
-SCHEDULE_KEYS = (
-    "total_steps",
-    "steps_per_epoch",
-    "epochs",
-    "eval_every_epochs",
-    "eval_every_steps",
-    "eval_steps",
-    "checkpoint_every_steps",
-    "eval_start_step",
-    "eval_start_epoch",
-    "eval_at_steps",
-    "eval_at_epochs",
-)
+__all__ = [
+    "Section",
+    "StepForecast",
+    "Timeline",
+    "TimelineForecast",
+    "TimelineReplay",
+    "forecast_timeline",
+    "timeline_forecast",
+]
 
 
 @dataclass(frozen=True)
@@ -126,6 +123,19 @@ class Timeline:
         """The run ended after all its steps (its actual total is known)."""
         n = self.total_steps
         return self.end_s is not None and bool(n) and self.steps >= n
+
+    def head(self, steps: int) -> Timeline:
+        """The timeline as it stood when its ``steps``-th step ended: those steps, the
+        sections that had ended by then, the run not ended yet."""
+        if steps >= self.steps:
+            return replace(self, end_s=None) if self.end_s is not None else self
+        t = self.step_end_s[steps - 1] if steps > 0 else 0.0
+        return replace(
+            self,
+            step_end_s=self.step_end_s[:steps],
+            sections=tuple(s for s in self.sections if s.end_s <= t),
+            end_s=None,
+        )
 
     def with_total(self, total_steps: int | None = None, epochs: float | None = None) -> Timeline:
         """The same timeline with the run's length said: ``total_steps`` steps, or ``epochs``
@@ -244,79 +254,146 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
 
     ``config``: the Lens settings (warm-up, signature rule); default ``LensConfig()``. The
     result holds, after every step, ailens's forecast with its interval and parts, the
-    progress-bar ETA and Composer's, and the step at which the signature was ready.
+    progress-bar ETA and Composer's, and the step at which the signature was ready. (An
+    ailens run directory's own recording goes through ``ailens.analyze`` instead: its
+    settings and exchanges as recorded, see ``ailens forecast RUN_DIR``.)
     """
-    cfg = config or LensConfig()
-    tl = timeline
-    oa = OnlineAnalysis(cfg, 1, 0, [])
-    step_ns = np.round(np.asarray(tl.step_end_s, dtype=float) * 1e9).astype(np.int64)
-    marks, exchanges = _recorded(tl, cfg, step_ns)
-    empty = np.zeros(0, dtype=np.int64)
-
-    def batch(lo: int, hi: int, disabled: int):
-        return Summed(empty, empty, empty, 0, False, 0), empty, empty
-
+    replay = TimelineReplay(config)
     rows: list[tuple] = []
+    replay.feed(timeline, watch=lambda o: rows.append((o.predict(), o.total_steps)))
+    oa = replay.oa
+    return timeline_forecast(timeline, oa, rows, oa.forecast(actual_total_s=oa.actual_total_s))
 
-    def watch(o: OnlineAnalysis) -> None:
-        p = o.predict()
-        rows.append((p, o.total_steps))
 
-    end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
-    feed_recorded(oa, step_ns, marks, exchanges, batch, end_ns, watch)
-    sig = oa.signature_step
-    actual = oa.actual_total_s
+def timeline_forecast(
+    tl: Timeline, oa: OnlineAnalysis, rows: list[tuple], forecast: Forecast | None
+) -> TimelineForecast:
+    """The :class:`TimelineForecast` of ``tl`` from the model ``oa`` it was fed to, the
+    per-step ``rows`` (prediction, total steps) read as it went and the run's ``forecast``
+    (``ailens.analyze`` places a run directory's in the job)."""
     return TimelineForecast(
         timeline=tl,
-        steps=_beside_baselines(tl, rows, sig),
-        signature_step=sig,
-        forecast=oa.forecast(actual_total_s=actual),
-        actual_total_s=actual,
+        steps=_beside_baselines(tl, rows, oa.signature_step),
+        signature_step=oa.signature_step,
+        forecast=forecast,
+        actual_total_s=oa.actual_total_s,
     )
 
 
-def _recorded(
-    tl: Timeline, cfg: LensConfig, step_ns: np.ndarray
-) -> tuple[list[dict], list[tuple[int, int, int, int]]]:
-    """The marks and exchanges a single-rank Lens would have recorded for ``tl``, in the
-    form ``feed_recorded`` takes them."""
-    ends = list(tl.step_end_s)
-    # Events in the order a Lens records them: (steps done, order within that step, mark).
-    events: list[tuple[int, float, dict | None]] = []
-    sched = {k: v for k, v in tl.schedule.items() if v is not None}
-    if sched:
-        events.append((0, -1.0, {"kind": "schedule", **sched, "step": 0}))
-    for s in tl.sections:
-        events.append(
-            (
-                # A section that ends with a step (the same clock reading) ended before it,
-                # as a Lens records it: section_end comes before that step_end.
-                bisect.bisect_left(ends, s.end_s),
-                s.end_s,
-                {
-                    "kind": "section",
-                    "name": s.name,
-                    "step": bisect.bisect_right(ends, s.begin_s),
-                    "t_begin_ns": round(s.begin_s * 1e9),
-                    "t_end_ns": round(s.end_s * 1e9),
-                },
+class TimelineReplay:
+    """The live Lens's model (``OnlineAnalysis``) fed a timeline as a single-rank Lens driven
+    by a clock that follows it would have fed it: the schedule as a mark, each step end, each
+    section as a mark after the step end it follows, and an evaluation point wherever that
+    Lens's exchange cadence puts one. A timeline that grows (a log being written: ``ailens
+    forecast --follow``) is fed what it adds, each event once, so feeding it in pieces gives
+    the numbers of feeding it whole; one that changed what was fed (a log replaced, a
+    restart merged differently) needs a new replay (``extends`` says which)."""
+
+    def __init__(self, config: LensConfig | None = None) -> None:
+        self.cfg = config or LensConfig()
+        self.oa = OnlineAnalysis(self.cfg, 1, 0, [])
+        self.timeline: Timeline | None = None  # what was fed
+        self._cadence = Cadence(1 << 62, self.cfg.exchange_seconds, self.cfg.signature_window // 2)
+        self._seq = 0
+        self._schedule: dict = {}
+        self._sections: list[tuple[int, int]] = []  # (steps done, step) of each section fed
+
+    @property
+    def closed(self) -> bool:
+        """The timeline fed said the run ended: nothing more can follow."""
+        return self.timeline is not None and self.timeline.end_s is not None
+
+    def extends(self, tl: Timeline) -> bool:
+        """``tl`` holds everything fed so far as it was fed (step ends, sections where they
+        were placed, the schedule's values), so feeding it adds only what came after."""
+        old = self.timeline
+        if old is None:
+            return True
+        n, k = old.steps, len(old.sections)
+        if self.closed or tl.steps < n or tl.step_end_s[:n] != old.step_end_s:
+            return False
+        if tl.sections[:k] != old.sections:
+            return False
+        ends = tl.step_end_s
+        if any(_placed(ends, s) != at for s, at in zip(tl.sections, self._sections, strict=False)):
+            return False
+        last = ends[n - 1] if n else -math.inf
+        if any(s.end_s <= last for s in tl.sections[k:]):
+            return False  # a section placed among steps already fed
+        return all(tl.schedule.get(key) == v for key, v in self._schedule.items())
+
+    def feed(self, tl: Timeline, *, watch=None) -> None:
+        """Feed what ``tl`` adds to the timeline fed so far (``extends(tl)`` must hold);
+        ``watch(oa)`` runs after each step end. A timeline that says the run ended closes
+        the model."""
+        if not self.extends(tl):
+            raise ValueError(
+                f"{tl.name or 'timeline'}: it changed what was already fed; start a new replay"
             )
-        )
-    # The exchanges of a single-rank Lens: an evaluation point at the step ends its cadence
-    # picks (the first after signature_window // 2 steps, then about every exchange_seconds).
-    cadence = Cadence(1 << 62, cfg.exchange_seconds, cfg.signature_window // 2)
-    for k, t in enumerate(step_ns.tolist(), 1):
-        if cadence.due(0, k, alone=True):
-            cadence.done(0, k, t, cadence.propose(k, t))
-            events.append((k, -0.5, None))  # at the step end itself: before any section
-    events.sort(key=lambda e: (e[0], e[1]))
-    marks, exchanges = [], []
-    for seq, (at, _, mark) in enumerate(events, 1):
-        if mark is None:
-            exchanges.append((seq, at, 0, 0))
-        else:
-            marks.append({**mark, "seq": seq, "at_step": at})
-    return marks, exchanges
+        n = 0 if self.timeline is None else self.timeline.steps
+        k = 0 if self.timeline is None else len(self.timeline.sections)
+        ends = list(tl.step_end_s)
+        step_ns = np.round(np.asarray(ends[n:], dtype=float) * 1e9).astype(np.int64)
+        # Events in the order a Lens records them: (steps done, order within that step, mark).
+        events: list[tuple[int, float, dict | None]] = []
+        sched = {
+            key: v
+            for key, v in tl.schedule.items()
+            if v is not None and self._schedule.get(key) != v
+        }
+        if sched:
+            events.append((n, -1.0, {"kind": "schedule", **sched, "step": n}))
+            self._schedule.update(sched)
+        for s in tl.sections[k:]:
+            at, step = _placed(ends, s)
+            self._sections.append((at, step))
+            mark = {
+                "kind": "section",
+                "name": s.name,
+                "step": step,
+                "t_begin_ns": round(s.begin_s * 1e9),
+                "t_end_ns": round(s.end_s * 1e9),
+            }
+            events.append((at, s.end_s, mark))
+        # The exchanges of a single-rank Lens: an evaluation point at the step ends its
+        # cadence picks (the first after signature_window // 2 steps, then about every
+        # exchange_seconds).
+        cadence = self._cadence
+        for k_done, t in enumerate(step_ns.tolist(), n + 1):
+            if cadence.due(0, k_done, alone=True):
+                cadence.done(0, k_done, t, cadence.propose(k_done, t))
+                events.append((k_done, -0.5, None))  # at the step end itself: before a section
+        events.sort(key=lambda e: (e[0], e[1]))
+        marks, exchanges = [], []
+        for at, _, mark in events:
+            self._seq += 1
+            if mark is None:
+                exchanges.append((self._seq, at, 0, 0))
+            else:
+                marks.append({**mark, "seq": self._seq, "at_step": at})
+        empty = np.zeros(0, dtype=np.int64)
+
+        def batch(lo: int, hi: int, disabled: int):
+            return Summed(empty, empty, empty, 0, False, 0), empty, empty
+
+        end_ns = None if tl.end_s is None else round(tl.end_s * 1e9)
+        feed_recorded(self.oa, step_ns, marks, exchanges, batch, end_ns, watch, first_step=n)
+        self.timeline = tl
+
+    def latest(self) -> StepForecast | None:
+        """The forecast after the last step fed, with the baselines beside it."""
+        tl, oa = self.timeline, self.oa
+        if tl is None or not tl.steps:
+            return None
+        (row,) = _beside_baselines(tl, [(oa.predict(), oa.total_steps)], oa.signature_step)
+        return row
+
+
+def _placed(ends: list[float] | tuple[float, ...], s: Section) -> tuple[int, int]:
+    """Where a Lens records section ``s`` among the step ends: (steps done when it ended,
+    steps done when it began). One that ends with a step (the same clock reading) ended
+    before it, as section_end comes before that step_end."""
+    return bisect.bisect_left(ends, s.end_s), bisect.bisect_right(ends, s.begin_s)
 
 
 def _beside_baselines(tl: Timeline, rows: list[tuple], sig: int | None) -> tuple:

@@ -8,12 +8,11 @@ Lens feeds the run model is exactly what this log writes.
 
 from __future__ import annotations
 
-import math
 import os
 import socket
 import time
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from .config import LensConfig
 from .counters import Counter
 from .exchange import Summed
 from .node import describe_node
+from .schedule import Schedule
 from .trace import FORMAT_VERSION
 from .writer import WriterThread
 
@@ -257,55 +257,8 @@ def _process_start_wall_ns() -> int | None:
         return None
 
 
-def schedule_mark(
-    *,
-    total_steps: int | None = None,
-    steps_per_epoch: int | None = None,
-    epochs: int | None = None,
-    eval_every_epochs: float | None = None,
-    eval_every_steps: int | None = None,
-    eval_steps: int | None = None,
-    checkpoint_every_steps: int | None = None,
-    eval_start_step: int | None = None,
-    eval_start_epoch: float | None = None,
-    eval_at_steps: Sequence[int] | None = None,
-    eval_at_epochs: Sequence[float] | None = None,
-) -> dict | None:
+def schedule_mark(**keys) -> dict | None:
     """The schedule mark of :meth:`ailens.Lens.set_schedule` (None when every key is None);
-    raises ValueError naming a bad value."""
-    if total_steps is None and steps_per_epoch and epochs:
-        total_steps = int(steps_per_epoch) * int(epochs)
-    counts = {
-        "total_steps": total_steps,
-        "steps_per_epoch": steps_per_epoch,
-        "epochs": epochs,
-        "eval_every_steps": eval_every_steps,
-        "eval_steps": eval_steps,
-        "checkpoint_every_steps": checkpoint_every_steps,
-    }
-    sched: dict = {k: int(v) for k, v in counts.items() if v}
-    if eval_every_epochs:
-        sched["eval_every_epochs"] = _number("eval_every_epochs", eval_every_epochs)
-    for key, value in (
-        ("eval_start_step", eval_start_step),
-        ("eval_start_epoch", eval_start_epoch),
-    ):
-        if value is not None:
-            sched[key] = _number(key, value, whole=key.endswith("step"))
-    for key, values in (("eval_at_steps", eval_at_steps), ("eval_at_epochs", eval_at_epochs)):
-        if values is not None:
-            whole = key.endswith("steps")
-            sched[key] = sorted({_number(key, v, whole=whole) for v in values})
-    return {"kind": "schedule", **sched} if sched else None
-
-
-def _number(key: str, value, *, whole: bool = False) -> int | float:
-    """A schedule value: a finite number >= 0 (a whole one for step counts), as JSON keeps it."""
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        x = math.nan
-    if not math.isfinite(x) or x < 0 or (whole and x != int(x)):
-        kind = "a whole number" if whole else "a number"
-        raise ValueError(f"set_schedule: {key} must be {kind} >= 0, got {value!r}")
-    return int(x) if whole or x == int(x) else x
+    ``keys`` are the fields of :class:`~ailens.record.schedule.Schedule`. Raises ValueError
+    naming a bad value, TypeError naming an unknown key."""
+    return Schedule.of(**keys).mark()

@@ -30,9 +30,13 @@ __all__ = [
     "forecast_section",
     "header",
     "parts_section",
+    "run_forecast_section",
+    "signature_section",
     "skew_section",
+    "step_forecast_section",
     "table2_section",
     "table3_section",
+    "timeline_head",
     "top_section",
     "whatif_section",
 ]
@@ -238,12 +242,19 @@ def skew_section(a) -> Section:
 
 def forecast_section(a) -> Section:
     """The forecast as label/value lines. A new line is one more ``(label, value)`` pair
-    appended to ``lines`` where it should show; text, HTML and ``predict`` all follow (the
-    JSON carries every Forecast field already, see :func:`predict_dict`)."""
+    appended to ``lines`` where it should show; text, HTML, ``predict`` and ``ailens
+    forecast`` all follow (the JSON carries every Forecast field already, see
+    :func:`predict_dict`)."""
     f = a.forecast
     json = {"forecast": predict_dict(a) if f is not None else None}
+    return run_forecast_section(f, warned=bool(a.warnings), json=json)
+
+
+def run_forecast_section(f, *, warned: bool = False, json=None) -> Section:
+    """The run's forecast ``f`` (a Forecast, or None) as the report's label/value lines."""
+    json = {"forecast": None if f is None else f.to_dict()} if json is None else json
     if f is None or f.predicted_total_s is None:
-        empty = NO_FORECAST + (" See the warnings." if a.warnings else "")
+        empty = NO_FORECAST + (" See the warnings." if warned else "")
         return Section(key="forecast", title="Forecast", empty=empty, json=json)
     n = f.total_steps
     at = f"step {f.made_at_step:,}" + (
@@ -307,6 +318,112 @@ def forecast_section(a) -> Section:
         "close); 'From process start' adds the time before.",
     )
     return Section(key="forecast", title="Forecast", rows=facts(lines), notes=notes, json=json)
+
+
+_SOURCES = {"mlperf": "MLPerf log", "csv": "CSV", "ailens": "ailens run"}
+
+
+def timeline_head(path, tl) -> str:
+    """What ``ailens forecast`` read: the kind of log, its unit of steps, how far it is."""
+    n = tl.total_steps
+    what = _SOURCES.get(tl.source, f"{tl.source} log" if tl.source else "log")
+    bench = tl.info.get("submission_benchmark")
+    head = f"{path}: {what}" + (f" ({bench})" if bench else "")
+    head += f", one step = one {tl.unit}, {tl.steps} steps"
+    head += f" of {n}" if n else " (total unknown: give --total-steps or --epochs)"
+    return head + (", finished" if tl.finished else ", running")
+
+
+def step_forecast_section(result, frac: float | None, r) -> Section:
+    """The forecasts a user would have read at one point of the run (``r``, a StepForecast
+    of ``result``, a TimelineForecast; ``frac``: the share of the steps it is at, None for
+    now): ailens's with its interval, the time spent and to come by part, the progress bar
+    and Composer beside it, and the error of each once the run ended."""
+    tl = result.timeline
+    n = tl.total_steps
+    where = f"at {100 * frac:g}%" if frac is not None else "now"
+    title = (
+        f"{where} (step {r.steps_done}{f'/{n}' if n else ''}, "
+        f"{fmt_s(r.elapsed_s, 'compact')} elapsed)"
+    )
+    lines: list[tuple[str, str]] = []
+    if r.predicted_total_s is None:
+        step = (
+            "warming up"
+            if r.step_time_s is None
+            else f"step time {fmt_s(r.step_time_s, 'compact')}"
+        )
+        lines.append(("forecast end", f"not yet ({step})"))
+    else:
+        lo, hi = r.interval_s
+        lines.append(
+            (
+                "forecast end",
+                f"{fmt_s(r.predicted_total_s, 'compact')}  95% interval "
+                f"[{fmt_s(lo, 'compact')}, {fmt_s(hi, 'compact')}]  "
+                f"(still to go {fmt_s(r.eta_s, 'compact')})",
+            )
+        )
+    spent = _spent(tl, r)
+    if spent:
+        lines.append(("spent", ", ".join(spent)))
+    for c in r.components:
+        if c.remaining > 0:
+            lines.append(
+                (
+                    "to come",
+                    f"{c.name}: {c.remaining} x {fmt_s(c.per_occurrence_s, 'compact')} = "
+                    f"{fmt_s(c.remaining_s, 'compact')} ({c.source})",
+                )
+            )
+    bar, comp = r.progress_bar_total_s, r.composer_total_s
+    init = tl.init_s
+    lines.append(
+        (
+            "beside it",
+            "progress bar "
+            + (fmt_s(bar, "compact") if bar is not None else "n/a")
+            + (f" (from the first step, after {fmt_s(init, 'compact')} of init)" if init else "")
+            + ", Composer RuntimeEstimator "
+            + (fmt_s(comp, "compact") if comp is not None else "n/a"),
+        )
+    )
+    actual = result.actual_total_s
+    if actual:
+        errs = [
+            f"{name} {100 * (v - actual) / actual:+.2f}%"
+            for name, v in (
+                ("ailens", r.predicted_total_s),
+                ("progress bar", bar),
+                ("Composer", comp),
+            )
+            if v is not None
+        ]
+        lines.append(("actual end", f"{fmt_s(actual, 'compact')}  (error: {', '.join(errs)})"))
+    return Section(key="step_forecast", title=title, rows=facts(lines), json=r.to_dict())
+
+
+def _spent(tl, r) -> list[str]:
+    """Time spent so far by part: training steps and each named section."""
+    t = tl.step_end_s[r.steps_done - 1]
+    by: dict[str, list[float]] = {}
+    for s in tl.sections:
+        if s.end_s <= t:
+            by.setdefault(s.name, []).append(s.end_s - s.begin_s)
+    sections = sum(sum(v) for v in by.values())
+    out = [f"training steps {r.steps_done} in {fmt_s(max(t - sections, 0.0), 'compact')}"]
+    for name, v in by.items():
+        out.append(f"{name} {len(v)} x {fmt_s(sum(v) / len(v), 'compact')}")
+    return out
+
+
+def signature_section(result) -> Section:
+    """Where the forecast's signature was reached, as a share of the steps when known."""
+    sig, n = result.signature_step, result.timeline.total_steps
+    value = "not reached"
+    if sig is not None:
+        value = f"step {sig}" + (f" ({100 * sig / n:.1f}% of the steps)" if n else "")
+    return Section(key="signature", title="Signature", rows=facts([("signature", value)]), json={})
 
 
 def parts_section(a) -> Section:

@@ -42,7 +42,7 @@ class Forecaster:
     # ------------------------------------------------------------ feeding
 
     def on_schedule(self, mark: dict) -> None:
-        self.schedule.update(mark)
+        self.schedule = self.schedule.merged(mark)
 
     def on_section(self, name: str, step: int, t_begin_ns: int, t_end_ns: int) -> None:
         secs = max(t_end_ns - t_begin_ns, 0) / 1e9
