@@ -323,3 +323,103 @@ def test_timm_log_that_starts_at_a_later_epoch(tmp_path):
     assert tl.steps == 73
     assert tl.step_end_s[0] == pytest.approx(0.796)
     assert tl.step_end_s[50] == pytest.approx(51 * 0.148)
+
+
+# --------------------------------------------------------------------------- torchtitan
+
+
+def test_torchtitan_metrics_lines_total_and_init():
+    path = DATA / "torchtitan" / "blendcorpus_llama2_aurora_24xpu.log"
+    assert detect_format(read_text(path)).name == "torchtitan"
+    tl = read_log(path)
+    # "total steps 1000 (warmup 2)"; "step: 105" is the last line before "^C"
+    assert tl.source == "torchtitan" and tl.steps == 105 and tl.total_steps == 1000
+    assert not tl.finished
+    first = hms(14, 8, 53.284)  # "[2025-09-11 14:08:53,284] [INFO] [real_accelerator.py..."
+    assert tl.step_end_s[0] == pytest.approx(hms(14, 9, 46.954794) - first)  # "step:  1"
+    assert tl.step_end_s[1] == pytest.approx(hms(14, 9, 47.568581) - first)  # "step:  2"
+    assert tl.step_end_s[-1] == pytest.approx(hms(14, 10, 51.208789) - first)  # "step: 105"
+    # The time before step 1 (the first interval at step 2's pace) is init.
+    (init,) = [s for s in tl.sections if s.name == "init"]
+    assert init.end_s == pytest.approx(tl.step_end_s[0] - (47.568581 - 46.954794))
+
+
+def test_torchtitan_default_prefix_resume_and_validation(tmp_path):
+    """torchtitan's own prefix; a second 'Training starts at step' is a resumed run, a
+    'validate step:' line is not a training step but an evaluation in its interval."""
+    p = tmp_path / "titan.log"
+    head = "[rank0]:[titan] 2025-06-04 08:51:{} - root - INFO - "
+    lines = [
+        head.format("40,000") + "Trainer is initialized with local batch size 8, total steps 6",
+        head.format("40,100") + "Training starts at step 1.",
+        head.format("48,000") + "step:  1  loss: 12.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("49,000") + "step:  2  loss: 11.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("50,000") + "step:  3  loss: 10.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("53,000") + "validate step: 3  loss: 10.5  memory: 27.34GiB(28.78%)",
+        head.format("54,000") + "step:  4  loss:  9.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("55,000") + "Training starts at step 4.",
+        head.format("57,000") + "step:  4  loss:  9.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("58,000") + "step:  5  loss:  8.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("59,000") + "step:  6  loss:  7.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("59,500") + "Training completed",
+    ]
+    p.write_text("\n".join(lines) + "\n")
+    tl = read_log(p)
+    assert tl.source == "torchtitan" and tl.steps == tl.total_steps == 6 and tl.finished
+    assert [s.name for s in tl.sections].count("eval") == 1
+    assert [s.name for s in tl.sections].count("restart") == 1
+    assert tl.step_end_s[-1] == pytest.approx(19.0)  # 08:51:59 from 08:51:40
+
+
+# --------------------------------------------------------------------------- llm.c
+
+
+def test_llmc_step_times_summed():
+    path = DATA / "llm.c" / "readme_train_gpt2_cpu.log"
+    _only_claimed_by(path, "llm.c")
+    tl = read_log(path)
+    # "step 0: train loss 5.356189 (took 1452.121000 ms)" ... "step 39: ... (took 1323.779000 ms)"
+    assert tl.source == "llm.c" and tl.steps == 40 and tl.total_steps is None
+    assert tl.step_end_s[:4] == pytest.approx(
+        [1.452121, 1.452121 + 1.288673, 2.740794 + 1.369394, 4.110188 + 1.290761]
+    )
+    # steps 4-38 are cut from the README: step 39's time stands for each of them
+    assert tl.step_end_s[-1] == pytest.approx(5.400949 + 36 * 1.323779)
+
+
+def test_llmc_cuda_lines_count_from_one_with_a_total(tmp_path):
+    p = tmp_path / "gpt2cu.log"
+    p.write_text(
+        "val loss 11.129390\n"
+        "step    1/4 | loss 11.133732 (+nanz)| norm 52.9732 (+nanz)| lr 8.57e-07 | 3056.36 ms "
+        "| 42.6% bf16 MFU | 343080 tok/s\n"
+        "step    2/4 | loss 10.539388 (+nanz)| norm 43.5996 (+nanz)| lr 1.71e-06 | 2747.19 ms "
+        "| 47.4% bf16 MFU | 381690 tok/s\n"
+        "step    3/4 | train loss 9.894109 | norm 23.2229 | lr 2.57e-06 | 2753.25 ms | 47.3% A100"
+        " fp16 MFU | 381259 tok/s\n"
+        "step    4/4: train loss 9.566241 norm 28.4920 lr 3.43e-06 (2741.47 ms, 381690 tok/s)\n"
+        "val loss 9.4\ntotal average iteration time: 2800.0 ms\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "llm.c" and tl.steps == tl.total_steps == 4 and tl.finished
+    assert tl.step_end_s == pytest.approx([3.05636, 5.80355, 8.5568, 11.29827])
+
+
+# --------------------------------------------------------------------------- NeMo
+
+
+def test_nemo2_iterations_step_timing_and_checkpoint_gaps():
+    path = DATA / "nemo" / "geneformer_10m_pretrain_500steps.log.gz"
+    assert detect_format(read_text(path)).name == "nemo"  # before pylogging, which its
+    # "[NeMo I <timestamp>] ... from iteration 99" lines also give
+    tl = read_log(path)
+    # "iteration 0/499 ... max_steps=500"; "`Trainer.fit` stopped: `max_steps=500` reached."
+    assert tl.source == "nemo" and tl.steps == tl.total_steps == 500 and tl.finished
+    # "iteration 0/499 ... train_step_timing in s: 3.472", "iteration 1/499 ... 0.08818"
+    assert tl.step_end_s[:2] == pytest.approx([3.472, 3.472 + 0.08818])
+    # After iteration 99: the checkpoint save and validation, "[NeMo I 2025-09-16 20:08:44"
+    # to "[NeMo I 2025-09-16 20:09:01": 17 s before iteration 100 began.
+    ckpt = tl.sections[0]
+    assert ckpt.name == "checkpoint" and ckpt.begin_s == pytest.approx(tl.step_end_s[99])
+    assert ckpt.end_s - ckpt.begin_s == pytest.approx(17.0)
+    assert tl.step_end_s[100] == pytest.approx(ckpt.end_s + 0.08667)  # "100/499 ... 0.08667"

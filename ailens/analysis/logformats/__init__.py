@@ -26,14 +26,17 @@ from . import (
     keras_csv,
     lightning_csv,
     llamafactory,
+    llmc,
     megatron,
     metriclogger,
     mlperf,
     mmengine,
     modded_nanogpt,
+    nemo,
     nanogpt,
     pylogging,
     timm,
+    torchtitan,
     yolo,
 )
 from ._base import (
@@ -64,8 +67,11 @@ __all__ = [
 FORMATS: tuple[LogFormat, ...] = (
     mlperf.FORMAT,
     megatron.FORMAT,  # before deepspeed: Megatron-DeepSpeed logs carry both
+    nemo.FORMAT,
     deepspeed.FORMAT,
+    torchtitan.FORMAT,
     modded_nanogpt.FORMAT,
+    llmc.FORMAT,
     nanogpt.FORMAT,
     fairseq.FORMAT,
     hf_trainer_state.FORMAT,
