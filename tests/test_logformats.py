@@ -182,6 +182,10 @@ ALSO_DETECTED = {
     "deepspeed": {"pylogging"},
     "torchtitan": {"pylogging"},
     "nemo": {"pylogging"},
+    # tqdm bars are in these consoles too; the generic tqdm reader comes after them
+    "hf-trainer": {"tqdm"},
+    "pylogging": {"tqdm"},  # maskrcnn-benchmark's evaluation bars
+    "yolo-console": {"tqdm"},
 }
 
 

@@ -16,9 +16,10 @@ DATA = Path(__file__).parent / "data" / "logs"
 
 
 def _only_claimed_by(path: Path, name: str) -> str:
-    """The sample is detected as ``name`` and no other registered format claims it."""
+    """The sample is detected as ``name`` and no other registered format claims it (but the
+    generic tqdm reader, last in the order, which takes any log with tqdm bars)."""
     text = read_text(path)
-    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES])]
+    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES]) and f.name != "tqdm"]
     assert claimed == [name], claimed
     assert detect_format(text).name == name
     return text
@@ -423,3 +424,61 @@ def test_nemo2_iterations_step_timing_and_checkpoint_gaps():
     assert ckpt.name == "checkpoint" and ckpt.begin_s == pytest.approx(tl.step_end_s[99])
     assert ckpt.end_s - ckpt.begin_s == pytest.approx(17.0)
     assert tl.step_end_s[100] == pytest.approx(ckpt.end_s + 0.08667)  # "100/499 ... 0.08667"
+
+
+# --------------------------------------------------------------------------- tqdm bars
+
+
+def test_ultralytics_console_epoch_bars_and_validations():
+    path = DATA / "yolo-console" / "yolov5s_coco128_3epochs_tutorial.log"
+    assert detect_format(read_text(path)).name == "yolo-console"
+    tl = read_log(path)
+    # "Starting training for 3 epochs...", each epoch "8/8"; "3 epochs completed in ..."
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    assert tl.steps_per_epoch == 8
+    # epoch bars "8/8 [00:09", "[00:02", "[00:01", each followed by "4/4 [00:01" (validation)
+    assert tl.step_end_s[7] == pytest.approx(9.0)
+    assert tl.step_end_s[15] == pytest.approx(9.0 + 1.0 + 2.0)
+    assert tl.step_end_s[23] == pytest.approx(12.0 + 1.0 + 1.0)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert (evals[0].begin_s, evals[0].end_s) == pytest.approx((9.0, 10.0))
+    assert (evals[1].begin_s, evals[1].end_s) == pytest.approx((12.0, 13.0))
+    # After the last epoch: its validation and best.pt's ("4/4 [00:06"), shown at 4/4 with
+    # nothing between, are read as one bar redrawn: 6 s, not 1 + 6 (a known limit).
+    assert tl.end_s == pytest.approx(14.0 + 6.0)
+
+
+def test_generic_tqdm_bar_per_epoch():
+    path = DATA / "tqdm" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
+    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+    tl = read_log(path)
+    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"; the log does not
+    # say its length in a form the generic reader knows
+    assert tl.source == "tqdm" and tl.steps == 740 and tl.total_steps is None
+    assert tl.steps_per_epoch == 148
+    ends = [tl.step_end_s[148 * k - 1] for k in range(1, 6)]
+    assert ends == pytest.approx([38.0, 74.0, 109.0, 145.0, 182.0])
+    assert tl.with_total(None, 5).total_steps == 740  # --epochs 5
+
+
+def test_tqdm_lightning_console_validation_inside_the_epoch(tmp_path):
+    """Lightning's bars: the validation bar runs while the epoch bar is open; the epoch bar
+    is redrawn after it with its elapsed grown by the validation; the next epoch's bar
+    starts again from 0; `Trainer.fit` stopped gives the epochs and ends the run."""
+    p = tmp_path / "lightning.log"
+    p.write_text(
+        "Epoch 0:  50%|█████     | 2/4 [00:02<00:02,  1.00it/s, v_num=0]\r"
+        "Epoch 0: 100%|██████████| 4/4 [00:04<00:00,  1.00it/s, v_num=0]\n"
+        "Validation DataLoader 0: 100%|██████████| 2/2 [00:01<00:00,  2.00it/s]\n"
+        "Epoch 0: 100%|██████████| 4/4 [00:05<00:00,  0.80it/s, v_num=0, val_loss=1.0]\n"
+        "Epoch 1:  50%|█████     | 2/4 [00:02<00:02,  1.00it/s, v_num=0]\r"
+        "Epoch 1: 100%|██████████| 4/4 [00:04<00:00,  1.00it/s, v_num=0]\n"
+        "Validation DataLoader 0: 100%|██████████| 2/2 [00:01<00:00,  2.00it/s]\n"
+        "Epoch 1: 100%|██████████| 4/4 [00:05<00:00,  0.80it/s, v_num=0, val_loss=0.9]"
+        "`Trainer.fit` stopped: `max_epochs=2` reached.\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "tqdm" and tl.steps == tl.total_steps == 8 and tl.finished
+    assert tl.step_end_s == pytest.approx([1, 2, 3, 4, 6, 7, 8, 9], abs=1e-5)
+    assert [(s.begin_s, s.end_s) for s in tl.sections] == pytest.approx([(4, 5), (9, 10)])
+    assert tl.end_s == pytest.approx(10.0)

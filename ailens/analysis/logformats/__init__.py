@@ -32,12 +32,14 @@ from . import (
     mlperf,
     mmengine,
     modded_nanogpt,
-    nemo,
     nanogpt,
+    nemo,
     pylogging,
     timm,
     torchtitan,
+    tqdm_bars,
     yolo,
+    yolo_console,
 )
 from ._base import (
     CSV_FORM,
@@ -82,9 +84,11 @@ FORMATS: tuple[LogFormat, ...] = (
     timm.FORMAT,
     keras.FORMAT,
     yolo.FORMAT,
+    yolo_console.FORMAT,
     lightning_csv.FORMAT,
     keras_csv.FORMAT,
     pylogging.FORMAT,  # generic: after every format whose lines it would also take
+    tqdm_bars.FORMAT,  # generic: after every format whose logs carry tqdm bars
     csv_steps.FORMAT,
 )
 
