@@ -482,3 +482,44 @@ def test_tqdm_lightning_console_validation_inside_the_epoch(tmp_path):
     assert tl.step_end_s == pytest.approx([1, 2, 3, 4, 6, 7, 8, 9], abs=1e-5)
     assert [(s.begin_s, s.end_s) for s in tl.sections] == pytest.approx([(4, 5), (9, 10)])
     assert tl.end_s == pytest.approx(10.0)
+
+
+# --------------------------------------------------------------------------- Composer
+
+
+def test_composer_console_epoch_form_with_validation_time():
+    path = DATA / "composer" / "resnet_cifar_readme_console.log"
+    assert detect_format(read_text(path)).name == "composer"  # before tqdm (its bar line)
+    tl = read_log(path)
+    # "[epoch=0][batch=16/625]: wall_clock/total: 28.1273", "... wall_clock/val: 10.9666",
+    # "[epoch=0][batch=17/625]: wall_clock/total: 28.8502"
+    assert tl.source == "composer" and tl.steps == 17 and tl.steps_per_epoch == 625
+    assert tl.step_end_s[15:] == pytest.approx([28.1273, 28.8502])
+    (ev,) = [s for s in tl.sections if s.name == "eval"]
+    assert (ev.begin_s, ev.end_s) == pytest.approx((0.0, 10.9666))
+    # the 16 batches before share the training time since the evaluation
+    assert tl.step_end_s[0] == pytest.approx(10.9666 + (28.1273 - 10.9666) / 16, rel=1e-6)
+
+
+def test_composer_console_batch_form_total():
+    path = DATA / "composer" / "llm_mosaic_gpt_readme_console.log"
+    _only_claimed_by(path, "composer")
+    tl = read_log(path)
+    # "[batch=8/5000]: wall_clock/total: 16.8334", "[batch=9/5000]: wall_clock/total: 18.3862"
+    assert tl.steps == 9 and tl.total_steps == 5000 and not tl.sections
+    assert tl.step_end_s[7:] == pytest.approx([16.8334, 18.3862])
+
+
+def test_composer_console_newer_form_in_hours(tmp_path):
+    p = tmp_path / "composer.log"
+    p.write_text(
+        "[epoch=1][batch=1/2]:\n\t Train time/train: 0.0010\n\t Train time/val: 0.0000\n"
+        "\t Train time/total: 0.0010\n\t Train loss/train/total: 7.1\n"
+        "[epoch=1][batch=2/2]:\n\t Train time/total: 0.0020\n"
+        "[epoch=2][batch=1/2]:\n\t Train time/val: 0.0005\n\t Train time/total: 0.0035\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "composer" and tl.steps == 3 and tl.steps_per_epoch == 2
+    assert tl.step_end_s == pytest.approx([3.6, 7.2, 12.6])
+    (ev,) = tl.sections
+    assert (ev.begin_s, ev.end_s) == pytest.approx((7.2, 9.0))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...model.timeline import Timeline
 from . import (
+    composer,
     csv_steps,
     deepspeed,
     fairseq,
@@ -83,6 +84,7 @@ FORMATS: tuple[LogFormat, ...] = (
     metriclogger.FORMAT,
     timm.FORMAT,
     keras.FORMAT,
+    composer.FORMAT,
     yolo.FORMAT,
     yolo_console.FORMAT,
     lightning_csv.FORMAT,
