@@ -523,3 +523,17 @@ def test_composer_console_newer_form_in_hours(tmp_path):
     assert tl.step_end_s == pytest.approx([3.6, 7.2, 12.6])
     (ev,) = tl.sections
     assert (ev.begin_s, ev.end_s) == pytest.approx((7.2, 9.0))
+
+
+def test_nanogpt_jax_port_licensed_sample():
+    path = DATA / "nanogpt" / "nanogpt_jax_amp_rocm_blog.log"
+    _only_claimed_by(path, "nanogpt")
+    tl = read_log(path)
+    assert tl.source == "nanogpt" and tl.steps == 101  # "iter 0" ... "iter 100"
+    assert tl.step_end_s[0] == pytest.approx(44.3091)  # "iter 0: ... time 44309.10ms"
+    usual = 0.05551  # the median of iter 10 ... iter 100's times (51.32 ... 57.52 ms)
+    # "iter 10: ... time 51.32ms": its own time, the 9 before it at the usual time
+    assert tl.step_end_s[10] == pytest.approx(44.3091 + 9 * usual + 0.05132)
+    # iter 0 ran after "step 0: train loss ..., val loss ...": its extra is the evaluation
+    (ev,) = [s for s in tl.sections if s.name == "eval"]
+    assert ev.end_s - ev.begin_s == pytest.approx(44.3091 - usual)
