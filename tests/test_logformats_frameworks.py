@@ -537,3 +537,29 @@ def test_nanogpt_jax_port_licensed_sample():
     # iter 0 ran after "step 0: train loss ..., val loss ...": its extra is the evaluation
     (ev,) = [s for s in tl.sections if s.name == "eval"]
     assert ev.end_s - ev.begin_s == pytest.approx(44.3091 - usual)
+
+
+def test_nemo1_lightning_bar_is_read_as_tqdm(tmp_path):
+    """NeMo 1 prints Lightning's bar with its own postfix and no rate; a job of max_steps
+    has one bar over the run, whose total is the run's."""
+    p = tmp_path / "nemo1.out"
+    state = (
+        "Epoch 0: : {pct}%|█▌        | {n}/15 [{el}<{rem}, reduced_train_loss={loss}, "
+        "global_step={gs}, consumed_samples=12288.0, train_step_timing in s=49.50]"
+    )
+    p.write_text(
+        "\r".join(
+            state.format(pct=p_, n=n, el=el, rem=rem, loss=loss, gs=gs)
+            for p_, n, el, rem, loss, gs in [
+                (7, 1, "01:00", "14:00", "11.90", "0.000"),
+                (13, 2, "01:50", "12:00", "11.70", "1.000"),
+                (47, 7, "06:19", "07:13", "11.50", "5.000"),
+            ]
+        )
+        + "\n"
+    )
+    assert detect_format(read_text(p)).name == "tqdm"
+    tl = read_log(p)
+    assert tl.steps == 7 and tl.total_steps == 15
+    assert tl.step_end_s[0] == pytest.approx(60.0) and tl.step_end_s[1] == pytest.approx(110.0)
+    assert tl.step_end_s[6] == pytest.approx(379.0)  # "7/15 [06:19"

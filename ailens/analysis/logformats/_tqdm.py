@@ -154,7 +154,7 @@ def bars_timeline(
         took[(b.key, b.m)] = took.get((b.key, b.m), 0.0) + b.elapsed
     train = max(took, key=lambda k: took[k])
     epochs_bars = [b for b in candidates if (b.key, b.m) == train]
-    others = [b for b in bars if (b.key, b.m) != train and not _inside_none(b)]
+    others = [b for b in bars if (b.key, b.m) != train and not _untimed(b)]
 
     points: list[Point] = []
     sections: list[Section] = []
@@ -177,7 +177,7 @@ def bars_timeline(
         done = offset if k > 0 or _fresh(first) else None
         for s, nxt in zip(ep.states, [*ep.states[1:], None], strict=True):
             if done is None or offset + s.n > done:
-                points.append(Point(step=offset + s.n, t_s=base + s.t, total=None))
+                points.append(Point(step=offset + s.n, t_s=base + s.t))
                 done = offset + s.n
             # a bar that ran while this one was open, before its next state
             end_pos = nxt.pos if nxt is not None else None
@@ -211,7 +211,7 @@ def bars_timeline(
     )
 
 
-def _inside_none(b: Bar) -> bool:
+def _untimed(b: Bar) -> bool:
     """A bar with no elapsed time (a data scan's ``[00:00<?``): not a section."""
     return b.elapsed <= 0
 
