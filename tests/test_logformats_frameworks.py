@@ -564,3 +564,33 @@ def test_nemo1_lightning_bar_is_read_as_tqdm(tmp_path):
     assert tl.steps == 7 and tl.total_steps == 15
     assert tl.step_end_s[0] == pytest.approx(60.0) and tl.step_end_s[1] == pytest.approx(110.0)
     assert tl.step_end_s[6] == pytest.approx(379.0)  # "7/15 [06:19"
+
+
+def test_ultralytics_83_bar_rate_then_elapsed(tmp_path):
+    """Ultralytics 8.3 prints its own bar (rate, then elapsed); lines as a public YOLO11 log
+    printed them (epochs 1-3 of 100: 221 batches, validation 26)."""
+    head = "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+    val = (
+        "                 Class     Images  Instances      Box(P          R      mAP50  "
+        "mAP50-95): 100% ━━━━━━━━━━━━ 26/26 {rate}it/s {el}s\n"
+        "                   all        801        944      0.415       0.26      0.118     0.0719\n"
+    )
+    ep = "      {e}/100      2.06G      2.681      4.744      3.814         37        640: 100% "
+    ep += "━━━━━━━━━━━━ 221/221 {rate}it/s {el}s\n"
+    p = tmp_path / "yolo11.log"
+    p.write_text(
+        "Starting training for 100 epochs...\n\n"
+        + "".join(
+            head + ep.format(e=e, rate=r1, el=t1) + val.format(rate=r2, el=t2) + "\n"
+            for e, r1, t1, r2, t2 in [
+                (1, "4.5", "49.5", "4.8", "5.5"),
+                (2, "5.0", "44.6", "5.1", "5.0"),
+                (3, "5.0", "43.9", "5.2", "5.0"),
+            ]
+        )
+    )
+    assert detect_format(read_text(p)).name == "yolo-console"
+    tl = read_log(p)
+    assert tl.steps == 663 and tl.total_steps == 22100 and tl.steps_per_epoch == 221
+    ends = [tl.step_end_s[221 * k - 1] for k in (1, 2, 3)]
+    assert ends == pytest.approx([49.5, 49.5 + 5.5 + 44.6, 99.6 + 5.0 + 43.9])

@@ -1,17 +1,19 @@
 """tqdm progress bars in a log (``desc: 45%|████▌     | 45/100 [00:10<00:12, 4.50it/s,
-postfix]``), shared by the readers of consoles that print them (generic tqdm, Lightning, NeMo
-1, Ultralytics): every bar state in the text (a file keeps every redraw; carriage returns and
-other output may sit between them), grouped into bar instances, and the timeline of the
-training bar.
+postfix]``, and Ultralytics 8.3's ``100% ━━━━━━━━━━━━ 221/221 4.5it/s 49.5s``), shared by the
+readers of consoles that print them (generic tqdm, Lightning, NeMo 1, Ultralytics): every bar
+state in the text (a file keeps every redraw; carriage returns and other output may sit
+between them), grouped into bar instances, and the timeline of the training bar.
 
 A bar instance is one bar from its creation to its close: states of one description (its
-text with the numbers taken out) and total whose count and elapsed time never go back. The
-training bar is the description and total whose instances took the longest in all; each of
-its instances is an epoch (its count starts again from 0, its elapsed time counts from the
-epoch's start), the epochs follow each other, and another bar that ran between two epochs
-(a validation) is an "eval" section between them lasting its elapsed time. A bar that ran
-while an epoch's bar was open (Lightning's validation inside the epoch) is an "eval" section
-at the epoch bar's reading before it; the epoch's own elapsed time already counts it."""
+text with the numbers taken out) and total whose count and elapsed time never go back (a
+bar shown again at its full count is a new one when its description's first number, the
+epoch, changed). The training bar is the description and total whose instances took the
+longest in all; each of its instances is an epoch (its count starts again from 0, its elapsed
+time counts from the epoch's start), the epochs follow each other, and another bar that ran
+between two epochs (a validation) is an "eval" section between them lasting its elapsed time.
+A bar that ran while an epoch's bar was open (Lightning's validation inside the epoch) is an
+"eval" section at the epoch bar's reading before it; the epoch's own elapsed time already
+counts it."""
 
 from __future__ import annotations
 
@@ -31,7 +33,13 @@ BAR = re.compile(
     rf"(?<![\d.])(?P<n>\d+)/(?P<m>\d+|\?) \[(?P<el>{DURATION})<(?:{DURATION}|\?)"
     r"(?:,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>it/s|s/it))?"
 )
-_NOT_DESC = re.compile(r"[\d.%|:/-]+|[\u2580-\u259f#]+|\x1b\[[\d;]*[A-Za-z]")
+# Ultralytics 8.3's own bar: "640: 100% ━━━━━━━━━━━━ 221/221 4.5it/s 49.5s" (rate, then
+# elapsed: "49.5s", "1:02", "1:02:03"; "<remaining" while it runs).
+BAR_RATE_FIRST = re.compile(
+    rf"(?<![\d.])(?P<n>\d+)/(?P<m>\d+) (?P<rate>[\d.]+)(?P<unit>it/s|s/it) "
+    rf"(?P<el>\d+(?:\.\d+)?s|{DURATION})(?![\w/])"
+)
+_NOT_DESC = re.compile(r"[\d.%|:/-]+|[\u2500-\u259f#]+|\x1b\[[\d;]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,10 @@ class Bar:
 
 def bar_states(text: str) -> list[State]:
     out = []
-    for m in BAR.finditer(text):
-        t = duration_s(m.group("el"))
+    matches = sorted([*BAR.finditer(text), *BAR_RATE_FIRST.finditer(text)], key=lambda m: m.start())
+    for m in matches:
+        el = m.group("el")
+        t = float(el[:-1]) if el.endswith("s") else duration_s(el)
         if t is None:
             continue
         start = max(text.rfind("\n", 0, m.start()), text.rfind("\r", 0, m.start())) + 1
@@ -89,10 +99,11 @@ def bar_states(text: str) -> list[State]:
 
 def count_bars(text: str, enough: int) -> int:
     n = 0
-    for _ in BAR.finditer(text):
-        n += 1
-        if n >= enough:
-            break
+    for pattern in (BAR, BAR_RATE_FIRST):
+        for _ in pattern.finditer(text):
+            n += 1
+            if n >= enough:
+                return n
     return n
 
 

@@ -1,7 +1,8 @@
 """Ultralytics YOLO's training console (YOLOv5, YOLOv8/11 before 8.3's new bar): ``Starting
 training for K epochs...``, then for each epoch a header (``Epoch GPU_mem box_loss ...``) and
 the epoch's bar, ``  1/50  3.2G  1.206 ...  640: 100%|██████████| 120/120 [00:30<00:00,
-3.9it/s]``, then the validation's bar (``Class Images Instances ... 100%| 4/4 [00:01<00:00,
+3.9it/s]`` (from 8.3 Ultralytics' own bar: ``640: 100% ━━━━━━━━━━━━ 120/120 3.9it/s 30.5s``),
+then the validation's bar (``Class Images Instances ... 100%| 4/4 [00:01<00:00,
 ...]``); ``K epochs completed in X hours.`` at the end.
 
 The steps are the batches (the bar's count, N per epoch, numbered on across epochs); each
@@ -16,7 +17,7 @@ from pathlib import Path
 from ...model.timeline import Timeline
 from ._base import LogFormat
 from ._table import whole_lines
-from ._tqdm import bars_timeline
+from ._tqdm import bars_timeline, count_bars
 
 __all__ = ["FORMAT", "read_yolo_console"]
 
@@ -42,7 +43,7 @@ def read_yolo_console(path: Path, text: str) -> Timeline:
 
 
 def _detect(head: str) -> bool:
-    return bool(_HEADER.search(head)) and "/" in head and "<" in head
+    return bool(_HEADER.search(head)) and count_bars(head, 1) >= 1
 
 
 FORMAT = LogFormat(
