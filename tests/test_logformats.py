@@ -177,7 +177,16 @@ def test_python_logging_per_epoch_counter_and_validation_lines(tmp_path):
 
 # A Megatron-DeepSpeed log also has DeepSpeed's step lines, and DeepSpeed's are timestamped
 # logger lines with a step number; the registry's order reads each with its own format.
-ALSO_DETECTED = {"megatron": {"deepspeed", "pylogging"}, "deepspeed": {"pylogging"}}
+ALSO_DETECTED = {
+    "megatron": {"deepspeed", "pylogging"},
+    "deepspeed": {"pylogging"},
+    "torchtitan": {"pylogging"},
+    "nemo": {"pylogging"},
+    # tqdm bars are in these consoles too; the generic tqdm reader comes after them
+    "hf-trainer": {"tqdm"},
+    "pylogging": {"tqdm"},  # maskrcnn-benchmark's evaluation bars
+    "yolo-console": {"tqdm"},
+}
 
 
 @pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))

@@ -16,9 +16,10 @@ DATA = Path(__file__).parent / "data" / "logs"
 
 
 def _only_claimed_by(path: Path, name: str) -> str:
-    """The sample is detected as ``name`` and no other registered format claims it."""
+    """The sample is detected as ``name`` and no other registered format claims it (but the
+    generic tqdm reader, last in the order, which takes any log with tqdm bars)."""
     text = read_text(path)
-    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES])]
+    claimed = [f.name for f in FORMATS if f.detect(text[:HEAD_BYTES]) and f.name != "tqdm"]
     assert claimed == [name], claimed
     assert detect_format(text).name == name
     return text
@@ -323,3 +324,273 @@ def test_timm_log_that_starts_at_a_later_epoch(tmp_path):
     assert tl.steps == 73
     assert tl.step_end_s[0] == pytest.approx(0.796)
     assert tl.step_end_s[50] == pytest.approx(51 * 0.148)
+
+
+# --------------------------------------------------------------------------- torchtitan
+
+
+def test_torchtitan_metrics_lines_total_and_init():
+    path = DATA / "torchtitan" / "blendcorpus_llama2_aurora_24xpu.log"
+    assert detect_format(read_text(path)).name == "torchtitan"
+    tl = read_log(path)
+    # "total steps 1000 (warmup 2)"; "step: 105" is the last line before "^C"
+    assert tl.source == "torchtitan" and tl.steps == 105 and tl.total_steps == 1000
+    assert not tl.finished
+    first = hms(14, 8, 53.284)  # "[2025-09-11 14:08:53,284] [INFO] [real_accelerator.py..."
+    assert tl.step_end_s[0] == pytest.approx(hms(14, 9, 46.954794) - first)  # "step:  1"
+    assert tl.step_end_s[1] == pytest.approx(hms(14, 9, 47.568581) - first)  # "step:  2"
+    assert tl.step_end_s[-1] == pytest.approx(hms(14, 10, 51.208789) - first)  # "step: 105"
+    # The time before step 1 (the first interval at step 2's pace) is init.
+    (init,) = [s for s in tl.sections if s.name == "init"]
+    assert init.end_s == pytest.approx(tl.step_end_s[0] - (47.568581 - 46.954794))
+
+
+def test_torchtitan_default_prefix_resume_and_validation(tmp_path):
+    """torchtitan's own prefix; a second 'Training starts at step' is a resumed run, a
+    'validate step:' line is not a training step but an evaluation in its interval."""
+    p = tmp_path / "titan.log"
+    head = "[rank0]:[titan] 2025-06-04 08:51:{} - root - INFO - "
+    lines = [
+        head.format("40,000") + "Trainer is initialized with local batch size 8, total steps 6",
+        head.format("40,100") + "Training starts at step 1.",
+        head.format("48,000") + "step:  1  loss: 12.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("49,000") + "step:  2  loss: 11.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("50,000") + "step:  3  loss: 10.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("53,000") + "validate step: 3  loss: 10.5  memory: 27.34GiB(28.78%)",
+        head.format("54,000") + "step:  4  loss:  9.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("55,000") + "Training starts at step 4.",
+        head.format("57,000") + "step:  4  loss:  9.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("58,000") + "step:  5  loss:  8.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("59,000") + "step:  6  loss:  7.2254  memory: 27.34GiB(28.78%)  tps: 375",
+        head.format("59,500") + "Training completed",
+    ]
+    p.write_text("\n".join(lines) + "\n")
+    tl = read_log(p)
+    assert tl.source == "torchtitan" and tl.steps == tl.total_steps == 6 and tl.finished
+    assert [s.name for s in tl.sections].count("eval") == 1
+    assert [s.name for s in tl.sections].count("restart") == 1
+    assert tl.step_end_s[-1] == pytest.approx(19.0)  # 08:51:59 from 08:51:40
+
+
+# --------------------------------------------------------------------------- llm.c
+
+
+def test_llmc_step_times_summed():
+    path = DATA / "llm.c" / "readme_train_gpt2_cpu.log"
+    _only_claimed_by(path, "llm.c")
+    tl = read_log(path)
+    # "step 0: train loss 5.356189 (took 1452.121000 ms)" ... "step 39: ... (took 1323.779000 ms)"
+    assert tl.source == "llm.c" and tl.steps == 40 and tl.total_steps is None
+    assert tl.step_end_s[:4] == pytest.approx(
+        [1.452121, 1.452121 + 1.288673, 2.740794 + 1.369394, 4.110188 + 1.290761]
+    )
+    # steps 4-38 are cut from the README: step 39's time stands for each of them
+    assert tl.step_end_s[-1] == pytest.approx(5.400949 + 36 * 1.323779)
+
+
+def test_llmc_cuda_lines_count_from_one_with_a_total(tmp_path):
+    p = tmp_path / "gpt2cu.log"
+    p.write_text(
+        "val loss 11.129390\n"
+        "step    1/4 | loss 11.133732 (+nanz)| norm 52.9732 (+nanz)| lr 8.57e-07 | 3056.36 ms "
+        "| 42.6% bf16 MFU | 343080 tok/s\n"
+        "step    2/4 | loss 10.539388 (+nanz)| norm 43.5996 (+nanz)| lr 1.71e-06 | 2747.19 ms "
+        "| 47.4% bf16 MFU | 381690 tok/s\n"
+        "step    3/4 | train loss 9.894109 | norm 23.2229 | lr 2.57e-06 | 2753.25 ms | 47.3% A100"
+        " fp16 MFU | 381259 tok/s\n"
+        "step    4/4: train loss 9.566241 norm 28.4920 lr 3.43e-06 (2741.47 ms, 381690 tok/s)\n"
+        "val loss 9.4\ntotal average iteration time: 2800.0 ms\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "llm.c" and tl.steps == tl.total_steps == 4 and tl.finished
+    assert tl.step_end_s == pytest.approx([3.05636, 5.80355, 8.5568, 11.29827])
+
+
+# --------------------------------------------------------------------------- NeMo
+
+
+def test_nemo2_iterations_step_timing_and_checkpoint_gaps():
+    path = DATA / "nemo" / "geneformer_10m_pretrain_500steps.log.gz"
+    assert detect_format(read_text(path)).name == "nemo"  # before pylogging, which its
+    # "[NeMo I <timestamp>] ... from iteration 99" lines also give
+    tl = read_log(path)
+    # "iteration 0/499 ... max_steps=500"; "`Trainer.fit` stopped: `max_steps=500` reached."
+    assert tl.source == "nemo" and tl.steps == tl.total_steps == 500 and tl.finished
+    # "iteration 0/499 ... train_step_timing in s: 3.472", "iteration 1/499 ... 0.08818"
+    assert tl.step_end_s[:2] == pytest.approx([3.472, 3.472 + 0.08818])
+    # After iteration 99: the checkpoint save and validation, "[NeMo I 2025-09-16 20:08:44"
+    # to "[NeMo I 2025-09-16 20:09:01": 17 s before iteration 100 began.
+    ckpt = tl.sections[0]
+    assert ckpt.name == "checkpoint" and ckpt.begin_s == pytest.approx(tl.step_end_s[99])
+    assert ckpt.end_s - ckpt.begin_s == pytest.approx(17.0)
+    assert tl.step_end_s[100] == pytest.approx(ckpt.end_s + 0.08667)  # "100/499 ... 0.08667"
+
+
+# --------------------------------------------------------------------------- tqdm bars
+
+
+def test_ultralytics_console_epoch_bars_and_validations():
+    path = DATA / "yolo-console" / "yolov5s_coco128_3epochs_tutorial.log"
+    assert detect_format(read_text(path)).name == "yolo-console"
+    tl = read_log(path)
+    # "Starting training for 3 epochs...", each epoch "8/8"; "3 epochs completed in ..."
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    assert tl.steps_per_epoch == 8
+    # epoch bars "8/8 [00:09", "[00:02", "[00:01", each followed by "4/4 [00:01" (validation)
+    assert tl.step_end_s[7] == pytest.approx(9.0)
+    assert tl.step_end_s[15] == pytest.approx(9.0 + 1.0 + 2.0)
+    assert tl.step_end_s[23] == pytest.approx(12.0 + 1.0 + 1.0)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert (evals[0].begin_s, evals[0].end_s) == pytest.approx((9.0, 10.0))
+    assert (evals[1].begin_s, evals[1].end_s) == pytest.approx((12.0, 13.0))
+    # After the last epoch: its validation and best.pt's ("4/4 [00:06"), shown at 4/4 with
+    # nothing between, are read as one bar redrawn: 6 s, not 1 + 6 (a known limit).
+    assert tl.end_s == pytest.approx(14.0 + 6.0)
+
+
+def test_generic_tqdm_bar_per_epoch():
+    path = DATA / "tqdm" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
+    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+    tl = read_log(path)
+    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"; the log does not
+    # say its length in a form the generic reader knows
+    assert tl.source == "tqdm" and tl.steps == 740 and tl.total_steps is None
+    assert tl.steps_per_epoch == 148
+    ends = [tl.step_end_s[148 * k - 1] for k in range(1, 6)]
+    assert ends == pytest.approx([38.0, 74.0, 109.0, 145.0, 182.0])
+    assert tl.with_total(None, 5).total_steps == 740  # --epochs 5
+
+
+def test_tqdm_lightning_console_validation_inside_the_epoch(tmp_path):
+    """Lightning's bars: the validation bar runs while the epoch bar is open; the epoch bar
+    is redrawn after it with its elapsed grown by the validation; the next epoch's bar
+    starts again from 0; `Trainer.fit` stopped gives the epochs and ends the run."""
+    p = tmp_path / "lightning.log"
+    p.write_text(
+        "Epoch 0:  50%|█████     | 2/4 [00:02<00:02,  1.00it/s, v_num=0]\r"
+        "Epoch 0: 100%|██████████| 4/4 [00:04<00:00,  1.00it/s, v_num=0]\n"
+        "Validation DataLoader 0: 100%|██████████| 2/2 [00:01<00:00,  2.00it/s]\n"
+        "Epoch 0: 100%|██████████| 4/4 [00:05<00:00,  0.80it/s, v_num=0, val_loss=1.0]\n"
+        "Epoch 1:  50%|█████     | 2/4 [00:02<00:02,  1.00it/s, v_num=0]\r"
+        "Epoch 1: 100%|██████████| 4/4 [00:04<00:00,  1.00it/s, v_num=0]\n"
+        "Validation DataLoader 0: 100%|██████████| 2/2 [00:01<00:00,  2.00it/s]\n"
+        "Epoch 1: 100%|██████████| 4/4 [00:05<00:00,  0.80it/s, v_num=0, val_loss=0.9]"
+        "`Trainer.fit` stopped: `max_epochs=2` reached.\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "tqdm" and tl.steps == tl.total_steps == 8 and tl.finished
+    assert tl.step_end_s == pytest.approx([1, 2, 3, 4, 6, 7, 8, 9], abs=1e-5)
+    bounds = [x for s in tl.sections for x in (s.begin_s, s.end_s)]
+    assert bounds == pytest.approx([4, 5, 9, 10])
+    assert tl.end_s == pytest.approx(10.0)
+
+
+# --------------------------------------------------------------------------- Composer
+
+
+def test_composer_console_epoch_form_with_validation_time():
+    path = DATA / "composer" / "resnet_cifar_readme_console.log"
+    assert detect_format(read_text(path)).name == "composer"  # before tqdm (its bar line)
+    tl = read_log(path)
+    # "[epoch=0][batch=16/625]: wall_clock/total: 28.1273", "... wall_clock/val: 10.9666",
+    # "[epoch=0][batch=17/625]: wall_clock/total: 28.8502"
+    assert tl.source == "composer" and tl.steps == 17 and tl.steps_per_epoch == 625
+    assert tl.step_end_s[15:] == pytest.approx([28.1273, 28.8502])
+    (ev,) = [s for s in tl.sections if s.name == "eval"]
+    assert (ev.begin_s, ev.end_s) == pytest.approx((0.0, 10.9666))
+    # the 16 batches before share the training time since the evaluation
+    assert tl.step_end_s[0] == pytest.approx(10.9666 + (28.1273 - 10.9666) / 16, rel=1e-6)
+
+
+def test_composer_console_batch_form_total():
+    path = DATA / "composer" / "llm_mosaic_gpt_readme_console.log"
+    _only_claimed_by(path, "composer")
+    tl = read_log(path)
+    # "[batch=8/5000]: wall_clock/total: 16.8334", "[batch=9/5000]: wall_clock/total: 18.3862"
+    assert tl.steps == 9 and tl.total_steps == 5000 and not tl.sections
+    assert tl.step_end_s[7:] == pytest.approx([16.8334, 18.3862])
+
+
+def test_composer_console_newer_form_in_hours(tmp_path):
+    p = tmp_path / "composer.log"
+    p.write_text(
+        "[epoch=1][batch=1/2]:\n\t Train time/train: 0.0010\n\t Train time/val: 0.0000\n"
+        "\t Train time/total: 0.0010\n\t Train loss/train/total: 7.1\n"
+        "[epoch=1][batch=2/2]:\n\t Train time/total: 0.0020\n"
+        "[epoch=2][batch=1/2]:\n\t Train time/val: 0.0005\n\t Train time/total: 0.0035\n"
+    )
+    tl = read_log(p)
+    assert tl.source == "composer" and tl.steps == 3 and tl.steps_per_epoch == 2
+    assert tl.step_end_s == pytest.approx([3.6, 7.2, 12.6])
+    (ev,) = tl.sections
+    assert (ev.begin_s, ev.end_s) == pytest.approx((7.2, 9.0))
+
+
+def test_nanogpt_jax_port_licensed_sample():
+    path = DATA / "nanogpt" / "nanogpt_jax_amp_rocm_blog.log"
+    _only_claimed_by(path, "nanogpt")
+    tl = read_log(path)
+    assert tl.source == "nanogpt" and tl.steps == 101  # "iter 0" ... "iter 100"
+    assert tl.step_end_s[0] == pytest.approx(44.3091)  # "iter 0: ... time 44309.10ms"
+    usual = 0.05551  # the median of iter 10 ... iter 100's times (51.32 ... 57.52 ms)
+    # "iter 10: ... time 51.32ms": its own time, the 9 before it at the usual time
+    assert tl.step_end_s[10] == pytest.approx(44.3091 + 9 * usual + 0.05132)
+    # iter 0 ran after "step 0: train loss ..., val loss ...": its extra is the evaluation
+    (ev,) = [s for s in tl.sections if s.name == "eval"]
+    assert ev.end_s - ev.begin_s == pytest.approx(44.3091 - usual)
+
+
+def test_nemo1_lightning_bar_is_read_as_tqdm(tmp_path):
+    """NeMo 1 prints Lightning's bar with its own postfix and no rate; a job of max_steps
+    has one bar over the run, whose total is the run's."""
+    p = tmp_path / "nemo1.out"
+    state = (
+        "Epoch 0: : {pct}%|█▌        | {n}/15 [{el}<{rem}, reduced_train_loss={loss}, "
+        "global_step={gs}, consumed_samples=12288.0, train_step_timing in s=49.50]"
+    )
+    p.write_text(
+        "\r".join(
+            state.format(pct=p_, n=n, el=el, rem=rem, loss=loss, gs=gs)
+            for p_, n, el, rem, loss, gs in [
+                (7, 1, "01:00", "14:00", "11.90", "0.000"),
+                (13, 2, "01:50", "12:00", "11.70", "1.000"),
+                (47, 7, "06:19", "07:13", "11.50", "5.000"),
+            ]
+        )
+        + "\n"
+    )
+    assert detect_format(read_text(p)).name == "tqdm"
+    tl = read_log(p)
+    assert tl.steps == 7 and tl.total_steps == 15
+    assert tl.step_end_s[0] == pytest.approx(60.0) and tl.step_end_s[1] == pytest.approx(110.0)
+    assert tl.step_end_s[6] == pytest.approx(379.0)  # "7/15 [06:19"
+
+
+def test_ultralytics_83_bar_rate_then_elapsed(tmp_path):
+    """Ultralytics 8.3 prints its own bar (rate, then elapsed); lines as a public YOLO11 log
+    printed them (epochs 1-3 of 100: 221 batches, validation 26)."""
+    head = "      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+    val = (
+        "                 Class     Images  Instances      Box(P          R      mAP50  "
+        "mAP50-95): 100% ━━━━━━━━━━━━ 26/26 {rate}it/s {el}s\n"
+        "                   all        801        944      0.415       0.26      0.118     0.0719\n"
+    )
+    ep = "      {e}/100      2.06G      2.681      4.744      3.814         37        640: 100% "
+    ep += "━━━━━━━━━━━━ 221/221 {rate}it/s {el}s\n"
+    p = tmp_path / "yolo11.log"
+    p.write_text(
+        "Starting training for 100 epochs...\n\n"
+        + "".join(
+            head + ep.format(e=e, rate=r1, el=t1) + val.format(rate=r2, el=t2) + "\n"
+            for e, r1, t1, r2, t2 in [
+                (1, "4.5", "49.5", "4.8", "5.5"),
+                (2, "5.0", "44.6", "5.1", "5.0"),
+                (3, "5.0", "43.9", "5.2", "5.0"),
+            ]
+        )
+    )
+    assert detect_format(read_text(p)).name == "yolo-console"
+    tl = read_log(p)
+    assert tl.steps == 663 and tl.total_steps == 22100 and tl.steps_per_epoch == 221
+    ends = [tl.step_end_s[221 * k - 1] for k in (1, 2, 3)]
+    assert ends == pytest.approx([49.5, 49.5 + 5.5 + 44.6, 99.6 + 5.0 + 43.9])

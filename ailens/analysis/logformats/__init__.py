@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...model.timeline import Timeline
 from . import (
+    composer,
     csv_steps,
     deepspeed,
     fairseq,
@@ -26,15 +27,20 @@ from . import (
     keras_csv,
     lightning_csv,
     llamafactory,
+    llmc,
     megatron,
     metriclogger,
     mlperf,
     mmengine,
     modded_nanogpt,
     nanogpt,
+    nemo,
     pylogging,
     timm,
+    torchtitan,
+    tqdm_bars,
     yolo,
+    yolo_console,
 )
 from ._base import (
     CSV_FORM,
@@ -64,8 +70,11 @@ __all__ = [
 FORMATS: tuple[LogFormat, ...] = (
     mlperf.FORMAT,
     megatron.FORMAT,  # before deepspeed: Megatron-DeepSpeed logs carry both
+    nemo.FORMAT,
     deepspeed.FORMAT,
+    torchtitan.FORMAT,
     modded_nanogpt.FORMAT,
+    llmc.FORMAT,
     nanogpt.FORMAT,
     fairseq.FORMAT,
     hf_trainer_state.FORMAT,
@@ -75,10 +84,13 @@ FORMATS: tuple[LogFormat, ...] = (
     metriclogger.FORMAT,
     timm.FORMAT,
     keras.FORMAT,
+    composer.FORMAT,
     yolo.FORMAT,
+    yolo_console.FORMAT,
     lightning_csv.FORMAT,
     keras_csv.FORMAT,
     pylogging.FORMAT,  # generic: after every format whose lines it would also take
+    tqdm_bars.FORMAT,  # generic: after every format whose logs carry tqdm bars
     csv_steps.FORMAT,
 )
 

@@ -1,0 +1,56 @@
+"""Ultralytics YOLO's training console (YOLOv5, YOLOv8/11 before 8.3's new bar): ``Starting
+training for K epochs...``, then for each epoch a header (``Epoch GPU_mem box_loss ...``) and
+the epoch's bar, ``  1/50  3.2G  1.206 ...  640: 100%|██████████| 120/120 [00:30<00:00,
+3.9it/s]`` (from 8.3 Ultralytics' own bar: ``640: 100% ━━━━━━━━━━━━ 120/120 3.9it/s 30.5s``),
+then the validation's bar (``Class Images Instances ... 100%| 4/4 [00:01<00:00,
+...]``); ``K epochs completed in X hours.`` at the end.
+
+The steps are the batches (the bar's count, N per epoch, numbered on across epochs); each
+epoch lasts its bar's elapsed time and its validation bar's is an "eval" section after it
+(the bars print whole seconds); the total is K x N."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ...model.timeline import Timeline
+from ._base import LogFormat
+from ._table import whole_lines
+from ._tqdm import bars_timeline, count_bars
+
+__all__ = ["FORMAT", "read_yolo_console"]
+
+_EPOCHS = re.compile(r"Starting training for (\d+) epochs")
+_DONE = re.compile(r"\d+ epochs completed in [\d.]+ hours")
+# the epoch bar's line: "  1/50  3.2G  1.2 ... 640: 100%" (its description, numbers taken out)
+_TRAIN_KEY = re.compile(r"^G?\s*$|^[A-Za-z]?\s*$")
+_HEADER = re.compile(r"^\s*Epoch\s+GPU_mem\s+box(?:_loss)?\s", re.MULTILINE)
+
+
+def read_yolo_console(path: Path, text: str) -> Timeline:
+    text = whole_lines(text)
+    m = _EPOCHS.search(text)
+    return bars_timeline(
+        path,
+        text,
+        source="yolo",
+        train_key=_TRAIN_KEY,
+        epochs=int(m.group(1)) if m else None,
+        ended=_DONE.search(text) is not None,
+        what="Ultralytics epoch bars ('  1/50  3.2G  1.206 ...  640: 100%| 120/120 [00:30<00:00')",
+    )
+
+
+def _detect(head: str) -> bool:
+    return bool(_HEADER.search(head)) and count_bars(head, 1) >= 1
+
+
+FORMAT = LogFormat(
+    name="yolo-console",
+    title="Ultralytics YOLO console (Epoch GPU_mem box_loss ...; 1/50 ... 120/120 [00:30<00:00])",
+    detect=_detect,
+    read=read_yolo_console,
+    example="        1/50      2.64G      1.206      1.496       1.27        199        640: 100%|"
+    "██████████| 8/8 [00:01<00:00,  4.03it/s]",
+)
