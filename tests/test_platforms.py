@@ -268,3 +268,31 @@ def test_calibrate_from_nccl_tests_errors(tmp_path):
     r = _calibrate("--from-nccl-tests", bad, "--out", tmp_path / "p.json")
     assert r.returncode == 2 and "bad.log: no nccl-tests table" in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+TAGGED16 = DATA / "nccl_tests_p4d_16gpu_2nodes_tagged.log"
+
+
+def test_parse_mpirun_tag_output_log():
+    """A real ``mpirun --tag-output`` log (AWS p4d, 2 nodes x 8 A100 over EFA): every line
+    prefixed ``[1,RANK]<stdout>:``, other ranks' NCCL INFO lines among the header's."""
+    text = TAGGED16.read_text()
+    assert text.count("<stdout>:") > 100  # it is tagged
+    t = parse_nccl_tests(text, source=str(TAGGED16))
+    assert (t.ranks, t.nodes, t.ranks_per_node, t.devices_per_process) == (16, 2, 8, 1)
+    assert t.hosts.count("nccl-tests-efa-16-worker-1") == 8
+    assert t.sizes[0] == 8 and t.sizes[-1] == 4 << 30 and len(t.sizes) == 30
+    # The last row: 183834 us out of place, 184216 us in place.
+    assert t.oop_s[-1] == pytest.approx(183834e-6) and t.ip_s[-1] == pytest.approx(184216e-6)
+    # Read as the untagged lines of rank 0 are read.
+    plain = "\n".join(ln.split("<stdout>:", 1)[1] for ln in text.splitlines() if "[1,0]" in ln)
+    assert parse_nccl_tests(plain, source="plain") == replace(t, source="plain")
+
+
+def test_parse_tagged_output_of_one_rank_tests_per_process_keeps_one_table():
+    """nccl-tests built without MPI under mpirun: each process prints its own table; the
+    first one is read, not the rows of every process one after the other."""
+    rows = LOG8.read_text().splitlines()
+    text = "\n".join(f"[1,{r}]<stdout>:{ln}" for r in (0, 1) for ln in rows)
+    t = parse_nccl_tests(text, source="two")
+    assert t == parse_nccl_tests("\n".join(rows), source="two")

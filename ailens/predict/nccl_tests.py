@@ -114,15 +114,43 @@ def _table_row(tok: list[str], has_root: bool) -> tuple[int, float, float, float
     return int(tok[0]), t_oop, t_ip, algbw, busbw
 
 
+# Open MPI's ``mpirun --tag-output`` (and launchers that wrap it) prefix every line with the
+# job and rank and stream: ``[1,0]<stdout>:``, sometimes after a launcher's own prefix.
+_MPI_TAG = re.compile(r"^.*?\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+
+
+def _untagged_lines(text: str) -> list[str]:
+    """The output's lines without ``mpirun --tag-output`` prefixes. Only the rank that printed
+    the table is kept (an nccl-tests built without MPI prints one 1-rank table per process;
+    only rank 0 prints the header and the rows of an MPI run), with the untagged lines."""
+    lines, table_tag = [], None
+    tagged: list[tuple[tuple[str, str] | None, str]] = []
+    for line in text.splitlines():
+        m = _MPI_TAG.match(line)
+        if m is None:
+            tagged.append((None, line))
+            continue
+        rest = line[m.end() :]
+        tag = (m.group(1), m.group(2))
+        tagged.append((tag if m.group(3) == "stdout" else ("stderr", ""), rest))
+        if table_tag is None and m.group(3) == "stdout" and _table_row(rest.split(), False):
+            table_tag = tag
+    for tag, rest in tagged:
+        if tag is None or tag == table_tag:
+            lines.append(rest)
+    return lines
+
+
 def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | None = None):
     """The table of an nccl-tests output (``all_reduce_perf`` and friends): both halves of
     every line, ranks and hosts from the ``# Rank ... on HOST device ...`` lines (else from
-    the ``nGpus`` header or busbw/algbw). Raises ValueError naming ``source`` when no row is
-    found."""
+    the ``nGpus`` header or busbw/algbw). Logs of ``mpirun --tag-output`` (``[1,0]<stdout>:``
+    prefixes) are read as the rank that printed the table wrote them. Raises ValueError
+    naming ``source`` when no row is found."""
     head = _Header(op)
     sizes, oop, ip = [], [], []
     ratios = []
-    for line in text.splitlines():
+    for line in _untagged_lines(text):
         s = line.strip()
         if not s:
             continue
