@@ -43,12 +43,17 @@ from .platforms import (
 
 __all__ = [
     "BUSBW_FACTOR",
+    "SATURATION_MIN_BYTES",
     "CollectiveEstimate",
     "busbw_factor",
     "nccl_collective_s",
 ]
 
 ALGORITHMS = ("ring", "tree")
+# Messages from this size up run at the link's saturated bus bandwidth (on A100 and V100
+# nodes nccl-tests reaches > 80 % of its peak at 64 MiB): beyond the largest device count
+# measured, the measured bus bandwidth there is the estimate (Platform.busbw_by_devices).
+SATURATION_MIN_BYTES = 64 << 20
 PROTOCOLS = ("LL", "LL128", "Simple")
 # NCCL's latency tables (microseconds), src/graph/tuning.cc: baseLat[algo][proto] and
 # hwLat[NVLink | PCI | NET][algo][proto].
@@ -161,6 +166,8 @@ def nccl_collective_s(
     path = _path(platform, n, ppn, nodes, notes)
     t, a, p = _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol)
     ceiling, bottleneck = path.ceiling, path.bottleneck
+    if algorithm is None and protocol is None:
+        t = _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t)
     if devices_per_process > 1 and platform.launch_s > 0:
         t += (devices_per_process - 1) * platform.launch_s
         notes.append(
@@ -185,6 +192,32 @@ def nccl_collective_s(
         ranks_per_node=ppn,
         assumptions=tuple(notes),
     )
+
+
+def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> float:
+    """A large message on one node with more devices than any measured: the bus bandwidth
+    measured at the largest count (saturated), times the ratio of the NVLink rings the two
+    device sets can close on an uneven mesh; ``t`` (the model's) otherwise."""
+    measured = platform.busbw_by_devices
+    size = _wire_bytes(kind, nbytes, n)
+    if nodes > 1 or not measured or size < SATURATION_MIN_BYTES or ppn <= max(measured):
+        return t
+    top = max(measured)
+    bus, why = float(measured[top]), f"as measured at {top} devices"
+    if platform.nvlinks and ppn <= len(platform.nvlinks):
+        here, there = ring_links(platform.nvlinks, ppn), ring_links(platform.nvlinks, top)
+        if here > 0 and there > 0:
+            bus *= here / there
+            why += f" x {here:g}/{there:g} NVLink rings"
+    bus = min(bus, ceiling)
+    f = busbw_factor(kind, n)
+    if not (bus > 0 and f > 0):
+        return t
+    notes.append(
+        f"{ppn} devices, more than any measured: saturated bus bandwidth "
+        f"{bus / 1e9:.3g} GB/s ({why})"
+    )
+    return size * f / bus
 
 
 def _kind(op: str, nbytes: float) -> tuple[str, float, list[str]]:

@@ -104,6 +104,10 @@ class Platform:
     # kernels one after the other. Fitted when a log was run so; a job with one process per
     # device does not pay it.
     launch_s: float = 0.0
+    # Saturation: the bus bandwidth (B/s) nccl-tests measured at its largest message (in the
+    # bandwidth band, SATURATION_MIN_BYTES and up) when k devices of one node took part
+    # ({k: B/s}). Beyond the largest such k, large messages are priced at it (nccl.py).
+    busbw_by_devices: dict = field(default_factory=dict)
     description: str = ""
     notes: tuple = ()
 
@@ -400,6 +404,7 @@ def platform_to_dict(p: Platform) -> dict:
             for k, d in sorted(p.protocols_by_devices.items())
         },
         "launch_s": p.launch_s,
+        "busbw_by_devices": {str(k): float(v) for k, v in sorted(p.busbw_by_devices.items())},
         "notes": list(p.notes),
     }
 
@@ -459,6 +464,9 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
                 for k, per in (d.get("protocols_by_devices") or {}).items()
             },
             launch_s=float(d.get("launch_s") or 0.0),
+            busbw_by_devices={
+                int(k): float(b) for k, b in (d.get("busbw_by_devices") or {}).items()
+            },
             description=str(d.get("description", "")),
             notes=tuple(str(x) for x in d.get("notes") or ()),
         )
