@@ -294,11 +294,51 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     return _Path(hw_intra, ring_over_host, ceiling, bottleneck, s_base, s_intra, s_net)
 
 
+# Bus bandwidth of each algorithm and protocol as a fraction of the bottleneck link's, as
+# NCCL's tuning model keeps them: (algorithm, protocol) -> (on one node, across nodes).
+_BUS_FACTOR = {
+    ("ring", "LL"): (1 / 3, 1 / 4),  # all-reduce and reduce: 1/4 on one node too
+    ("ring", "LL128"): (0.92, 0.92),  # 0.7 with one device per node
+    ("ring", "Simple"): (1.0, 1.0),
+    ("tree", "LL"): (0.9 / 3.8, 0.9 / 3.8),
+    ("tree", "LL128"): (0.9 * 7 / 9, 0.9 * 0.915),
+    ("tree", "Simple"): (0.9, 0.9),
+}
+_RING_LL_REDUCING = 1 / 4  # ring LL of all-reduce and reduce, on any number of nodes
+_RING_LL128_ONE_PER_NODE = 0.7  # ring LL128 with one device per node
+
+
+def _bus_factor(a: str, p: str, kind: str, ppn: int, nodes: int) -> float:
+    """The table's factor of one algorithm and protocol here."""
+    if a == "ring" and p == "LL" and kind in ("allreduce", "reduce"):
+        return _RING_LL_REDUCING
+    if a == "ring" and p == "LL128" and ppn < 2:
+        return _RING_LL128_ONE_PER_NODE
+    return _BUS_FACTOR[(a, p)][nodes > 1]
+
+
+def _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune) -> float:
+    """NCCL's latency model of one algorithm and protocol, at the platform's latencies."""
+    nsteps, inter = _steps(kind, n, nodes)
+    intra_lat = _HW_US[path.hw_intra][a][pi] * path.s_intra * 1e-6
+    if nodes > 1 and p == "LL":
+        intra_lat *= 1.8  # as NCCL models LL across nodes
+    net_lat = _HW_US["net"][a][pi] * path.s_net * 1e-6
+    lat = _BASE_US[a][pi] * path.s_base * 1e-6 * float(tune.get("base_latency", 1.0))
+    if a == "tree":
+        return lat + 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
+    if kind in ("broadcast", "reduce"):
+        return lat + nsteps * (net_lat if nodes > 1 else intra_lat)
+    lat += (nsteps - inter) * intra_lat + inter * net_lat
+    if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
+        lat *= 1.9  # NCCL's "plateau effect of ring" across nodes
+    return lat
+
+
 def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol):
     """(seconds, algorithm, protocol) of NCCL's choice: the least modelled time."""
-    hw_intra, ceiling = path.hw_intra, path.ceiling
-    s_base, s_intra, s_net = path.s_base, path.s_intra, path.s_net
-    nsteps, inter = _steps(kind, n, nodes)
+    ceiling = path.ceiling
+    nsteps, _ = _steps(kind, n, nodes)
     size = _wire_bytes(kind, nbytes, n)
     best = None
     algos = ALGORITHMS if kind == "allreduce" else ("ring",)
@@ -308,41 +348,17 @@ def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protoco
         for pi, p in enumerate(PROTOCOLS):
             if protocol and p.lower() != protocol.lower():
                 continue
-            if p == "LL128" and hw_intra != "nvlink":
+            if p == "LL128" and path.hw_intra != "nvlink":
                 continue  # NCCL enables LL128 by default over NVLink only
-            bus = ceiling
-            if a == "ring" and p == "LL":
-                bus *= 1 / 4 if (nodes > 1 or kind in ("allreduce", "reduce")) else 1 / 3
-            elif a == "ring" and p == "LL128":
-                bus *= 0.92 if ppn >= 2 else 0.7
-            elif a == "tree":
-                bus *= 0.9
-                if p == "LL":
-                    bus /= 3.8
-                elif p == "LL128":
-                    bus *= 7 / 9 if nodes == 1 else 0.915
             tune = platform.protocol_tuning(ppn, p)
+            bus = ceiling * _bus_factor(a, p, kind, ppn, nodes)
             bus = min(bus * float(tune.get("bandwidth", 1.0)), ceiling)
-            ratio = n / nsteps if a == "ring" else 0.5
-            algbw = bus * ratio
+            algbw = bus * (n / nsteps if a == "ring" else 0.5)
             if a == "tree":
                 log_size = int(math.log2(max(size, 64) / 64))
                 if log_size < 22:
                     algbw *= _TREE_CORRECTION[p][log_size]
-            intra_lat = _HW_US[hw_intra][a][pi] * s_intra * 1e-6
-            if nodes > 1 and p == "LL":
-                intra_lat *= 1.8  # as NCCL models LL across nodes
-            net_lat = _HW_US["net"][a][pi] * s_net * 1e-6
-            lat = _BASE_US[a][pi] * s_base * 1e-6 * float(tune.get("base_latency", 1.0))
-            if a == "ring":
-                if kind in ("broadcast", "reduce"):
-                    lat += nsteps * (net_lat if nodes > 1 else intra_lat)
-                else:
-                    lat += (nsteps - inter) * intra_lat + inter * net_lat
-                if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
-                    lat *= 1.9  # NCCL's "plateau effect of ring" across nodes
-            else:
-                lat += 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
+            lat = _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune)
             t = lat + size / algbw if math.isfinite(algbw) and algbw > 0 else math.inf
             if best is None or t < best[0]:
                 best = (t, a, p)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from .nccl import SATURATION_MIN_BYTES, busbw_factor, nccl_collective_s
-from .nccl_tests import NcclTestsTable
+from .nccl_table import NcclTestsTable
 from .platforms import NCCL_NET_STEP_S, Link, Platform
 
 __all__ = ["fit_platform"]

@@ -7,37 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from .nccl_fit import fit_platform
+from .nccl_table import NcclTestsTable
 from .platforms import GB, NCCL_NET_STEP_S, NCCL_NVLINK_STEP_S, Link, Platform, load_platform
 
 __all__ = ["NcclTestsTable", "parse_nccl_tests", "platform_from_nccl_tests"]
-
-
-@dataclass(frozen=True)
-class NcclTestsTable:
-    """The rows of one nccl-tests ``*_perf`` output: per size the out-of-place and in-place
-    time (seconds), the rank count and hosts it ran on."""
-
-    op: str  # canonical: allreduce, allgather, ...
-    ranks: int
-    hosts: tuple[str, ...]
-    ranks_per_node: int
-    sizes: tuple[int, ...]  # bytes, as nccl-tests prints (see nccl.NCCL_TESTS_BYTES)
-    oop_s: tuple[float, ...]
-    ip_s: tuple[float, ...]
-    source: str = ""
-    devices_per_process: int = 1  # nccl-tests' -g: devices one thread drives
-
-    @property
-    def nodes(self) -> int:
-        return max(len(set(self.hosts)), 1) if self.hosts else -(-self.ranks // self.ranks_per_node)
-
-    def seconds(self, i: int) -> float:
-        """The time of row ``i``: the faster placement when both agree within 20 %, else
-        the out-of-place one (a noisy in-place half is not evidence)."""
-        a, b = self.oop_s[i], self.ip_s[i]
-        if b > 0 and a > 0 and abs(a - b) <= 0.2 * a:
-            return min(a, b)
-        return a if a > 0 else b
 
 
 _OP_OF_BINARY = {
@@ -202,8 +176,6 @@ def platform_from_nccl_tests(
     per count); logs spanning nodes fit the network (one NIC = the node's injection bandwidth
     / ``nics_per_node``). What no log measured is kept from ``base`` (a default label or a
     Platform; default: a generic node with ``devices_per_node`` devices), and said so."""
-    from .nccl_fit import fit_platform
-
     texts = [text] if isinstance(text, str) else list(text)
     names = list(sources or [f"nccl-tests log {i + 1}" for i in range(len(texts))])
     tables = [parse_nccl_tests(t, source=s) for t, s in zip(texts, names, strict=True)]

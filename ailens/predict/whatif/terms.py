@@ -26,8 +26,8 @@ from ..terms import TermValue, expected_max_normal
 from .compute import ComputeModel, compute_model
 from .features import MeasuredRun, RunFeatures
 from .layout import Layout
-from .links import ScalingModel, scaling_model, target_durations, tick_cpu, tick_keys
-from .replay import Cpu, Replay, cpu_of, measured_spans, replay_sample, replay_target, steps_at
+from .links import ScalingModel, scaling_model, target_durations, tick_cpu
+from .replay import Cpu, Replay, cpu_of, replay_target, steps_at
 from .replay import unstretch as _unstretch
 
 __all__ = [
@@ -62,7 +62,8 @@ class Source:
 
 
 def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Source:
-    """The target-independent half of the what-if (cached on ``run`` between calls)."""
+    """The target-independent half of the what-if: made once per run, calibration and
+    ranks per node (``whatif(..., source=)`` reuses it for more targets)."""
     model = scaling_model(a, calibration=cal, ranks_per_node=ranks_per_node, feats=feats)
     cm, cm_notes = compute_model(feats, cal)
     steps, src, p = run.steps, feats.layout, feats.layout.ranks
@@ -72,23 +73,12 @@ def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Sour
     )
     # The source as the model sees it: its transport's CPU competing with its compute.
     share_src = cpu_of(src, model.background(p, model.run_links))
-    if run.keys is None:
-        run.keys = tick_keys(run.ops, run.nbytes)
     cpu_src = tick_cpu(model, run.ops, run.nbytes, p, model.run_links, run.keys)
     # A long run replays REPLAY_STEPS of its steps, evenly spaced (see replay_sample).
-    sample = replay_sample(len(steps.idx))
-    replays = run.replays
-    key = (share_src, cpu_src.tobytes(), None if sample is None else len(sample))
-    rep = replays.get(key)
-    if rep is None:
-        sub = steps if sample is None else steps_at(steps, sample)
-        rep = replays[key] = _unstretch(sub, run.pure, cpu_src, share_src)
-    if sample is None:
-        span_meas = rep.span_meas
-    elif "span_meas" in replays:
-        span_meas = replays["span_meas"]
-    else:
-        span_meas = replays["span_meas"] = measured_spans(steps)
+    sample = run.sample
+    sub = steps if sample is None else steps_at(steps, sample)
+    rep = _unstretch(sub, run.pure, cpu_src, share_src)
+    span_meas = rep.span_meas if sample is None else run.sampled_span_meas
     k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
     if model.cpu_samples or model.background_cpu:
         notes.append(
