@@ -25,7 +25,7 @@ there: the wait DDP spends outside its recorded collectives is not counted as co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -43,9 +43,23 @@ __all__ = [
     "TERMS",
     "TermValue",
     "compute_at",
+    "measured_links",
     "overlap_exposed",
     "predict",
+    "scale_bandwidth",
 ]
+
+# An unmeasured link (a datasheet figure, not fitted on nccl-tests output or on the job's own
+# runs) may deliver anything from its datasheet bandwidth down to a small share of it (TCP
+# instead of RDMA, a shared or oversubscribed fabric, PCIe through the host): the interval
+# prices its collectives between these two fractions of the datasheet.
+UNMEASURED_BANDWIDTH_RANGE = (1 / 16, 1.0)
+NARROW_BY = {
+    "network": "an nccl-tests log of the cluster (ailens calibrate --from-nccl-tests) or a "
+    "run of the job at one more scale",
+    "compute": "the step at a second batch per device (compute_curve)",
+    "extrapolation": "a run of the job at a scale nearer the target",
+}
 
 # Strong scaling without a measured curve: the share of the step that does not shrink with
 # the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 20 %.
@@ -268,6 +282,12 @@ class ClusterPrediction:
     terms: tuple[TermValue, ...]
     over_link_ceiling: bool
     assumptions: tuple[str, ...]
+    # The plausible range of the step where something was assumed, the part of the model
+    # that makes it widest and what to measure to narrow it.
+    step_low_s: float | None = None
+    step_high_s: float | None = None
+    wide_term: str = ""
+    narrow_by: str = ""
 
     @property
     def links(self) -> str:
@@ -298,6 +318,10 @@ class ClusterPrediction:
             "compute_low_s": self.compute_low_s,
             "compute_high_s": self.compute_high_s,
             "over_link_ceiling": self.over_link_ceiling,
+            "step_low_s": self.step_low_s,
+            "step_high_s": self.step_high_s,
+            "wide_term": self.wide_term,
+            "narrow_by": self.narrow_by,
             "terms": [t.to_dict() for t in self.terms],
             "assumptions": list(self.assumptions),
         }
@@ -408,6 +432,7 @@ def predict(
         comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
         speedup = _throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
+        low, high, wide = _interval(job, target, terms, c_src, gb)
         out.append(
             ClusterPrediction(
                 ranks=q,
@@ -426,6 +451,57 @@ def predict(
                 terms=terms,
                 over_link_ceiling=any(t.detail.get("over_link_ceiling") for t in terms),
                 assumptions=tuple(notes + term_notes),
+                step_low_s=low,
+                step_high_s=high,
+                wide_term=wide,
+                narrow_by=NARROW_BY.get(wide, ""),
             )
         )
     return out
+
+
+def measured_links(platform: Platform, nodes: int) -> bool:
+    """Whether the links ``nodes`` nodes' collectives cross were measured (fitted on
+    nccl-tests output or on the job's runs), not datasheet figures."""
+    links = [platform.intra] + ([platform.network] if nodes > 1 else [])
+    return all(link is not None and "fitted" in link.source for link in links)
+
+
+def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) -> Platform:
+    """``platform`` with every link's bandwidth x ``k`` (``source``: where that came from)."""
+
+    def link(x):
+        if x is None:
+            return None
+        return replace(x, bandwidth_Bps=x.bandwidth_Bps * k, source=source or x.source)
+
+    return replace(
+        platform,
+        intra=link(platform.intra),
+        network=link(platform.network),
+        host=link(platform.host),
+        intra_by_devices={a: b * k for a, b in platform.intra_by_devices.items()},
+        busbw_by_devices={a: b * k for a, b in platform.busbw_by_devices.items()},
+    )
+
+
+def _interval(job, target: ClusterTarget, terms, c_src: float, gb) -> tuple[float, float, str]:
+    """(low, high, widest term) of the step: the compute's band, and an unmeasured link
+    anywhere in UNMEASURED_BANDWIDTH_RANGE of its datasheet bandwidth."""
+    step = float(sum(t.seconds for t in terms))
+    comp = terms[0]
+    width = {"compute": (comp.detail["low_s"] - comp.seconds, comp.detail["high_s"] - comp.seconds)}
+    if target.ranks > 1 and not measured_links(target.platform, target.nodes):
+        lo_k, hi_k = UNMEASURED_BANDWIDTH_RANGE
+        ends = []
+        for k in (lo_k, hi_k):
+            slow = replace(target, platform=scale_bandwidth(target.platform, k))
+            ends.append(ExposedGradientSync().value(_context(job, slow, c_src)).seconds)
+        exposed = terms[1].seconds
+        width["network"] = (min(ends) - exposed, max(ends) - exposed)
+    low = step + sum(min(d[0], 0.0) for d in width.values())
+    high = step + sum(max(d[1], 0.0) for d in width.values())
+    wide = max(width, key=lambda k: width[k][1] - width[k][0])
+    if width[wide][1] - width[wide][0] <= 0:
+        wide = ""
+    return low, high, wide

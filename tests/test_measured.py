@@ -1,0 +1,99 @@
+"""The cluster what-if from several measured scales of one job (ailens/predict/measured.py)
+and the intervals of assumed terms (ailens/predict/cluster.py)."""
+
+from dataclasses import replace
+
+import pytest
+
+from ailens.predict import (
+    DEFAULT_PLATFORMS,
+    JobDescription,
+    ddp_buckets,
+    fit_measured,
+    load_platform,
+    predict,
+    predict_measured,
+)
+from ailens.predict.cluster import scale_bandwidth
+
+GRAD = 4 * 25_557_032  # ResNet-50's fp32 gradients
+
+
+def _job(step_s=0.100, ranks=1, rpn=1, platform="pcie-node", **kw) -> JobDescription:
+    return JobDescription(
+        name="resnet50",
+        grad_bytes=GRAD,
+        buckets=ddp_buckets(GRAD),
+        step_s=step_s,
+        batch_per_device=32,
+        ranks=ranks,
+        ranks_per_node=rpn,
+        platform=platform,
+        source=f"run at {ranks}",
+        **kw,
+    )
+
+
+def test_two_scales_recover_the_effective_network_and_predict_larger_counts():
+    """A job whose allreduces run at 1/8 of the datasheet PCIe bandwidth: its runs at 1 and
+    2 GPUs pin the factor down, and 4 and 8 GPUs follow from it; the datasheet alone
+    (one measured scale) misses them."""
+    base = DEFAULT_PLATFORMS["pcie-node"]
+    slow = scale_bandwidth(base, 1 / 8)
+    one = _job()
+    truth = {r.ranks: r.step_time_s for r in predict(one, [2, 4, 8], slow)}
+    two = _job(step_s=truth[2], ranks=2, rpn=2)
+    fit = fit_measured([two, one], base)  # any order
+    assert fit.base is one and fit.bandwidth_factor == pytest.approx(1 / 8, rel=0.05)
+    assert "fitted on the job's runs" in fit.platform.intra.source
+    rows = predict_measured([one, two], [4, 8], base)
+    for r in rows:
+        assert r.step_time_s == pytest.approx(truth[r.ranks], rel=0.01), r.ranks
+        assert r.step_low_s <= r.step_time_s <= r.step_high_s
+        assert r.wide_term == "extrapolation" and "one more scale" not in r.narrow_by
+        said = " ".join(r.assumptions)
+        assert "run at 1" in said and "run at 2" in said and "effective network" in said
+        assert r.terms[-1].name == "measured_residual"
+    datasheet = {r.ranks: r.step_time_s for r in predict(one, [4, 8], base)}
+    assert all(abs(datasheet[q] / truth[q] - 1) > 0.05 for q in (4, 8))
+
+
+def test_what_is_not_communication_is_carried_and_interpolated_in_log_devices():
+    """No gradients to reduce: the measured growth is all residual; between measured scales
+    it is interpolated in log2(devices), beyond them the nearest one's is kept."""
+    runs = [
+        replace(_job(step_s=s, ranks=q, rpn=q), grad_bytes=0, buckets=())
+        for q, s in ((1, 0.100), (2, 0.104), (8, 0.110))
+    ]
+    got = {r.ranks: r.step_time_s for r in predict_measured(runs, [2, 4, 8, 16], "pcie-node")}
+    assert got[2] == pytest.approx(0.104)
+    assert got[4] == pytest.approx(0.107)  # halfway in log2 between 2 and 8
+    assert got[8] == pytest.approx(0.110)
+    assert got[16] == pytest.approx(0.110)
+    fit = fit_measured(runs, "pcie-node")
+    assert fit.bandwidth_factor is None  # nothing to reduce: no network fitted
+
+
+def test_measured_inputs_are_checked():
+    with pytest.raises(ValueError, match="two or more device counts"):
+        fit_measured([_job()], "pcie-node")
+    with pytest.raises(ValueError, match="same layout"):
+        fit_measured([_job(), _job(step_s=0.2)], "pcie-node")
+
+
+def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
+    """On datasheet links the exposed sync is priced from the datasheet down to 1/16 of it;
+    on links fitted on nccl-tests output the weak-scaling step is a point."""
+    job = _job(platform="dgx1-v100")
+    r = predict(job, [16], "dgx1-v100", ranks_per_node=8)[0]
+    assert r.step_low_s == pytest.approx(r.step_time_s) and r.step_high_s > r.step_time_s
+    assert r.wide_term == "network" and "nccl-tests" in r.narrow_by
+    d = r.to_dict()
+    assert {"step_low_s", "step_high_s", "wide_term", "narrow_by"} <= set(d)
+    fitted = load_platform("ndv4-echo")
+    r = predict(replace(job, platform=None), [16], fitted, ranks_per_node=8)[0]
+    assert r.step_low_s == pytest.approx(r.step_time_s) == pytest.approx(r.step_high_s)
+    assert r.wide_term == ""
+    # Strong scaling without a compute curve: the compute's floor band makes it wide.
+    r = predict(job, [8], "ndv4-echo", scaling="strong", ranks_per_node=8)[0]
+    assert r.step_low_s < r.step_time_s < r.step_high_s and r.wide_term == "compute"
