@@ -20,6 +20,7 @@ gradient accumulation is not modelled here (its rows are left out).
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -135,7 +136,8 @@ def goals(cases: list[dict]) -> dict:
             "median_abs_error_pct": statistics.median(e),
             "closer_than_ideal_fraction": sum(
                 abs(c["error_pct"]) <= abs(c["baseline_error_pct"]) for c in one
-            ) / len(one),
+            )
+            / len(one),
             "interval_coverage": sum(c["covered"] for c in one) / len(one),
             "goal": "median <= 8 %, closer than ideal on >= 90 % (on a calibrated platform)",
         }
@@ -162,3 +164,35 @@ def goals(cases: list[dict]) -> dict:
             "intervals cover 90-98 %",
         }
     return out
+
+
+def table(cases: list[dict]) -> str:
+    """Per source and overall: one measured scale (median, ideal's, closer than ideal,
+    covered) and two (median, max, both baselines, closer than both, covered)."""
+    lines = [
+        f"{'measured scales':<16} {'source':<44} {'cases':>5} {'median':>7} {'max':>7} "
+        f"{'ideal':>7} {'amdahl':>7} {'closer':>7} {'covered':>7}"
+    ]
+    for kind, label in (("scaling", "one"), ("scaling-two", "two")):
+        cs = [c for c in cases if c["kind"] == kind]
+        per: dict[str, list[dict]] = {}
+        for c in cs:
+            per.setdefault(c["source"], []).append(c)
+        for src, group in [*sorted(per.items()), ("all", cs)]:
+            if not group:
+                continue
+            e = [abs(c["error_pct"]) for c in group]
+            ideal = [abs(c["baseline_error_pct"]) for c in group]
+            amd = [abs(c["amdahl_error_pct"]) for c in group if "amdahl_error_pct" in c]
+            closer = sum(
+                abs(c["error_pct"]) <= abs(c["baseline_error_pct"])
+                and abs(c["error_pct"]) <= abs(c.get("amdahl_error_pct", math.inf))
+                for c in group
+            )
+            am = f"{statistics.median(amd):.1f}%" if amd else "-"
+            lines.append(
+                f"{label:<16} {src[:44]:<44} {len(group):>5} {statistics.median(e):>6.1f}% "
+                f"{max(e):>6.1f}% {statistics.median(ideal):>6.1f}% {am:>7} "
+                f"{closer:>7} {sum(c['covered'] for c in group):>7}"
+            )
+    return "\n".join(lines)

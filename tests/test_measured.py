@@ -1,9 +1,12 @@
 """The cluster what-if from several measured scales of one job (ailens/predict/measured.py)
 and the intervals of assumed terms (ailens/predict/cluster.py)."""
 
+import json
 from dataclasses import replace
 
 import pytest
+from conftest import REPO
+from test_cli import assert_one_line_error, cli
 
 from ailens.predict import (
     DEFAULT_PLATFORMS,
@@ -97,3 +100,34 @@ def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
     # Strong scaling without a compute curve: the compute's floor band makes it wide.
     r = predict(job, [8], "ndv4-echo", scaling="strong", ranks_per_node=8)[0]
     assert r.step_low_s < r.step_time_s < r.step_high_s and r.wide_term == "compute"
+
+
+EXAMPLE1 = REPO / "docs" / "examples" / "resnet50_ddp_dgx1.json"
+EXAMPLE2 = REPO / "docs" / "examples" / "resnet50_ddp_dgx1_2gpu.json"
+# PyTorch's DDP benchmark (pytorch/pytorch:benchmarks/distributed/ddp/README.md@bf69c14),
+# ResNet-50 p50 at 8 GPUs (one DGX-1) and 16 (two): what the two runs did not see.
+MEASURED = {8: 0.104, 16: 0.104}
+
+
+def test_whatif_command_takes_several_measured_scales():
+    """``ailens whatif A.json B.json``: the DDP benchmark's 1- and 2-GPU runs predict 8 and
+    16 GPUs within 4 %, inside the printed interval, each term's run named."""
+    out = cli("whatif", EXAMPLE1, EXAMPLE2, "--ranks", "8,16", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    for r in rows:
+        want = MEASURED[r["ranks"]]
+        assert abs(r["step_time_s"] / want - 1) < 0.04, r
+        assert r["step_low_s"] <= want <= r["step_high_s"], r
+        assert r["terms"][-1]["name"] == "measured_residual"
+        assert any("resnet50_ddp_dgx1_2gpu.json" in a for a in r["assumptions"])
+    text = cli("whatif", EXAMPLE1, EXAMPLE2, "--ranks", "16").stdout
+    assert "measured: 100 ms at 1, 103 ms at 2 device(s)" in text
+    assert "Widest interval at 16 devices: extrapolation" in text
+
+
+def test_whatif_several_scales_errors_are_one_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert_one_line_error(cli("whatif", EXAMPLE1, run), str(run), "--cluster")
+    assert_one_line_error(cli("whatif", EXAMPLE1, EXAMPLE1), "same layout")

@@ -152,6 +152,8 @@ def fit_measured(
     scales = []
     for j in jobs:
         m = _model_step(base, fitted, j.ranks, j.ranks_per_node, scaling, gb).step_time_s
+        if abs(j.step_s - m) <= 1e-9 * j.step_s:  # the fit's rounding, not a measurement
+            m = j.step_s
         scales.append((j.ranks, j.ranks_per_node, j.step_s, m, j.source))
     notes.append(
         "what the model does not explain (per-node and per-rank costs, the slowest rank): "
