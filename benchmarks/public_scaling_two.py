@@ -135,7 +135,7 @@ def goals(cases: list[dict]) -> dict:
             "cases": len(one),
             "median_abs_error_pct": statistics.median(e),
             "closer_than_ideal_fraction": sum(
-                abs(c["error_pct"]) <= abs(c["baseline_error_pct"]) for c in one
+                abs(c["error_pct"]) < abs(c["baseline_error_pct"]) for c in one
             )
             / len(one),
             "interval_coverage": sum(c["covered"] for c in one) / len(one),
@@ -144,8 +144,8 @@ def goals(cases: list[dict]) -> dict:
     if two:
         e = [abs(c["error_pct"]) for c in two]
         both = sum(
-            abs(c["error_pct"]) <= abs(c["baseline_error_pct"])
-            and abs(c["error_pct"]) <= abs(c["amdahl_error_pct"])
+            abs(c["error_pct"]) < abs(c["baseline_error_pct"])
+            and abs(c["error_pct"]) < abs(c["amdahl_error_pct"])
             for c in two
         )
         out["two_scales"] = {
@@ -185,8 +185,8 @@ def table(cases: list[dict]) -> str:
             ideal = [abs(c["baseline_error_pct"]) for c in group]
             amd = [abs(c["amdahl_error_pct"]) for c in group if "amdahl_error_pct" in c]
             closer = sum(
-                abs(c["error_pct"]) <= abs(c["baseline_error_pct"])
-                and abs(c["error_pct"]) <= abs(c.get("amdahl_error_pct", math.inf))
+                abs(c["error_pct"]) < abs(c["baseline_error_pct"])
+                and abs(c["error_pct"]) < abs(c.get("amdahl_error_pct", math.inf))
                 for c in group
             )
             am = f"{statistics.median(amd):.1f}%" if amd else "-"
