@@ -131,3 +131,19 @@ def test_whatif_several_scales_errors_are_one_line(tmp_path):
     run.mkdir()
     assert_one_line_error(cli("whatif", EXAMPLE1, run), str(run), "--cluster")
     assert_one_line_error(cli("whatif", EXAMPLE1, EXAMPLE1), "same layout")
+
+
+def test_strong_scaling_takes_the_compute_curve_from_the_runs():
+    """Strong scaling without a compute curve: two runs at different batches per device are
+    its points; beyond them the per-step overhead + per-sample fit through them, not the
+    stated 10 % floor."""
+    kw = {"grad_bytes": 0, "buckets": (), "scaling": "strong", "global_batch": 256}
+    one = replace(_job(step_s=0.200, ranks=1, rpn=1), batch_per_device=256, **kw)
+    two = replace(_job(step_s=0.120, ranks=2, rpn=2), batch_per_device=128, **kw)
+    row = predict_measured([one, two], [8], "pcie-node")[0]
+    b = (0.200 - 0.120) / (256 - 128)  # per sample
+    a = 0.200 - b * 256  # per step
+    assert row.step_time_s == pytest.approx(a + b * 32, rel=1e-6)
+    assert any("from the runs' own steps" in x for x in row.assumptions)
+    floor = predict(one, [8], "pcie-node", scaling="strong")[0].step_time_s
+    assert floor != pytest.approx(row.step_time_s, rel=0.01)

@@ -105,6 +105,24 @@ def fit_measured(
     if scaling == "strong" and gb is None and base.batch_per_device:
         gb = base.batch_per_device * base.ranks
     above = [j for j in jobs[1:] if j.ranks > base.ranks]
+    notes = [f"compute, buckets and batch from the run at {base.ranks} device(s) ({base.source})"]
+    curve_from_runs = scaling == "strong" and len(base.curve) < 2 and gb is not None
+    if curve_from_runs:
+        # Strong scaling with no measured compute curve: the runs at other batches per device
+        # are its points (each run's step less the modelled exposed sync there), and the
+        # network stays the platform's (its range is the interval's).
+        pts = {}
+        for j in jobs:
+            b = gb / j.ranks
+            ctx = _model_step(replace(j, curve=()), plat, j.ranks, j.ranks_per_node, "weak", None)
+            pts[b] = max(j.step_s - ctx.comm_step_s, 1e-9)
+        base = replace(base, curve=tuple(sorted(pts.items())))
+        notes.append(
+            "compute at other batches per device from the runs' own steps (a measured curve: "
+            + ", ".join(f"{b:g} per device {t * 1e3:.4g} ms" for b, t in sorted(pts.items()))
+            + ")"
+        )
+        above = []
 
     def steps(k: float) -> list[float]:
         p = scale_bandwidth(plat, k)
@@ -117,7 +135,6 @@ def fit_measured(
             (math.log(m) - math.log(j.step_s)) ** 2 for m, j in zip(steps(k), above, strict=True)
         )
 
-    notes = [f"compute, buckets and batch from the run at {base.ranks} device(s) ({base.source})"]
     k: float | None = None
     if above and base.grad_bytes > 0:
         # The step only grows as the bandwidth falls: a golden-section search on log k.
