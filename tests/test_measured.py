@@ -147,3 +147,33 @@ def test_strong_scaling_takes_the_compute_curve_from_the_runs():
     assert any("from the runs' own steps" in x for x in row.assumptions)
     floor = predict(one, [8], "pcie-node", scaling="strong")[0].step_time_s
     assert floor != pytest.approx(row.step_time_s, rel=0.01)
+
+
+RECORDS = REPO / "benchmarks" / "history" / "records"
+
+
+def test_whatif_takes_every_scale_of_a_job_from_the_history(tmp_path):
+    """``ailens whatif H.sqlite --job NAME``: the job's recorded runs (real records of
+    mnist-ddp at 1 and 2 ranks) are its measured scales; the run at 2 ranks is reproduced
+    and named, and 4 ranks predicted from both."""
+    from ailens.tools.history import History
+
+    hist = tmp_path / "h.sqlite"
+    recs = [json.loads((RECORDS / f"mnist-ddp__b64__full__r{r}t1.json").read_text())
+            for r in (1, 2)]  # fmt: skip
+    other = json.loads((RECORDS / "mnist-hvd__b16__full__r1t1.json").read_text())
+    with History(hist) as h:
+        for rec in [*recs, other]:
+            assert h.add(rec)
+    out = cli("whatif", hist, "--job", "mnist-ddp/b64", "--cluster", "pcie-node",
+              "--ranks", "2,4", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {r["ranks"]: r for r in json.loads(out.stdout)}
+    assert rows[2]["step_time_s"] == pytest.approx(recs[1]["step"]["step_s"], rel=1e-6)
+    said = " ".join(rows[4]["assumptions"])
+    assert recs[0]["run_dir"] in said and recs[1]["run_dir"] in said
+    assert rows[4]["terms"][-1]["name"] == "measured_residual"
+    # Two jobs in the database and none named; a job it does not hold.
+    assert_one_line_error(cli("whatif", hist, "--cluster", "pcie-node"), "2 jobs", "--job")
+    assert_one_line_error(cli("whatif", hist, "--job", "nope", "--cluster", "pcie-node"),
+                          "no job 'nope'")  # fmt: skip

@@ -64,6 +64,13 @@ def add_whatif(sub) -> None:
         "directory is when --cluster is given.",
     )
     g.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="with a run-history database (ailens history) as input: the job whose records "
+        "(every measured scale) the what-if fits (default: the database's only job)",
+    )
+    g.add_argument(
         "--cluster",
         default=None,
         metavar="PLATFORM",
@@ -106,8 +113,10 @@ def cmd_whatif(args) -> int:
     from ..report.text import format_whatif
 
     _cluster_platform_flag(args)
-    if args.more_runs:
+    if args.more_runs or _is_history(args.run_dir):
         return cmd_whatif_measured(args)
+    if args.job is not None:
+        raise CliError("--job names a job of a run-history database; give the database as input")
     job = _job_input(args)
     if job is not None or args.cluster is not None:
         return cmd_whatif_cluster(args, job)
@@ -218,6 +227,7 @@ def cmd_whatif_measured(args) -> int:
     """The cluster what-if of one job measured at several scales
     (ailens/predict/measured.py): every input a job description, a signature.json or a run
     directory (with --cluster)."""
+    from ..predict.cluster import predict
     from ..predict.job import JobError, job_from_features
     from ..predict.measured import predict_measured
     from ..predict.platforms import load_platform
@@ -226,6 +236,9 @@ def cmd_whatif_measured(args) -> int:
     _refuse_cpu_flags(args)
     jobs = []
     for path in [args.run_dir, *args.more_runs]:
+        if _is_history(path):
+            jobs += _history_jobs(path, args.job)
+            continue
         job = _job_input(args, path)
         if job is None:
             if args.cluster is None:
@@ -244,8 +257,12 @@ def cmd_whatif_measured(args) -> int:
     try:
         platform = load_platform(args.cluster) if args.cluster is not None else None
         ranks = args.ranks or sorted({*(j.ranks for j in jobs), 1, 2, 4, 8, 16, 32, 64})
-        rows = predict_measured(jobs, ranks, platform, ranks_per_node=args.ranks_per_node,
-                                scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+        if len(jobs) == 1:
+            rows = predict(jobs[0], ranks, platform, ranks_per_node=args.ranks_per_node,
+                           scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+        else:
+            rows = predict_measured(jobs, ranks, platform, ranks_per_node=args.ranks_per_node,
+                                    scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
     except ValueError as e:
         raise CliError(f"{names}: {e}") from None
     if args.json:
@@ -254,6 +271,47 @@ def cmd_whatif_measured(args) -> int:
         base = min(jobs, key=lambda j: j.ranks)
         emit(_format_cluster(base, rows, measured=sorted((j.ranks, j.step_s) for j in jobs)))
     return 0
+
+
+def _is_history(path: Path) -> bool:
+    """Whether ``path`` is a run-history database (an SQLite file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _history_jobs(path: Path, name: str | None) -> list:
+    """The job's records in a run-history database, one per layout (the latest added)."""
+    from ..predict.job import JobError, job_from_signature
+    from ..tools.history import History, HistoryError
+
+    try:
+        with History(path) as h:
+            records = h.records()
+    except HistoryError as e:
+        raise CliError(str(e)) from None
+    names = sorted({str(r.get("job")) for r in records})
+    if name is None:
+        if len(names) != 1:
+            raise CliError(
+                f"{path}: {len(names)} jobs in the history ({', '.join(names) or 'none'}): "
+                "name one with --job"
+            )
+        name = names[0]
+    mine = [r for r in records if str(r.get("job")) == name]
+    if not mine:
+        raise CliError(f"{path}: no job {name!r} in the history ({', '.join(names)}); see "
+                       "ailens history list")  # fmt: skip
+    by_layout = {}
+    for r in mine:
+        lay = r.get("layout") or {}
+        by_layout[(lay.get("ranks"), lay.get("ranks_per_node"))] = r
+    try:
+        return [job_from_signature(r, f"{path}:{r.get('run_dir')}") for r in by_layout.values()]
+    except JobError as e:
+        raise CliError(str(e)) from None
 
 
 def _refuse_cpu_flags(args) -> None:
