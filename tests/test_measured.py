@@ -177,3 +177,17 @@ def test_whatif_takes_every_scale_of_a_job_from_the_history(tmp_path):
     assert_one_line_error(cli("whatif", hist, "--cluster", "pcie-node"), "2 jobs", "--job")
     assert_one_line_error(cli("whatif", hist, "--job", "nope", "--cluster", "pcie-node"),
                           "no job 'nope'")  # fmt: skip
+
+
+def test_weak_scaling_step_is_not_below_the_largest_measured_scale_under_the_target():
+    """On the DGX-1 cube mesh 2 GPUs ride one NVLink and 4 GPUs rings over four: a slow
+    2-GPU run fitted as a slow network prices 4 GPUs faster than 2. Weak scaling keeps each
+    device's work, so the 4-GPU step is kept at the 2-GPU measurement, and said so."""
+    one = _job(platform="dgx1-v100")
+    two = _job(step_s=0.120, ranks=2, rpn=2, platform="dgx1-v100")
+    fit = fit_measured([one, two])
+    model4 = predict(one, [4], fit.platform)[0].step_time_s
+    assert model4 < 0.120  # what the link model alone says
+    row = predict_measured([one, two], [4])[0]
+    assert row.step_time_s == pytest.approx(0.120)
+    assert any("weak scaling does not speed a device up" in a for a in row.assumptions)

@@ -221,6 +221,19 @@ def predict_measured(
             {},
         )
         step = r.step_time_s + resid
+        below = [(q, m) for q, _, m, _, _ in measured if q <= r.ranks]
+        if scaling == "weak" and below and step < max(below)[1]:
+            # Weak scaling keeps each device's work: more devices only add waiting (the
+            # slowest of more, longer rings), so the step is not below the one measured at
+            # the largest scale under the target, whatever the link model says.
+            q_m, s_m = max(below)
+            term = replace(term, seconds=term.seconds + s_m - step, assumptions=(
+                *term.assumptions,
+                f"the model's {step * 1e3:.4g} ms is below the {s_m * 1e3:.4g} ms measured at "
+                f"{q_m} devices: weak scaling does not speed a device up, that step kept",
+            ))  # fmt: skip
+            resid += s_m - step
+            step = s_m
         low, high, wide = _extrapolation(measured, r, step, scaling, base)
         out.append(
             replace(
