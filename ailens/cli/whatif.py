@@ -32,14 +32,17 @@ def add_whatif(sub) -> None:
         "Every assumption is listed with the result; see docs/whatif.md. A signature.json or a "
         "job description (or a run directory with --cluster) is predicted on GPU platforms "
         "instead: compute at the batch per device, DDP's bucketed allreduces overlapping the "
-        "backward pass (NCCL model), the slowest device.",
+        "backward pass (NCCL model), the slowest device. Several measured scales of the job "
+        "(more inputs, or a run history) are fitted together: the effective network and the "
+        "costs beyond the model that they pin down; each row carries its interval.",
     )
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR|SIGNATURE.json|JOB.json",
         type=Path,
-        help="a run directory, the signature.json a run wrote, or a job description "
-        "(JSON, docs/whatif.md: gradient bytes, buckets, measured step at a batch per device)",
+        help="a run directory, the signature.json a run wrote, a job description "
+        "(JSON, docs/whatif.md: gradient bytes, buckets, measured step at a batch per device), "
+        "or a run-history database (ailens history; --job names the job)",
     )
     p.add_argument(
         "more_runs",
