@@ -4,7 +4,7 @@ Step time is a sum of named terms (the protocol of ``terms.py``, shared with the
 run-directory what-if); each returns its seconds and the assumptions it rests on, so adding
 an effect is adding one class to ``TERMS``::
 
-    step = Compute + ExposedGradientSync + SlowestRank
+    step = Compute + ExposedGradientSync + SlowestRank + MeasuredResidual
 
 * ``Compute``: forward + backward + optimizer at the target's batch per device: the job's
   measured compute, moved along its measured curve (log-log interpolation inside it, a
@@ -17,6 +17,8 @@ an effect is adding one class to ``TERMS``::
   whole reduction is exposed. t_comm comes from the NCCL model (``nccl``).
 * ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
   (``step_sd_s``) x E[max of q normals], less the source's own.
+* ``MeasuredResidual``: what runs at other scales measured beyond the other terms
+  (``measured.py``); 0 with one measured scale.
 
 The source's compute is the measured step minus what the same model says was exposed
 there: the wait DDP spends outside its recorded collectives is not counted as compute.
@@ -39,6 +41,8 @@ __all__ = [
     "ClusterTarget",
     "Compute",
     "ExposedGradientSync",
+    "MeasuredResidual",
+    "MeasuredScale",
     "SlowestRank",
     "TERMS",
     "TermValue",
@@ -88,6 +92,18 @@ class ClusterTarget:
         return -(-self.ranks // self.per_node)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeasuredScale:
+    """What a run of the job at another scale measured beyond the model's other terms
+    (``measured.fit_measured`` makes them)."""
+
+    ranks: int
+    ranks_per_node: int
+    step_s: float  # the measured step
+    residual_s: float  # measured step minus the model's other terms there
+    source: str
+
+
 @dataclass
 class _Context:
     job: JobDescription
@@ -96,6 +112,7 @@ class _Context:
     compute_s: float  # compute at the target batch
     compute_band: tuple[float, float]
     compute_notes: list
+    measured: tuple[MeasuredScale, ...] = ()
 
 
 def compute_at(
@@ -257,8 +274,47 @@ class SlowestRank:
         return TermValue(self.name, lag, (note,), {"step_sd_s": sd})
 
 
+class MeasuredResidual:
+    """What runs of the job at other scales measured beyond the other terms (per-node and
+    per-rank costs, the slowest rank, host contention): interpolated in log2(devices)
+    between measured scales, the nearest one's beyond them; 0 with one measured scale.
+    Weak scaling keeps each device's work, so the step is not below the one measured at the
+    largest scale under the target (more devices only add waiting)."""
+
+    name = "measured_residual"
+    part = "compute"
+
+    def value(self, ctx: _Context) -> TermValue:
+        pts = sorted(ctx.measured, key=lambda m: m.ranks)
+        q = ctx.target.ranks
+        if not pts or q <= 1:
+            return TermValue(self.name, 0.0, ())
+        xs = [m.ranks for m in pts]
+        if q <= xs[0] or q >= xs[-1]:
+            near = pts[0] if q <= xs[0] else pts[-1]
+            resid, how = near.residual_s, f"as measured at {near.ranks} devices ({near.source})"
+        else:
+            lo = max((m for m in pts if m.ranks <= q), key=lambda m: m.ranks)
+            hi = min((m for m in pts if m.ranks >= q), key=lambda m: m.ranks)
+            resid = float(np.interp(math.log2(q), np.log2(xs), [m.residual_s for m in pts]))
+            how = f"interpolated between the runs at {lo.ranks} and {hi.ranks} devices"
+        notes = [f"what the measured runs show beyond the model: {resid * 1e3:+.3g} ms, {how}"]
+        below = [m for m in pts if m.ranks <= q]
+        if ctx.target.scaling == "weak" and below:
+            others = sum(t.value(ctx).seconds for t in TERMS if t is not self)
+            floor = max(below, key=lambda m: m.ranks)
+            if others + resid < floor.step_s:
+                notes.append(
+                    f"the model's {(others + resid) * 1e3:.4g} ms is below the "
+                    f"{floor.step_s * 1e3:.4g} ms measured at {floor.ranks} devices: weak "
+                    "scaling does not speed a device up, that step kept"
+                )
+                resid = floor.step_s - others
+        return TermValue(self.name, resid, tuple(notes))
+
+
 # The step-time model: one instance per named term, summed.
-TERMS = (Compute(), ExposedGradientSync(), SlowestRank())
+TERMS = (Compute(), ExposedGradientSync(), SlowestRank(), MeasuredResidual())
 
 
 @dataclass(frozen=True)
@@ -355,7 +411,9 @@ def source_compute(job: JobDescription, platform: Platform) -> tuple[float, list
     ]
 
 
-def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Context:
+def _context(
+    job: JobDescription, target: ClusterTarget, c_src: float, measured: tuple = ()
+) -> _Context:
     """What the terms read on one target: its batch per device and compute there."""
     q = target.ranks
     if q < 1:
@@ -369,7 +427,7 @@ def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Conte
     else:
         batch = job.batch_per_device
     c, band, c_notes = compute_at(job, c_src, batch)
-    return _Context(job, target, batch, c, band, c_notes)
+    return _Context(job, target, batch, c, band, c_notes, measured)
 
 
 def _throughput(q: int, batch, step: float) -> float:
@@ -385,12 +443,15 @@ def predict(
     scaling: str | None = None,
     global_batch: float | None = None,
     source_platform: Platform | str | None = None,
+    measured: tuple[MeasuredScale, ...] = (),
 ) -> list[ClusterPrediction]:
     """The job's step time at each rank count on ``platform`` (default: the job's own).
 
     ``scaling``/``global_batch`` default to the job's; strong scaling splits the global
     batch (default: the source's batch per device x its ranks) over the target's devices.
-    ``source_platform``: where the job was measured (default: the job's, else the target's)."""
+    ``source_platform``: where the job was measured (default: the job's, else the target's).
+    ``measured``: the job's other measured scales (``measured.predict_measured``), priced by
+    the term ``MeasuredResidual``."""
     tgt_p = _platform(platform) or _platform(job.platform)
     if tgt_p is None:
         raise ValueError(
@@ -418,7 +479,8 @@ def predict(
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
 
     def one(q: int) -> _Context:
-        return _context(job, ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb), c_src)
+        target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
+        return _context(job, target, c_src, tuple(measured))
 
     ctx1 = one(1)  # speedup and efficiency are against the model's own 1 device
     t1 = tuple(t.value(ctx1) for t in TERMS)

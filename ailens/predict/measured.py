@@ -27,12 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from .cluster import NARROW_BY, ClusterPrediction, predict, scale_bandwidth
+from .cluster import NARROW_BY, ClusterPrediction, MeasuredScale, predict, scale_bandwidth
 from .job import JobDescription
 from .platforms import Platform, load_platform
-from .terms import TermValue
 
 __all__ = ["MeasuredFit", "fit_measured", "predict_measured"]
 
@@ -47,24 +44,8 @@ class MeasuredFit:
     base: JobDescription  # the smallest measured scale: compute, buckets, batch
     platform: Platform  # the platform with the fitted effective bandwidth
     bandwidth_factor: float | None  # effective / platform bandwidth; None: not fitted
-    # Per measured scale: (devices, ranks per node, measured step s, model step s, source).
-    scales: tuple[tuple[int, int, float, float, str], ...]
+    scales: tuple[MeasuredScale, ...]  # every measured scale, its residual over the model
     notes: tuple[str, ...]
-
-    def residual_at(self, ranks: int) -> tuple[float, str]:
-        """Seconds the measured runs show beyond the model at ``ranks`` devices, and how it
-        was had: interpolated in log2(devices) between measured scales, the nearest one's
-        beyond them."""
-        pts = sorted((q, meas - model, src) for q, _, meas, model, src in self.scales)
-        xs = [q for q, _, _ in pts]
-        if ranks <= xs[0]:
-            return pts[0][1], f"as measured at {xs[0]} devices ({pts[0][2]})"
-        if ranks >= xs[-1]:
-            return pts[-1][1], f"as measured at {xs[-1]} devices ({pts[-1][2]})"
-        r = float(np.interp(math.log2(ranks), np.log2(xs), [v for _, v, _ in pts]))
-        lo = max(x for x in xs if x <= ranks)
-        hi = min(x for x in xs if x >= ranks)
-        return r, f"interpolated between the runs at {lo} and {hi} devices"
 
 
 def _platform(job: JobDescription, platform: Platform | str | None) -> Platform:
@@ -171,10 +152,13 @@ def fit_measured(
         m = _model_step(base, fitted, j.ranks, j.ranks_per_node, scaling, gb).step_time_s
         if abs(j.step_s - m) <= 1e-9 * j.step_s:  # the fit's rounding, not a measurement
             m = j.step_s
-        scales.append((j.ranks, j.ranks_per_node, j.step_s, m, j.source))
+        scales.append(
+            MeasuredScale(ranks=j.ranks, ranks_per_node=j.ranks_per_node, step_s=j.step_s,
+                          residual_s=j.step_s - m, source=j.source)
+        )  # fmt: skip
     notes.append(
         "what the model does not explain (per-node and per-rank costs, the slowest rank): "
-        + "; ".join(f"{(s - m) * 1e3:+.3g} ms at {q} devices" for q, _, s, m, _ in scales)
+        + "; ".join(f"{m.residual_s * 1e3:+.3g} ms at {m.ranks} devices" for m in scales)
     )
     return MeasuredFit(
         base=base, platform=fitted, bandwidth_factor=k, scales=tuple(scales), notes=tuple(notes)
@@ -191,8 +175,9 @@ def predict_measured(
     global_batch: float | None = None,
 ) -> list[ClusterPrediction]:
     """The job's step at each device count from all its measured scales (``jobs``), on
-    ``platform`` (default: the smallest run's). Rows as ``cluster.predict``'s, plus the
-    term ``measured_residual`` and, beyond the largest measured scale, the interval."""
+    ``platform`` (default: the smallest run's). Rows as ``cluster.predict``'s, the term
+    ``measured_residual`` priced from the runs and, beyond the largest measured scale, the
+    interval."""
     fit = fit_measured(jobs, platform, scaling=scaling, global_batch=global_batch)
     base = fit.base
     scaling = scaling or base.scaling
@@ -207,58 +192,33 @@ def predict_measured(
         scaling=scaling,
         global_batch=gb,
         source_platform=fit.platform,
+        measured=fit.scales,
     )
-    measured = sorted(fit.scales)
     out = []
     for r in rows:
-        resid, how = fit.residual_at(r.ranks) if r.ranks > 1 else (0.0, "one device")
-        if r.ranks <= 1 and base.ranks == 1:
-            resid = 0.0
-        term = TermValue(
-            "measured_residual",
-            resid,
-            (f"what the measured runs show beyond the model: {resid * 1e3:+.3g} ms, {how}",),
-            {},
-        )
-        step = r.step_time_s + resid
-        below = [(q, m) for q, _, m, _, _ in measured if q <= r.ranks]
-        if scaling == "weak" and below and step < max(below)[1]:
-            # Weak scaling keeps each device's work: more devices only add waiting (the
-            # slowest of more, longer rings), so the step is not below the one measured at
-            # the largest scale under the target, whatever the link model says.
-            q_m, s_m = max(below)
-            term = replace(term, seconds=term.seconds + s_m - step, assumptions=(
-                *term.assumptions,
-                f"the model's {step * 1e3:.4g} ms is below the {s_m * 1e3:.4g} ms measured at "
-                f"{q_m} devices: weak scaling does not speed a device up, that step kept",
-            ))  # fmt: skip
-            resid += s_m - step
-            step = s_m
-        low, high, wide = _extrapolation(measured, r, step, scaling, base)
+        low, high, wide = _extrapolation(fit.scales, r, r.step_time_s, scaling)
+        if not wide:
+            low, high, wide = r.step_low_s, r.step_high_s, r.wide_term
         out.append(
             replace(
                 r,
-                step_time_s=step,
-                compute_step_s=r.compute_step_s + resid,
-                terms=(*r.terms, term),
-                assumptions=tuple(fit.notes) + r.assumptions + term.assumptions,
+                assumptions=tuple(fit.notes) + r.assumptions,
                 step_low_s=low,
                 step_high_s=high,
                 wide_term=wide,
                 narrow_by=NARROW_BY.get(wide, ""),
-                speedup=r.speedup * r.step_time_s / step if step > 0 else r.speedup,
-                efficiency=r.efficiency * r.step_time_s / step if step > 0 else r.efficiency,
             )
         )
     return out
 
 
-def _extrapolation(measured, row, step: float, scaling: str, base) -> tuple[float, float, str]:
+def _extrapolation(scales, row, step: float, scaling: str) -> tuple[float, float, str]:
     """The interval of a target beyond the largest measured scale: between ideal scaling
     from the nearest measured scale and the growth of the two largest continued linearly in
-    the devices (Amdahl); inside the measured range the point itself."""
+    the devices (Amdahl); inside the measured range none (empty ``wide``)."""
     q = row.ranks
-    (q1, _, s1, _, _), (q2, _, s2, _, _) = measured[-2], measured[-1]
+    second, last = sorted(scales, key=lambda m: m.ranks)[-2:]
+    (q1, s1), (q2, s2) = (second.ranks, second.step_s), (last.ranks, last.step_s)
     if q <= q2 or q2 == q1:
         return step, step, ""
     if scaling == "strong":
