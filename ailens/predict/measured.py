@@ -95,8 +95,8 @@ def fit_measured(
         pts = {}
         for j in jobs:
             b = gb / j.ranks
-            ctx = _model_step(replace(j, curve=()), plat, j.ranks, j.ranks_per_node, "weak", None)
-            pts[b] = max(j.step_s - ctx.comm_step_s, 1e-9)
+            row = _model_step(replace(j, curve=()), plat, j.ranks, j.ranks_per_node, "weak", None)
+            pts[b] = max(j.step_s - row.comm_step_s, 1e-9)
         base = replace(base, curve=tuple(sorted(pts.items())))
         notes.append(
             "compute at other batches per device from the runs' own steps (a measured curve: "
