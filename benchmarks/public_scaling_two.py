@@ -80,12 +80,19 @@ def two_scale_cases(data: Path) -> list[dict]:
             step_sd_s=None,
             source=f"{second['source']} at {q2} GPUs",
         )
+        # One fit per layout of the targets (the fit is the same; the rows differ).
+        by_rpn: dict[int, list[dict]] = {}
+        for t in targets:
+            by_rpn.setdefault(_rpn(t["to"], int(t["to"]["gpus"]), plat), []).append(t)
+        rows = {}
+        for rpn, ts in by_rpn.items():
+            qs = sorted({int(t["to"]["gpus"]) for t in ts})
+            got = predict_measured([job, job2], qs, plat, ranks_per_node=rpn,
+                                   scaling=job.scaling, global_batch=gb)  # fmt: skip
+            rows.update({(r.ranks, rpn): r for r in got})
         for t in targets:
             q = int(t["to"]["gpus"])
-            row = predict_measured(
-                [job, job2], [q], plat, ranks_per_node=_rpn(t["to"], q, plat),
-                scaling=job.scaling, global_batch=gb,
-            )[0]  # fmt: skip
+            row = rows[(q, _rpn(t["to"], q, plat))]
             meas = t["measured"]
             if strong:
                 ideal = s2 * q2 / q
