@@ -82,6 +82,8 @@ def test_measured_inputs_are_checked():
         fit_measured([_job()], "pcie-node")
     with pytest.raises(ValueError, match="same layout"):
         fit_measured([_job(), _job(step_s=0.2)], "pcie-node")
+    with pytest.raises(ValueError, match="different platforms"):
+        fit_measured([_job(), _job(ranks=2, rpn=2, platform="dgx1-v100")])
 
 
 def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():

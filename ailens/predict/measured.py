@@ -80,6 +80,13 @@ def fit_measured(
             f"{', '.join(j.source for j in jobs)}: two measurements of the same layout; give "
             "one per device count and ranks per node"
         )
+    named = sorted({j.platform for j in jobs if j.platform})
+    if len(named) > 1:
+        raise ValueError(
+            f"{', '.join(j.source for j in jobs)}: measured on different platforms "
+            f"({', '.join(named)}): the scales of one job are fitted on one platform; give "
+            "the runs of one cluster"
+        )
     plat = _platform(base, platform)
     scaling = scaling or base.scaling
     gb = global_batch or base.global_batch
