@@ -193,3 +193,22 @@ def test_weak_scaling_step_is_not_below_the_largest_measured_scale_under_the_tar
     row = predict_measured([one, two], [4])[0]
     assert row.step_time_s == pytest.approx(0.120)
     assert any("weak scaling does not speed a device up" in a for a in row.assumptions)
+
+
+def test_another_platform_puts_the_device_speed_in_the_interval():
+    """A job measured on a DGX-1 (V100) predicted on a DGX A100: the compute spans "same
+    speed" to the ratio of the two devices' fp32 peaks (15.7 / 19.5 TFLOP/s, datasheets);
+    where a peak is not known (pcie-node) the row says the interval leaves it out."""
+    from ailens.predict import platform_from_dict, platform_to_dict
+
+    job = _job(platform="dgx1-v100")
+    r = predict(job, [1], "dgx-a100")[0]
+    c = r.terms[0].seconds
+    assert r.step_high_s == pytest.approx(r.step_time_s)
+    assert r.step_low_s == pytest.approx(r.step_time_s - c * (1 - 15.7 / 19.5))
+    assert r.wide_term == "device" and "target platform" in r.narrow_by
+    a100 = DEFAULT_PLATFORMS["dgx-a100"]
+    assert platform_from_dict(platform_to_dict(a100)).peak_tflops == a100.peak_tflops
+    r = predict(job, [1], "pcie-node")[0]
+    assert r.step_low_s == pytest.approx(r.step_high_s)
+    assert any("peak of pcie-node is not known" in a for a in r.assumptions)

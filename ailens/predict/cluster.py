@@ -63,7 +63,10 @@ NARROW_BY = {
     "run of the job at one more scale",
     "compute": "the step at a second batch per device (compute_curve)",
     "extrapolation": "a run of the job at a scale nearer the target",
+    "device": "a run of the job on the target platform",
 }
+# The job's precision -> the peak that bounds its compute (Platform.peak_tflops).
+_PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
 # Strong scaling without a measured curve: the share of the step that does not shrink with
 # the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 20 %.
@@ -477,6 +480,7 @@ def predict(
             "(same device speed assumed)"
         )
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
+    device_ratio = _device_ratio(job, src_p, tgt_p, notes)
 
     def one(q: int) -> _Context:
         target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
@@ -494,7 +498,7 @@ def predict(
         comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
         speedup = _throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
-        low, high, wide = _interval(job, target, terms, c_src, gb)
+        low, high, wide = _interval(job, target, terms, c_src, device_ratio)
         out.append(
             ClusterPrediction(
                 ranks=q,
@@ -547,12 +551,36 @@ def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) 
     )
 
 
-def _interval(job, target: ClusterTarget, terms, c_src: float, gb) -> tuple[float, float, str]:
-    """(low, high, widest term) of the step: the compute's band, and an unmeasured link
-    anywhere in UNMEASURED_BANDWIDTH_RANGE of its datasheet bandwidth."""
+def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> float | None:
+    """Compute time on ``tgt_p`` over ``src_p`` if it went as the devices' peak throughput at
+    the job's precision (None: same platform, or a peak not known)."""
+    if src_p is tgt_p or src_p.name == tgt_p.name:
+        return None
+    key = _PEAK_OF.get(job.precision, "fp32")
+    a, b = src_p.peak_tflops.get(key), tgt_p.peak_tflops.get(key)
+    if not a or not b:
+        notes.append(
+            f"device speed: the {key} peak of {src_p.name if not a else tgt_p.name} is not "
+            "known: the interval does not cover another device speed"
+        )
+        return None
+    notes.append(
+        f"device speed: interval from the same speed to the ratio of {key} peaks "
+        f"({src_p.name} {a:g}, {tgt_p.name} {b:g} TFLOP/s)"
+    )
+    return a / b
+
+
+def _interval(job, target: ClusterTarget, terms, c_src: float, device_ratio: float | None):
+    """(low, high, widest term) of the step: the compute's band, an unmeasured link anywhere
+    in UNMEASURED_BANDWIDTH_RANGE of its datasheet bandwidth, and on another platform the
+    compute between the same speed and the ratio of the devices' peaks."""
     step = float(sum(t.seconds for t in terms))
     comp = terms[0]
     width = {"compute": (comp.detail["low_s"] - comp.seconds, comp.detail["high_s"] - comp.seconds)}
+    if device_ratio is not None:
+        moved = comp.seconds * device_ratio - comp.seconds
+        width["device"] = (min(moved, 0.0), max(moved, 0.0))
     if target.ranks > 1 and not measured_links(target.platform, target.nodes):
         lo_k, hi_k = UNMEASURED_BANDWIDTH_RANGE
         ends = []
