@@ -28,7 +28,7 @@ from .calibration import load_calibration
 from .features import MeasuredRun, Prepared, RunFeatures, prepare
 from .layout import Layout
 from .replay import cpu_of
-from .terms import TERMS, Source, Target, step_time
+from .terms import TERMS, Source, Target, replay_on, step_time
 from .terms import source as _source
 
 __all__ = ["Prediction", "WhatIfRow", "whatif", "whatif_source"]
@@ -178,7 +178,14 @@ def _predict(src: Source, tgt: Layout, mode: str, fixed_dataset: bool, totals) -
     work_scale = p / q if mode == "strong" else 1.0
     f = work_scale * src.compute.speed(src.feats.layout) / src.compute.speed(tgt)
     share = cpu_of(tgt, src.model.background(q, tgt.links) if q > 1 else 0.0)
-    t = Target(src, tgt, f, share, 1.0 / share.rate(0.0))
+    t = Target(
+        src=src,
+        layout=tgt,
+        factor=f,
+        share=share,
+        contention=1.0 / share.rate(0.0),
+        replayed=replay_on(src, tgt, f, share),
+    )
     values = [term.value(t) for term in TERMS]
     step, comm = step_time(t, values)
     total_steps, fixed = totals

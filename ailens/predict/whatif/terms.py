@@ -104,38 +104,35 @@ def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Sour
     )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Target:
     """One target as the terms see it: its layout, the compute factor ``f`` (work per rank
     and speed of its cores, target over source), the rank's cores shared with the transport
-    (``share``) and the compute slowdown ``k`` that sharing gives at idle."""
+    (``share``), the compute slowdown ``k`` that sharing gives at idle, and the source's
+    collective groups replayed there (``replayed``: :func:`replay_on`)."""
 
     src: Source
     layout: Layout
     factor: float
     share: Cpu
     contention: float
-    _replayed: tuple | None = field(default=None, repr=False)
+    replayed: tuple[np.ndarray, np.ndarray] = field(repr=False)
 
     @property
     def ranks(self) -> int:
         return self.layout.ranks
 
-    def replayed(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per replayed step (compute inside group spans, exposed comm) on the target; at
-        1 rank the groups' compute without their collectives."""
-        if self._replayed is None:
-            src, q = self.src, self.ranks
-            if q == 1:
-                self._replayed = (self.factor * src.rep.span_pure, src.rep.exposed)
-            else:
-                run, model, links = src.run, src.model, self.layout.links
-                dur = target_durations(
-                    src.feats, model, run.ops, run.nbytes, run.pure, q, links, run.keys
-                )
-                cpu = tick_cpu(model, run.ops, run.nbytes, q, links, run.keys)
-                self._replayed = replay_target(src.rep, dur, cpu, self.factor, self.share)
-        return self._replayed
+
+def replay_on(src: Source, layout: Layout, factor: float, share: Cpu):
+    """Per replayed step (compute inside group spans, exposed comm) on the target; at 1 rank
+    the groups' compute without their collectives."""
+    q = layout.ranks
+    if q == 1:
+        return (factor * src.rep.span_pure, src.rep.exposed)
+    run, model, links = src.run, src.model, layout.links
+    dur = target_durations(src.feats, model, run.ops, run.nbytes, run.pure, q, links, run.keys)
+    cpu = tick_cpu(model, run.ops, run.nbytes, q, links, run.keys)
+    return replay_target(src.rep, dur, cpu, factor, share)
 
 
 @dataclass(frozen=True)
@@ -201,7 +198,7 @@ class OverlappedCompute:
     part = "compute"
 
     def value(self, t: Target) -> StepTerm:
-        span = t.replayed()[0]
+        span = t.replayed[0]
         sampled = t.src.sample is not None
         return StepTerm(self.name, float(np.mean(span)), per_step=span, sampled=sampled)
 
@@ -218,7 +215,7 @@ class ExposedComm:
         src, q = t.src, t.ranks
         if q == 1:
             return StepTerm(self.name, 0.0)
-        exposed = t.replayed()[1]
+        exposed = t.replayed[1]
         # Per step this difference is noisy (rank 0's step against the slowest rank's
         # compute): only its mean is clipped.
         if src.sample is None:
