@@ -457,9 +457,11 @@ def public_main(args) -> int:
     import public_cases as pc
     import public_scaling as ps
     import public_scaling_goals
+    import public_scaling_two as ps2
 
-    if ps.scaling_cases not in pc.CASE_BUILDERS:
-        pc.CASE_BUILDERS.append(ps.scaling_cases)
+    for build in (ps.scaling_cases, ps2.two_scale_cases):
+        if build not in pc.CASE_BUILDERS:
+            pc.CASE_BUILDERS.append(build)
     t0 = time.perf_counter()
     data = args.data or pc.default_data_dir()
     try:
@@ -468,7 +470,12 @@ def public_main(args) -> int:
         print(f"bench_whatif: {e}", file=sys.stderr)
         return 2
     print(pc.table(cases))
-    goals = {**pc.goals(cases), **public_scaling_goals.scaling_goals(cases)}
+    print(ps2.table(cases))
+    goals = {
+        **pc.goals(cases),
+        **public_scaling_goals.scaling_goals(cases),
+        "measured_scales": ps2.goals(cases),
+    }
     print(json.dumps(goals, indent=2))
     if args.json:
         doc = {

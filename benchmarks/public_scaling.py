@@ -116,6 +116,16 @@ def _case(
     base = job.step_s * (
         row.batch_per_device / job.batch_per_device if job.scaling == "strong" else 1.0
     )
+    # The interval: the compute's band, and (with a gradient size) the unmeasured links'.
+    comp = row.terms[0]
+    if grad_known:
+        low = pred + row.step_low_s - row.step_time_s
+        high = pred + row.step_high_s - row.step_time_s
+        wide = row.wide_term
+    else:
+        low = pred + comp.detail["low_s"] - comp.seconds
+        high = pred + comp.detail["high_s"] - comp.seconds
+        wide = "compute" if high > low else ""
     out = {
         "source": source,
         "kind": "scaling",
@@ -132,6 +142,10 @@ def _case(
         "scaling": job.scaling,
         "compute_low_s": row.compute_low_s,
         "compute_high_s": row.compute_high_s,
+        "step_low_s": low,
+        "step_high_s": high,
+        "covered": bool(low * (1 - 1e-9) <= measured <= high * (1 + 1e-9)),
+        "wide_term": wide,
         "comm_total_s": row.terms[1].detail.get("comm_total_s", 0.0) if grad_known else None,
         "exposed_comm_s": comm,
         "assumptions": list(row.assumptions)
@@ -160,7 +174,9 @@ def _job(name: str, grad_bytes: int, step: float, batch, buckets=None, **kw) -> 
     )
 
 
-def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: float) -> list:
+def _ddp_cases(
+    rows: list[dict], source: str, time_key: str, pct: str, cap_mb: float, case=None
+) -> list:
     p = DEFAULT_PLATFORMS["dgx1-v100"]
     cases = []
     by_model: dict[str, list[dict]] = {}
@@ -206,11 +222,11 @@ def _ddp_cases(rows: list[dict], source: str, time_key: str, pct: str, cap_mb: f
                 "gpus_per_node": int(r["gpus_per_machine"]),
                 "nodes": int(r["machines"]),
             }
-            cases.append(_case(source, job, frm, to, float(r[time_key]), p))
+            cases.append((case or _case)(source, job, frm, to, float(r[time_key]), p))
     return cases
 
 
-def _gavel_cases(rows: list[dict]) -> list[dict]:
+def _gavel_cases(rows: list[dict], case=None) -> list[dict]:
     p = DEFAULT_PLATFORMS["pcie-node"]
     cases = []
     series: dict[tuple, list[dict]] = {}
@@ -241,7 +257,7 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
         for r in rs[1:]:
             to = {"gpus": int(r["workers"])}
             cases.append(
-                _case(
+                (case or _case)(
                     f"gavel_dp_throughputs.csv {wt}",
                     job,
                     frm,
@@ -253,7 +269,7 @@ def _gavel_cases(rows: list[dict]) -> list[dict]:
     return cases
 
 
-def _gavel_strong_cases(rows: list[dict]) -> list[dict]:
+def _gavel_strong_cases(rows: list[dict], case=None) -> list[dict]:
     """Strong scaling from Gavel's rows: one worker at its largest batch B is the source,
     and q workers at B/q (a global batch of B) the targets, where Gavel measured that batch.
     The compute at B/q comes from the source's own curve: the same job type at one worker
@@ -291,7 +307,7 @@ def _gavel_strong_cases(rows: list[dict]) -> list[dict]:
             if r is None:
                 continue
             cases.append(
-                _case(
+                (case or _case)(
                     f"gavel_dp_throughputs.csv {wt} strong",
                     job,
                     frm,
@@ -306,7 +322,7 @@ def _gavel_strong_cases(rows: list[dict]) -> list[dict]:
 _TF_PARAMS = {"Alexnet": 61_100_000, "VGG16": 138_400_000}
 
 
-def _tf_cases(rows: list[dict]) -> list[dict]:
+def _tf_cases(rows: list[dict], case=None) -> list[dict]:
     cases = []
     series: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -332,7 +348,7 @@ def _tf_cases(rows: list[dict]) -> list[dict]:
         }
         for r in rs[1:]:
             cases.append(
-                _case(
+                (case or _case)(
                     "tensorflow_benchmarks_dgx1_p100_nccl.csv",
                     job,
                     frm,
@@ -398,7 +414,7 @@ def _dle_series(rows: list[dict], same=None) -> list[list[dict]]:
     return [run for run in runs if len(run) >= 2]
 
 
-def _dle_cases(rows: list[dict]) -> list[dict]:
+def _dle_cases(rows: list[dict], case=None) -> list[dict]:
     cases = []
     series: dict[tuple, list[dict]] = {}
     for r in rows:
@@ -454,7 +470,7 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
                 gpn = int(r["gpus_per_node"] or plat.devices_per_node)
                 to["gpus_per_node"] = min(gpn, int(r["gpus"]))
                 cases.append(
-                    _case(
+                    (case or _case)(
                         "dle_training_perf_dgx1_dgx2.csv",
                         job,
                         frm,
@@ -468,7 +484,7 @@ def _dle_cases(rows: list[dict]) -> list[dict]:
     return cases
 
 
-def _dle_strong_cases(rows: list[dict]) -> list[dict]:
+def _dle_strong_cases(rows: list[dict], case=None) -> list[dict]:
     """Tables whose own column says strong scaling: the global batch (GPUs x batch per GPU)
     the same along a series; rows with a per-sample unit and a plausible time (<= 1000 s;
     NCF's "samples/s" column holds millions) only."""
@@ -522,7 +538,7 @@ def _dle_strong_cases(rows: list[dict]) -> list[dict]:
             for r in run[1:]:
                 to = {"gpus": int(r["gpus"]), "batch_per_gpu": float(r["batch_per_gpu"])}
                 cases.append(
-                    _case(
+                    (case or _case)(
                         "dle_training_perf_dgx1_dgx2.csv strong",
                         job,
                         frm,
@@ -535,8 +551,10 @@ def _dle_strong_cases(rows: list[dict]) -> list[dict]:
     return cases
 
 
-def scaling_cases(data: Path) -> list[dict]:
-    """Every data-parallel scaling case of the public data (see the module docstring)."""
+def scaling_cases(data: Path, case=None) -> list[dict]:
+    """Every data-parallel scaling case of the public data (see the module docstring).
+    ``case``: what makes one case of (source, job, from, to, measured, platform, ...);
+    default ``_case`` (the prediction from the smallest configuration)."""
     s = data / "scaling"
     cases = _ddp_cases(
         _read(s / "pytorch_ddp_benchmark.csv"),
@@ -544,6 +562,7 @@ def scaling_cases(data: Path) -> list[dict]:
         "sec_per_iter",
         "p50",
         25.0,
+        case,
     )
     cases += _ddp_cases(
         _read(s / "pytorch_ddp_bucket_cap.csv"),
@@ -551,12 +570,13 @@ def scaling_cases(data: Path) -> list[dict]:
         "sec_per_iter_bucket1MB",
         "p75",
         1.0,
+        case,
     )
     gavel = _read(s / "gavel_dp_throughputs.csv")
-    cases += _gavel_cases(gavel)
-    cases += _gavel_strong_cases(gavel)
-    cases += _tf_cases(_read(s / "tensorflow_benchmarks_dgx1_p100_nccl.csv"))
+    cases += _gavel_cases(gavel, case)
+    cases += _gavel_strong_cases(gavel, case)
+    cases += _tf_cases(_read(s / "tensorflow_benchmarks_dgx1_p100_nccl.csv"), case)
     dle = _read(s / "dle_training_perf_dgx1_dgx2.csv")
-    cases += _dle_cases(dle)
-    cases += _dle_strong_cases(dle)
+    cases += _dle_cases(dle, case)
+    cases += _dle_strong_cases(dle, case)
     return cases

@@ -283,3 +283,26 @@ def test_public_scaling_cases_carry_the_issue_keys():
     assert all(c["to"]["gpus"] > c["from"]["gpus"] for c in cases)
     goals = public_scaling_goals.scaling_goals(cases)
     assert goals["scaling"]["cases"] == len(cases) and goals["ordering"]["pairs"] > 0
+
+
+def test_public_two_scale_cases_carry_both_baselines_and_intervals():
+    """bench_whatif --public's two-scale cases (issue 32): from each series' two smallest
+    configurations to every larger one, with both baselines, the interval and whether it
+    covered the measurement; more often closer than the ideal-from-nearest baseline."""
+    if not (DATA / "scaling").is_dir():
+        pytest.skip(f"{DATA}: public data not here (set AILENS_SCALING_DATA)")
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import public_scaling_two
+
+    cases = public_scaling_two.two_scale_cases(DATA)
+    assert len(cases) > 100
+    for c in cases:
+        assert c["kind"] == "scaling-two" and len(c["from"]["gpus"]) == 2
+        assert c["to"]["gpus"] > max(c["from"]["gpus"])
+        assert c["step_low_s"] <= c["predicted_s"] <= c["step_high_s"]
+        assert c["covered"] == (c["step_low_s"] <= c["measured_s"] <= c["step_high_s"])
+        assert {"baseline_error_pct", "amdahl_error_pct", "wide_term"} <= set(c)
+    goals = public_scaling_two.goals(cases)["two_scales"]
+    assert goals["median_abs_error_pct"] < goals["ideal_nearest_median_abs_error_pct"]

@@ -175,3 +175,37 @@ def test_internals_doc_names_every_module():
     assert len(modules) > 80
     unnamed = [str(p.relative_to(REPO)) for p in modules if f"`{p.relative_to(REPO)}`" not in doc]
     assert not unnamed, f"{unnamed}: give each a row in docs/internals.md"
+
+
+def _module_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the modules of ``root`` it imports (inside functions too); packages'
+    ``__init__`` left out (they gather their modules' names)."""
+    mods = {
+        ".".join(["ailens", *p.relative_to(CORE).with_suffix("").parts]): p
+        for p in root.rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        pkg = name.split(".")[:-1]
+        graph[name] = {m for _, m in _imported_modules(path, pkg) if m in mods and m != name}
+    return graph
+
+
+def test_no_module_of_predict_imports_one_that_imports_it_back():
+    """An import cycle (nccl_tests <-> nccl_fit was one) works only in the order Python
+    happens to load the two: none in ailens/predict."""
+    graph = _module_graph(CORE / "predict")
+    assert "ailens.predict.nccl_fit" in graph["ailens.predict.nccl_tests"]
+    cycles = []
+
+    def walk(node, path):
+        for nxt in sorted(graph[node]):
+            if nxt == path[0]:
+                cycles.append(" -> ".join([*path, nxt]))
+            elif nxt not in path and nxt > path[0]:  # each cycle once, from its least module
+                walk(nxt, [*path, nxt])
+
+    for start in sorted(graph):
+        walk(start, [start])
+    assert not cycles, cycles

@@ -268,3 +268,79 @@ def test_calibrate_from_nccl_tests_errors(tmp_path):
     r = _calibrate("--from-nccl-tests", bad, "--out", tmp_path / "p.json")
     assert r.returncode == 2 and "bad.log: no nccl-tests table" in r.stderr
     assert not (tmp_path / "p.json").exists()
+
+
+TAGGED16 = DATA / "nccl_tests_p4d_16gpu_2nodes_tagged.log"
+
+
+def test_parse_mpirun_tag_output_log():
+    """A real ``mpirun --tag-output`` log (AWS p4d, 2 nodes x 8 A100 over EFA): every line
+    prefixed ``[1,RANK]<stdout>:``, other ranks' NCCL INFO lines among the header's."""
+    text = TAGGED16.read_text()
+    assert text.count("<stdout>:") > 100  # it is tagged
+    t = parse_nccl_tests(text, source=str(TAGGED16))
+    assert (t.ranks, t.nodes, t.ranks_per_node, t.devices_per_process) == (16, 2, 8, 1)
+    assert t.hosts.count("nccl-tests-efa-16-worker-1") == 8
+    assert t.sizes[0] == 8 and t.sizes[-1] == 4 << 30 and len(t.sizes) == 30
+    # The last row: 183834 us out of place, 184216 us in place.
+    assert t.oop_s[-1] == pytest.approx(183834e-6) and t.ip_s[-1] == pytest.approx(184216e-6)
+    # Read as the untagged lines of rank 0 are read.
+    plain = "\n".join(ln.split("<stdout>:", 1)[1] for ln in text.splitlines() if "[1,0]" in ln)
+    assert parse_nccl_tests(plain, source="plain") == replace(t, source="plain")
+
+
+def test_parse_tagged_output_of_one_rank_tests_per_process_keeps_one_table():
+    """nccl-tests built without MPI under mpirun: each process prints its own table; the
+    first one is read, not the rows of every process one after the other."""
+    rows = LOG8.read_text().splitlines()
+    text = "\n".join(f"[1,{r}]<stdout>:{ln}" for r in (0, 1) for ln in rows)
+    t = parse_nccl_tests(text, source="two")
+    assert t == parse_nccl_tests("\n".join(rows), source="two")
+
+
+def test_beyond_the_largest_measured_count_large_messages_run_at_its_measured_busbw():
+    """Fitted on Echo's 2-GPU log, 8 GPUs of the same node: from 64 MiB up the measured 2-GPU
+    bus bandwidth at the largest message (saturation) is the estimate, closer to Echo's
+    measured 8-GPU times than the model's own link figure; smaller messages keep the model."""
+    two = parse_nccl_tests(LOG2.read_text(), source="2")
+    eight = parse_nccl_tests(LOG8.read_text(), source="8")
+    fitted = fit_platform([two], DEFAULT_PLATFORMS["azure-nd-a100-v4"])
+    top = max(range(len(two.sizes)), key=lambda i: two.sizes[i])
+    bus2 = two.sizes[top] / two.seconds(top) * busbw_factor("allreduce", 2)
+    assert fitted.busbw_by_devices == {2: pytest.approx(bus2)}
+    assert platform_from_dict(platform_to_dict(fitted)).busbw_by_devices == {2: pytest.approx(bus2)}
+    unsaturated = replace(fitted, busbw_by_devices={})
+    err_sat, err_model = [], []
+    for i, s in enumerate(eight.sizes):
+        est = nccl_collective_s("allreduce", s, 8, fitted, 8)
+        old = nccl_collective_s("allreduce", s, 8, unsaturated, 8).seconds
+        if s < (64 << 20):
+            assert est.seconds == old and not any("saturated" in a for a in est.assumptions)
+            continue
+        bus = min(bus2, est.ceiling_Bps)  # never above the link's ceiling
+        assert est.seconds == pytest.approx(s * busbw_factor("allreduce", 8) / bus)
+        assert any("saturated bus bandwidth" in a for a in est.assumptions)
+        err_sat.append(abs(est.seconds / eight.seconds(i) - 1))
+        err_model.append(abs(old / eight.seconds(i) - 1))
+    assert err_sat and sorted(err_sat)[len(err_sat) // 2] < sorted(err_model)[len(err_model) // 2]
+    # Forced algorithms (NCCL_ALGO) and measured counts keep the model.
+    s = 1 << 30
+    assert nccl_collective_s("allreduce", s, 8, fitted, 8, algorithm="ring").seconds == (
+        nccl_collective_s("allreduce", s, 8, unsaturated, 8, algorithm="ring").seconds
+    )
+    assert nccl_collective_s("allreduce", s, 2, fitted, 2).seconds == (
+        nccl_collective_s("allreduce", s, 2, unsaturated, 2).seconds
+    )
+
+
+def test_saturation_on_an_uneven_mesh_scales_by_the_rings_each_device_set_closes():
+    """DGX-1's hybrid cube mesh: rings over 8 devices use 6 links per device, over 4 use 4;
+    a 4-device measurement prices 8 devices at 6/4 of its bus bandwidth."""
+    dgx1 = DEFAULT_PLATFORMS["dgx1-v100"]
+    k4, k8 = ring_links(dgx1.nvlinks, 4), ring_links(dgx1.nvlinks, 8)
+    assert (k4, k8) == (4, 6)
+    p = replace(dgx1, busbw_by_devices={4: 40e9})
+    est = nccl_collective_s("allreduce", 1 << 28, 8, p, 8)
+    bus = min(40e9 * k8 / k4, est.ceiling_Bps)
+    assert est.seconds == pytest.approx((1 << 28) * busbw_factor("allreduce", 8) / bus)
+    assert any("NVLink rings" in a for a in est.assumptions)

@@ -150,6 +150,21 @@ def test_the_prepared_grid_equals_one_call_per_target(runs):
                 assert [r.to_dict() for r in grid] == alone
 
 
+def test_a_shared_source_gives_what_each_call_gives_alone_and_nothing_is_written(runs):
+    """``whatif_source`` (the record's grid) gives what each call gives alone; the measured
+    run is immutable, so no call can leave anything on it for the next."""
+    for a in runs.values():
+        prepared = W.prepare(a)
+        with pytest.raises(AttributeError):
+            prepared.measured.notes = ()  # frozen: no cache can be kept on it
+        for cal in (None, CAL):
+            shared = W.whatif_source(a, calibration=cal, prepared=prepared)
+            for kw in TARGETS:
+                alone = [r.to_dict() for r in W.whatif(a, [1, 2, 4], calibration=cal, **kw)]
+                again = W.whatif(a, [1, 2, 4], source=shared, **kw)
+                assert [r.to_dict() for r in again] == alone
+
+
 def test_replay_sample_is_every_step_up_to_the_cap():
     assert W.replay_sample(W.REPLAY_STEPS) is None
     got = W.replay_sample(25_000, cap=1000)

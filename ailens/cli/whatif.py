@@ -3,6 +3,7 @@ GPU platforms (cluster), beside a learned model when one is given."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,14 +32,26 @@ def add_whatif(sub) -> None:
         "Every assumption is listed with the result; see docs/whatif.md. A signature.json or a "
         "job description (or a run directory with --cluster) is predicted on GPU platforms "
         "instead: compute at the batch per device, DDP's bucketed allreduces overlapping the "
-        "backward pass (NCCL model), the slowest device.",
+        "backward pass (NCCL model), the slowest device. Several measured scales of the job "
+        "(more inputs, or a run history) are fitted together: the effective network and the "
+        "costs beyond the model that they pin down; each row carries its interval.",
     )
     p.add_argument(
         "run_dir",
         metavar="RUN_DIR|SIGNATURE.json|JOB.json",
         type=Path,
-        help="a run directory, the signature.json a run wrote, or a job description "
-        "(JSON, docs/whatif.md: gradient bytes, buckets, measured step at a batch per device)",
+        help="a run directory, the signature.json a run wrote, a job description "
+        "(JSON, docs/whatif.md: gradient bytes, buckets, measured step at a batch per device), "
+        "or a run-history database (ailens history; --job names the job)",
+    )
+    p.add_argument(
+        "more_runs",
+        metavar="MORE",
+        type=Path,
+        nargs="*",
+        help="the same job measured at other scales (run directories with --cluster, "
+        "signature.json files or job descriptions): the what-if fits what they pin down "
+        "(effective network, costs beyond the model) and predicts from all of them",
     )
     p.add_argument(
         "--json",
@@ -52,6 +65,13 @@ def add_whatif(sub) -> None:
         "cluster (GPU platforms, docs/whatif.md)",
         "A signature.json or a job description is always predicted on a GPU platform; a run "
         "directory is when --cluster is given.",
+    )
+    g.add_argument(
+        "--job",
+        default=None,
+        metavar="NAME",
+        help="with a run-history database (ailens history) as input: the job whose records "
+        "(every measured scale) the what-if fits (default: the database's only job)",
     )
     g.add_argument(
         "--cluster",
@@ -96,6 +116,10 @@ def cmd_whatif(args) -> int:
     from ..report.text import format_whatif
 
     _cluster_platform_flag(args)
+    if args.more_runs or _is_history(args.run_dir):
+        return cmd_whatif_measured(args)
+    if args.job is not None:
+        raise CliError("--job names a job of a run-history database; give the database as input")
     job = _job_input(args)
     if job is not None or args.cluster is not None:
         return cmd_whatif_cluster(args, job)
@@ -148,11 +172,11 @@ def _cluster_platform_flag(args) -> None:
         args.cluster, args.platform = str(p), None
 
 
-def _job_input(args):
+def _job_input(args, path: Path | None = None):
     """The job a signature.json or job description names (None for a run directory)."""
     from ..predict.job import JobError, job_from_signature, load_job
 
-    path = args.run_dir
+    path = args.run_dir if path is None else path
     if path.is_dir():
         return None
     if not path.exists():
@@ -178,16 +202,7 @@ def cmd_whatif_cluster(args, job) -> int:
     from ..predict.job import JobError, job_from_features
     from ..predict.platforms import load_platform
 
-    for flag, v in (
-        ("--threads-per-rank", args.threads_per_rank),
-        ("--cores-per-node", args.cores_per_node),
-        ("--model", args.model),
-        ("--calibration", args.calibration),
-        ("--platform", args.platform),
-    ):
-        if v is not None:
-            raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
-                           "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip
+    _refuse_cpu_flags(args)
     if job is None:
         from ..predict.whatif import features
 
@@ -211,20 +226,137 @@ def cmd_whatif_cluster(args, job) -> int:
     return 0
 
 
-def _format_cluster(job, rows) -> str:
+def cmd_whatif_measured(args) -> int:
+    """The cluster what-if of one job measured at several scales
+    (ailens/predict/measured.py): every input a job description, a signature.json or a run
+    directory (with --cluster)."""
+    from ..predict.cluster import predict
+    from ..predict.job import JobError, job_from_features
+    from ..predict.measured import predict_measured
+    from ..predict.platforms import load_platform
+    from ..predict.whatif import features
+
+    _refuse_cpu_flags(args)
+    jobs = []
+    for path in [args.run_dir, *args.more_runs]:
+        if _is_history(path):
+            jobs += _history_jobs(path, args.job)
+            continue
+        job = _job_input(args, path)
+        if job is None:
+            if args.cluster is None:
+                raise CliError(
+                    f"{path}: a run directory among several measured scales is predicted on "
+                    "GPU platforms: give --cluster PLATFORM"
+                )
+            one = argparse.Namespace(**{**vars(args), "run_dir": path})
+            a = analyze_args(one, load_run_dir(one))
+            try:
+                job = job_from_features(features(a), str(path))
+            except (JobError, ValueError) as e:
+                raise CliError(str(e)) from None
+        jobs.append(job)
+    names = ", ".join(str(p) for p in [args.run_dir, *args.more_runs])
+    try:
+        platform = load_platform(args.cluster) if args.cluster is not None else None
+        ranks = args.ranks or sorted({*(j.ranks for j in jobs), 1, 2, 4, 8, 16, 32, 64})
+        if len(jobs) == 1:
+            rows = predict(jobs[0], ranks, platform, ranks_per_node=args.ranks_per_node,
+                           scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+        else:
+            rows = predict_measured(jobs, ranks, platform, ranks_per_node=args.ranks_per_node,
+                                    scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+    except ValueError as e:
+        raise CliError(f"{names}: {e}") from None
+    if args.json:
+        emit(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        base = min(jobs, key=lambda j: j.ranks)
+        emit(_format_cluster(base, rows, measured=sorted((j.ranks, j.step_s) for j in jobs)))
+    return 0
+
+
+def _is_history(path: Path) -> bool:
+    """Whether ``path`` is a run-history database (an SQLite file)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == b"SQLite format 3\x00"
+    except OSError:
+        return False
+
+
+def _history_jobs(path: Path, name: str | None) -> list:
+    """The job's records in a run-history database, one per layout (the latest added)."""
+    from ..predict.job import JobError, job_from_signature
+    from ..tools.history import History, HistoryError
+
+    try:
+        with History(path) as h:
+            records = h.records()
+    except HistoryError as e:
+        raise CliError(str(e)) from None
+    names = sorted({str(r.get("job")) for r in records})
+    if name is None:
+        if len(names) != 1:
+            raise CliError(
+                f"{path}: {len(names)} jobs in the history ({', '.join(names) or 'none'}): "
+                "name one with --job"
+            )
+        name = names[0]
+    mine = [r for r in records if str(r.get("job")) == name]
+    if not mine:
+        raise CliError(f"{path}: no job {name!r} in the history ({', '.join(names)}); see "
+                       "ailens history list")  # fmt: skip
+    by_layout = {}
+    for r in mine:
+        lay = r.get("layout") or {}
+        by_layout[(lay.get("ranks"), lay.get("ranks_per_node"))] = r
+    try:
+        return [job_from_signature(r, f"{path}:{r.get('run_dir')}") for r in by_layout.values()]
+    except JobError as e:
+        raise CliError(str(e)) from None
+
+
+def _refuse_cpu_flags(args) -> None:
+    for flag, v in (
+        ("--threads-per-rank", args.threads_per_rank),
+        ("--cores-per-node", args.cores_per_node),
+        ("--model", args.model),
+        ("--calibration", args.calibration),
+        ("--platform", args.platform),
+    ):
+        if v is not None:
+            raise CliError(f"{flag} describes a CPU node of a run-directory what-if; a cluster "
+                           "what-if takes --cluster PLATFORM and --ranks-per-node")  # fmt: skip
+
+
+def _format_cluster(job, rows, measured=None) -> str:
     r0 = rows[0]
     b = f"{job.batch_per_device:g}" if job.batch_per_device else "?"
+    measured = measured or [(job.ranks, job.step_s)]
+    at = ", ".join(f"{s * 1e3:.4g} ms at {q}" for q, s in measured)
     lines = [
         f"Cluster what-if of {job.name} ({r0.scaling} scaling) on {r0.platform}; measured: "
-        f"{job.step_s * 1e3:.4g} ms per step at {job.ranks} device(s), batch {b} per device",
-        "ranks  nodes  batch/dev   step ms  compute ms  exposed comm ms  speedup  efficiency",
+        f"{at} device(s), batch {b} per device",
+        "ranks  nodes  batch/dev   step ms  interval ms        compute ms  exposed comm ms  "
+        "speedup  efficiency",
     ]
     for r in rows:
         bd = f"{r.batch_per_device:g}" if r.batch_per_device else "-"
+        lo = r.step_low_s if r.step_low_s is not None else r.step_time_s
+        hi = r.step_high_s if r.step_high_s is not None else r.step_time_s
+        span = f"{lo * 1e3:.2f}-{hi * 1e3:.2f}" if hi > lo else "-"
         lines.append(
-            f"{r.ranks:>5}  {r.nodes:>5}  {bd:>9}  {r.step_time_s * 1e3:>8.2f}  "
+            f"{r.ranks:>5}  {r.nodes:>5}  {bd:>9}  {r.step_time_s * 1e3:>8.2f}  {span:>17}  "
             f"{r.compute_step_s * 1e3:>10.2f}  {r.comm_step_s * 1e3:>15.3f}  "
             f"{r.speedup:>7.2f}  {r.efficiency:>9.1%}"
+        )
+    wide = [r for r in rows if r.wide_term]
+    if wide:
+        r = max(wide, key=lambda r: (r.step_high_s - r.step_low_s) / r.step_time_s)
+        lines.append(
+            f"Widest interval at {r.ranks} devices: {r.wide_term} (assumed); to narrow it, "
+            f"measure {r.narrow_by}."
         )
     lines.append("Step = " + " + ".join(t.name for t in r0.terms) + ". Assumptions:")
     seen: set = set()

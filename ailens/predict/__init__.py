@@ -4,10 +4,12 @@
   recorded run's analysis (a package with its own ``__all__``: ``ailens.predict.whatif``);
 * ``cluster`` + ``job``: the cluster what-if of a data-parallel job (a description, a
   signature record or a run's features) on GPUs of a described platform (``predict``);
+  ``measured``: the same from several measured scales of the job (``predict_measured``);
 * ``collectives`` (alpha-beta-gamma cost models and their fit), ``nccl`` (NCCL's cost
-  model on a platform), ``nccl_tests`` (nccl-tests output read as tables), ``nccl_fit`` (a
-  platform fitted on those tables), ``platforms`` (platforms as data, packaged fits in
-  ``platform_data/``), ``terms`` (a predicted time as named terms).
+  model on a platform), ``nccl_table`` (one nccl-tests table as data), ``nccl_tests``
+  (nccl-tests output read as tables), ``nccl_fit`` (a platform fitted on those tables),
+  ``platforms`` (platforms as data, packaged fits in ``platform_data/``), ``terms`` (a
+  predicted time as named terms).
 
 The names below are this package's public API (imported on first use, so importing
 ``ailens.predict`` costs nothing). Imports only the layers below it (analysis, model,
@@ -24,9 +26,12 @@ _EXPORTS = {
                     "nonnegative_least_squares", "transport_of"),
     "job": ("JOB_FORMAT", "JobDescription", "JobError", "ddp_buckets", "job_from_dict",
             "job_from_features", "job_from_signature", "load_job"),
-    "nccl": ("BUSBW_FACTOR", "CollectiveEstimate", "busbw_factor", "nccl_collective_s"),
+    "measured": ("MeasuredFit", "fit_measured", "predict_measured"),
+    "nccl": ("BUSBW_FACTOR", "SATURATION_MIN_BYTES", "CollectiveEstimate", "busbw_factor",
+             "nccl_collective_s"),
     "nccl_fit": ("fit_platform",),
-    "nccl_tests": ("NcclTestsTable", "parse_nccl_tests", "platform_from_nccl_tests"),
+    "nccl_table": ("NcclTestsTable",),
+    "nccl_tests": ("parse_nccl_tests", "platform_from_nccl_tests"),
     "platforms": ("DEFAULT_PLATFORMS", "PLATFORM_VERSION", "Link", "Platform", "load_platform",
                   "platform_labels", "platform_from_dict", "platform_to_dict", "ring_links"),
     "terms": ("Term", "TermValue", "expected_max_normal"),

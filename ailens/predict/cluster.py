@@ -4,7 +4,7 @@ Step time is a sum of named terms (the protocol of ``terms.py``, shared with the
 run-directory what-if); each returns its seconds and the assumptions it rests on, so adding
 an effect is adding one class to ``TERMS``::
 
-    step = Compute + ExposedGradientSync + SlowestRank
+    step = Compute + ExposedGradientSync + SlowestRank + MeasuredResidual
 
 * ``Compute``: forward + backward + optimizer at the target's batch per device: the job's
   measured compute, moved along its measured curve (log-log interpolation inside it, a
@@ -17,6 +17,8 @@ an effect is adding one class to ``TERMS``::
   whole reduction is exposed. t_comm comes from the NCCL model (``nccl``).
 * ``SlowestRank``: the sync waits for the slowest of q devices: the step-to-step spread
   (``step_sd_s``) x E[max of q normals], less the source's own.
+* ``MeasuredResidual``: what runs at other scales measured beyond the other terms
+  (``measured.py``); 0 with one measured scale.
 
 The source's compute is the measured step minus what the same model says was exposed
 there: the wait DDP spends outside its recorded collectives is not counted as compute.
@@ -25,7 +27,7 @@ there: the wait DDP spends outside its recorded collectives is not counted as co
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,13 +41,32 @@ __all__ = [
     "ClusterTarget",
     "Compute",
     "ExposedGradientSync",
+    "MeasuredResidual",
+    "MeasuredScale",
     "SlowestRank",
     "TERMS",
     "TermValue",
     "compute_at",
+    "measured_links",
     "overlap_exposed",
     "predict",
+    "scale_bandwidth",
 ]
+
+# An unmeasured link (a datasheet figure, not fitted on nccl-tests output or on the job's own
+# runs) may deliver anything from its datasheet bandwidth down to a small share of it (TCP
+# instead of RDMA, a shared or oversubscribed fabric, PCIe through the host): the interval
+# prices its collectives between these two fractions of the datasheet.
+UNMEASURED_BANDWIDTH_RANGE = (1 / 16, 1.0)
+NARROW_BY = {
+    "network": "an nccl-tests log of the cluster (ailens calibrate --from-nccl-tests) or a "
+    "run of the job at one more scale",
+    "compute": "the step at a second batch per device (compute_curve)",
+    "extrapolation": "a run of the job at a scale nearer the target",
+    "device": "a run of the job on the target platform",
+}
+# The job's precision -> the peak that bounds its compute (Platform.peak_tflops).
+_PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
 # Strong scaling without a measured curve: the share of the step that does not shrink with
 # the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 20 %.
@@ -74,6 +95,18 @@ class ClusterTarget:
         return -(-self.ranks // self.per_node)
 
 
+@dataclass(frozen=True, kw_only=True)
+class MeasuredScale:
+    """What a run of the job at another scale measured beyond the model's other terms
+    (``measured.fit_measured`` makes them)."""
+
+    ranks: int
+    ranks_per_node: int
+    step_s: float  # the measured step
+    residual_s: float  # measured step minus the model's other terms there
+    source: str
+
+
 @dataclass
 class _Context:
     job: JobDescription
@@ -82,6 +115,7 @@ class _Context:
     compute_s: float  # compute at the target batch
     compute_band: tuple[float, float]
     compute_notes: list
+    measured: tuple[MeasuredScale, ...] = ()
 
 
 def compute_at(
@@ -243,8 +277,47 @@ class SlowestRank:
         return TermValue(self.name, lag, (note,), {"step_sd_s": sd})
 
 
+class MeasuredResidual:
+    """What runs of the job at other scales measured beyond the other terms (per-node and
+    per-rank costs, the slowest rank, host contention): interpolated in log2(devices)
+    between measured scales, the nearest one's beyond them; 0 with one measured scale.
+    Weak scaling keeps each device's work, so the step is not below the one measured at the
+    largest scale under the target (more devices only add waiting)."""
+
+    name = "measured_residual"
+    part = "compute"
+
+    def value(self, ctx: _Context) -> TermValue:
+        pts = sorted(ctx.measured, key=lambda m: m.ranks)
+        q = ctx.target.ranks
+        if not pts or q <= 1:
+            return TermValue(self.name, 0.0, ())
+        xs = [m.ranks for m in pts]
+        if q <= xs[0] or q >= xs[-1]:
+            near = pts[0] if q <= xs[0] else pts[-1]
+            resid, how = near.residual_s, f"as measured at {near.ranks} devices ({near.source})"
+        else:
+            lo = max((m for m in pts if m.ranks <= q), key=lambda m: m.ranks)
+            hi = min((m for m in pts if m.ranks >= q), key=lambda m: m.ranks)
+            resid = float(np.interp(math.log2(q), np.log2(xs), [m.residual_s for m in pts]))
+            how = f"interpolated between the runs at {lo.ranks} and {hi.ranks} devices"
+        notes = [f"what the measured runs show beyond the model: {resid * 1e3:+.3g} ms, {how}"]
+        below = [m for m in pts if m.ranks <= q]
+        if ctx.target.scaling == "weak" and below:
+            others = sum(t.value(ctx).seconds for t in TERMS if t is not self)
+            floor = max(below, key=lambda m: m.ranks)
+            if others + resid < floor.step_s:
+                notes.append(
+                    f"the model's {(others + resid) * 1e3:.4g} ms is below the "
+                    f"{floor.step_s * 1e3:.4g} ms measured at {floor.ranks} devices: weak "
+                    "scaling does not speed a device up, that step kept"
+                )
+                resid = floor.step_s - others
+        return TermValue(self.name, resid, tuple(notes))
+
+
 # The step-time model: one instance per named term, summed.
-TERMS = (Compute(), ExposedGradientSync(), SlowestRank())
+TERMS = (Compute(), ExposedGradientSync(), SlowestRank(), MeasuredResidual())
 
 
 @dataclass(frozen=True)
@@ -268,6 +341,12 @@ class ClusterPrediction:
     terms: tuple[TermValue, ...]
     over_link_ceiling: bool
     assumptions: tuple[str, ...]
+    # The plausible range of the step where something was assumed, the part of the model
+    # that makes it widest and what to measure to narrow it.
+    step_low_s: float | None = None
+    step_high_s: float | None = None
+    wide_term: str = ""
+    narrow_by: str = ""
 
     @property
     def links(self) -> str:
@@ -298,6 +377,10 @@ class ClusterPrediction:
             "compute_low_s": self.compute_low_s,
             "compute_high_s": self.compute_high_s,
             "over_link_ceiling": self.over_link_ceiling,
+            "step_low_s": self.step_low_s,
+            "step_high_s": self.step_high_s,
+            "wide_term": self.wide_term,
+            "narrow_by": self.narrow_by,
             "terms": [t.to_dict() for t in self.terms],
             "assumptions": list(self.assumptions),
         }
@@ -331,7 +414,9 @@ def source_compute(job: JobDescription, platform: Platform) -> tuple[float, list
     ]
 
 
-def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Context:
+def _context(
+    job: JobDescription, target: ClusterTarget, c_src: float, measured: tuple = ()
+) -> _Context:
     """What the terms read on one target: its batch per device and compute there."""
     q = target.ranks
     if q < 1:
@@ -345,7 +430,7 @@ def _context(job: JobDescription, target: ClusterTarget, c_src: float) -> _Conte
     else:
         batch = job.batch_per_device
     c, band, c_notes = compute_at(job, c_src, batch)
-    return _Context(job, target, batch, c, band, c_notes)
+    return _Context(job, target, batch, c, band, c_notes, measured)
 
 
 def _throughput(q: int, batch, step: float) -> float:
@@ -361,12 +446,15 @@ def predict(
     scaling: str | None = None,
     global_batch: float | None = None,
     source_platform: Platform | str | None = None,
+    measured: tuple[MeasuredScale, ...] = (),
 ) -> list[ClusterPrediction]:
     """The job's step time at each rank count on ``platform`` (default: the job's own).
 
     ``scaling``/``global_batch`` default to the job's; strong scaling splits the global
     batch (default: the source's batch per device x its ranks) over the target's devices.
-    ``source_platform``: where the job was measured (default: the job's, else the target's)."""
+    ``source_platform``: where the job was measured (default: the job's, else the target's).
+    ``measured``: the job's other measured scales (``measured.predict_measured``), priced by
+    the term ``MeasuredResidual``."""
     tgt_p = _platform(platform) or _platform(job.platform)
     if tgt_p is None:
         raise ValueError(
@@ -392,9 +480,11 @@ def predict(
             "(same device speed assumed)"
         )
     notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
+    device_ratio = _device_ratio(job, src_p, tgt_p, notes)
 
     def one(q: int) -> _Context:
-        return _context(job, ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb), c_src)
+        target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
+        return _context(job, target, c_src, tuple(measured))
 
     ctx1 = one(1)  # speedup and efficiency are against the model's own 1 device
     t1 = tuple(t.value(ctx1) for t in TERMS)
@@ -408,6 +498,7 @@ def predict(
         comm = float(sum(t.seconds for t, k in zip(terms, TERMS, strict=True) if k.part == "comm"))
         speedup = _throughput(q, batch, step) / thr1
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
+        low, high, wide = _interval(job, target, terms, c_src, device_ratio)
         out.append(
             ClusterPrediction(
                 ranks=q,
@@ -426,6 +517,81 @@ def predict(
                 terms=terms,
                 over_link_ceiling=any(t.detail.get("over_link_ceiling") for t in terms),
                 assumptions=tuple(notes + term_notes),
+                step_low_s=low,
+                step_high_s=high,
+                wide_term=wide,
+                narrow_by=NARROW_BY.get(wide, ""),
             )
         )
     return out
+
+
+def measured_links(platform: Platform, nodes: int) -> bool:
+    """Whether the links ``nodes`` nodes' collectives cross were measured (fitted on
+    nccl-tests output or on the job's runs), not datasheet figures."""
+    links = [platform.intra] + ([platform.network] if nodes > 1 else [])
+    return all(link is not None and "fitted" in link.source for link in links)
+
+
+def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) -> Platform:
+    """``platform`` with every link's bandwidth x ``k`` (``source``: where that came from)."""
+
+    def link(x):
+        if x is None:
+            return None
+        return replace(x, bandwidth_Bps=x.bandwidth_Bps * k, source=source or x.source)
+
+    return replace(
+        platform,
+        intra=link(platform.intra),
+        network=link(platform.network),
+        host=link(platform.host),
+        intra_by_devices={a: b * k for a, b in platform.intra_by_devices.items()},
+        busbw_by_devices={a: b * k for a, b in platform.busbw_by_devices.items()},
+    )
+
+
+def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> float | None:
+    """Compute time on ``tgt_p`` over ``src_p`` if it went as the devices' peak throughput at
+    the job's precision (None: same platform, or a peak not known)."""
+    if src_p is tgt_p or src_p.name == tgt_p.name:
+        return None
+    key = _PEAK_OF.get(job.precision, "fp32")
+    a, b = src_p.peak_tflops.get(key), tgt_p.peak_tflops.get(key)
+    if not a or not b:
+        notes.append(
+            f"device speed: the {key} peak of {src_p.name if not a else tgt_p.name} is not "
+            "known: the interval does not cover another device speed"
+        )
+        return None
+    notes.append(
+        f"device speed: interval from the same speed to the ratio of {key} peaks "
+        f"({src_p.name} {a:g}, {tgt_p.name} {b:g} TFLOP/s)"
+    )
+    return a / b
+
+
+def _interval(job, target: ClusterTarget, terms, c_src: float, device_ratio: float | None):
+    """(low, high, widest term) of the step: the compute's band, an unmeasured link anywhere
+    in UNMEASURED_BANDWIDTH_RANGE of its datasheet bandwidth, and on another platform the
+    compute between the same speed and the ratio of the devices' peaks."""
+    step = float(sum(t.seconds for t in terms))
+    comp = terms[0]
+    width = {"compute": (comp.detail["low_s"] - comp.seconds, comp.detail["high_s"] - comp.seconds)}
+    if device_ratio is not None:
+        moved = comp.seconds * device_ratio - comp.seconds
+        width["device"] = (min(moved, 0.0), max(moved, 0.0))
+    if target.ranks > 1 and not measured_links(target.platform, target.nodes):
+        lo_k, hi_k = UNMEASURED_BANDWIDTH_RANGE
+        ends = []
+        for k in (lo_k, hi_k):
+            slow = replace(target, platform=scale_bandwidth(target.platform, k))
+            ends.append(ExposedGradientSync().value(_context(job, slow, c_src)).seconds)
+        exposed = terms[1].seconds
+        width["network"] = (min(ends) - exposed, max(ends) - exposed)
+    low = step + sum(min(d[0], 0.0) for d in width.values())
+    high = step + sum(max(d[1], 0.0) for d in width.values())
+    wide = max(width, key=lambda k: width[k][1] - width[k][0])
+    if width[wide][1] - width[wide][0] <= 0:
+        wide = ""
+    return low, high, wide

@@ -43,12 +43,17 @@ from .platforms import (
 
 __all__ = [
     "BUSBW_FACTOR",
+    "SATURATION_MIN_BYTES",
     "CollectiveEstimate",
     "busbw_factor",
     "nccl_collective_s",
 ]
 
 ALGORITHMS = ("ring", "tree")
+# Messages from this size up run at the link's saturated bus bandwidth (on A100 and V100
+# nodes nccl-tests reaches > 80 % of its peak at 64 MiB): beyond the largest device count
+# measured, the measured bus bandwidth there is the estimate (Platform.busbw_by_devices).
+SATURATION_MIN_BYTES = 64 << 20
 PROTOCOLS = ("LL", "LL128", "Simple")
 # NCCL's latency tables (microseconds), src/graph/tuning.cc: baseLat[algo][proto] and
 # hwLat[NVLink | PCI | NET][algo][proto].
@@ -161,6 +166,8 @@ def nccl_collective_s(
     path = _path(platform, n, ppn, nodes, notes)
     t, a, p = _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol)
     ceiling, bottleneck = path.ceiling, path.bottleneck
+    if algorithm is None and protocol is None:
+        t = _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t)
     if devices_per_process > 1 and platform.launch_s > 0:
         t += (devices_per_process - 1) * platform.launch_s
         notes.append(
@@ -185,6 +192,32 @@ def nccl_collective_s(
         ranks_per_node=ppn,
         assumptions=tuple(notes),
     )
+
+
+def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> float:
+    """A large message on one node with more devices than any measured: the bus bandwidth
+    measured at the largest count (saturated), times the ratio of the NVLink rings the two
+    device sets can close on an uneven mesh; ``t`` (the model's) otherwise."""
+    measured = platform.busbw_by_devices
+    size = _wire_bytes(kind, nbytes, n)
+    if nodes > 1 or not measured or size < SATURATION_MIN_BYTES or ppn <= max(measured):
+        return t
+    top = max(measured)
+    bus, why = float(measured[top]), f"as measured at {top} devices"
+    if platform.nvlinks and ppn <= len(platform.nvlinks):
+        here, there = ring_links(platform.nvlinks, ppn), ring_links(platform.nvlinks, top)
+        if here > 0 and there > 0:
+            bus *= here / there
+            why += f" x {here:g}/{there:g} NVLink rings"
+    bus = min(bus, ceiling)
+    f = busbw_factor(kind, n)
+    if not (bus > 0 and f > 0):
+        return t
+    notes.append(
+        f"{ppn} devices, more than any measured: saturated bus bandwidth "
+        f"{bus / 1e9:.3g} GB/s ({why})"
+    )
+    return size * f / bus
 
 
 def _kind(op: str, nbytes: float) -> tuple[str, float, list[str]]:
@@ -261,11 +294,51 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     return _Path(hw_intra, ring_over_host, ceiling, bottleneck, s_base, s_intra, s_net)
 
 
+# Bus bandwidth of each algorithm and protocol as a fraction of the bottleneck link's, as
+# NCCL's tuning model keeps them: (algorithm, protocol) -> (on one node, across nodes).
+_BUS_FACTOR = {
+    ("ring", "LL"): (1 / 3, 1 / 4),  # all-reduce and reduce: 1/4 on one node too
+    ("ring", "LL128"): (0.92, 0.92),  # 0.7 with one device per node
+    ("ring", "Simple"): (1.0, 1.0),
+    ("tree", "LL"): (0.9 / 3.8, 0.9 / 3.8),
+    ("tree", "LL128"): (0.9 * 7 / 9, 0.9 * 0.915),
+    ("tree", "Simple"): (0.9, 0.9),
+}
+_RING_LL_REDUCING = 1 / 4  # ring LL of all-reduce and reduce, on any number of nodes
+_RING_LL128_ONE_PER_NODE = 0.7  # ring LL128 with one device per node
+
+
+def _bus_factor(a: str, p: str, kind: str, ppn: int, nodes: int) -> float:
+    """The table's factor of one algorithm and protocol here."""
+    if a == "ring" and p == "LL" and kind in ("allreduce", "reduce"):
+        return _RING_LL_REDUCING
+    if a == "ring" and p == "LL128" and ppn < 2:
+        return _RING_LL128_ONE_PER_NODE
+    return _BUS_FACTOR[(a, p)][nodes > 1]
+
+
+def _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune) -> float:
+    """NCCL's latency model of one algorithm and protocol, at the platform's latencies."""
+    nsteps, inter = _steps(kind, n, nodes)
+    intra_lat = _HW_US[path.hw_intra][a][pi] * path.s_intra * 1e-6
+    if nodes > 1 and p == "LL":
+        intra_lat *= 1.8  # as NCCL models LL across nodes
+    net_lat = _HW_US["net"][a][pi] * path.s_net * 1e-6
+    lat = _BASE_US[a][pi] * path.s_base * 1e-6 * float(tune.get("base_latency", 1.0))
+    if a == "tree":
+        return lat + 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
+    if kind in ("broadcast", "reduce"):
+        return lat + nsteps * (net_lat if nodes > 1 else intra_lat)
+    lat += (nsteps - inter) * intra_lat + inter * net_lat
+    if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
+        lat *= 1.9  # NCCL's "plateau effect of ring" across nodes
+    return lat
+
+
 def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protocol):
     """(seconds, algorithm, protocol) of NCCL's choice: the least modelled time."""
-    hw_intra, ceiling = path.hw_intra, path.ceiling
-    s_base, s_intra, s_net = path.s_base, path.s_intra, path.s_net
-    nsteps, inter = _steps(kind, n, nodes)
+    ceiling = path.ceiling
+    nsteps, _ = _steps(kind, n, nodes)
     size = _wire_bytes(kind, nbytes, n)
     best = None
     algos = ALGORITHMS if kind == "allreduce" else ("ring",)
@@ -275,41 +348,17 @@ def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protoco
         for pi, p in enumerate(PROTOCOLS):
             if protocol and p.lower() != protocol.lower():
                 continue
-            if p == "LL128" and hw_intra != "nvlink":
+            if p == "LL128" and path.hw_intra != "nvlink":
                 continue  # NCCL enables LL128 by default over NVLink only
-            bus = ceiling
-            if a == "ring" and p == "LL":
-                bus *= 1 / 4 if (nodes > 1 or kind in ("allreduce", "reduce")) else 1 / 3
-            elif a == "ring" and p == "LL128":
-                bus *= 0.92 if ppn >= 2 else 0.7
-            elif a == "tree":
-                bus *= 0.9
-                if p == "LL":
-                    bus /= 3.8
-                elif p == "LL128":
-                    bus *= 7 / 9 if nodes == 1 else 0.915
             tune = platform.protocol_tuning(ppn, p)
+            bus = ceiling * _bus_factor(a, p, kind, ppn, nodes)
             bus = min(bus * float(tune.get("bandwidth", 1.0)), ceiling)
-            ratio = n / nsteps if a == "ring" else 0.5
-            algbw = bus * ratio
+            algbw = bus * (n / nsteps if a == "ring" else 0.5)
             if a == "tree":
                 log_size = int(math.log2(max(size, 64) / 64))
                 if log_size < 22:
                     algbw *= _TREE_CORRECTION[p][log_size]
-            intra_lat = _HW_US[hw_intra][a][pi] * s_intra * 1e-6
-            if nodes > 1 and p == "LL":
-                intra_lat *= 1.8  # as NCCL models LL across nodes
-            net_lat = _HW_US["net"][a][pi] * s_net * 1e-6
-            lat = _BASE_US[a][pi] * s_base * 1e-6 * float(tune.get("base_latency", 1.0))
-            if a == "ring":
-                if kind in ("broadcast", "reduce"):
-                    lat += nsteps * (net_lat if nodes > 1 else intra_lat)
-                else:
-                    lat += (nsteps - inter) * intra_lat + inter * net_lat
-                if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
-                    lat *= 1.9  # NCCL's "plateau effect of ring" across nodes
-            else:
-                lat += 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
+            lat = _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune)
             t = lat + size / algbw if math.isfinite(algbw) and algbw > 0 else math.inf
             if best is None or t < best[0]:
                 best = (t, a, p)

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .nccl import nccl_collective_s
-from .nccl_tests import NcclTestsTable
+from .nccl import SATURATION_MIN_BYTES, busbw_factor, nccl_collective_s
+from .nccl_table import NcclTestsTable
 from .platforms import NCCL_NET_STEP_S, Link, Platform
 
 __all__ = ["fit_platform"]
@@ -101,10 +101,26 @@ def fit_platform(tables: list[NcclTestsTable], base: Platform, name: str | None 
     fitted = _sources(fit.build(x), base, done, fit.fitted_by)
     return replace(
         fitted,
+        busbw_by_devices={**base.busbw_by_devices, **_saturated_busbw(tables)},
         name=name or base.name,
         description=(base.description or "") + f"; {fit.fitted_by}",
         notes=tuple(fit.notes(fitted, math.sqrt(fit.loss(x)))),
     )
+
+
+def _saturated_busbw(tables: list[NcclTestsTable]) -> dict[int, float]:
+    """{devices on one node: the bus bandwidth of the largest message}, from the one-node
+    all-reduce tables that reach the bandwidth band (the best table where several)."""
+    out: dict[int, float] = {}
+    for t in tables:
+        if t.nodes != 1 or t.ranks < 2 or t.op != "allreduce" or not t.sizes:
+            continue
+        i = max(range(len(t.sizes)), key=lambda j: t.sizes[j])
+        size, sec = t.sizes[i], t.seconds(i)
+        if size >= SATURATION_MIN_BYTES and sec > 0:
+            bus = size / sec * busbw_factor("allreduce", t.ranks)
+            out[t.ranks] = max(out.get(t.ranks, 0.0), bus)
+    return out
 
 
 class _Fit:

@@ -7,37 +7,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from .nccl_fit import fit_platform
+from .nccl_table import NcclTestsTable
 from .platforms import GB, NCCL_NET_STEP_S, NCCL_NVLINK_STEP_S, Link, Platform, load_platform
 
 __all__ = ["NcclTestsTable", "parse_nccl_tests", "platform_from_nccl_tests"]
-
-
-@dataclass(frozen=True)
-class NcclTestsTable:
-    """The rows of one nccl-tests ``*_perf`` output: per size the out-of-place and in-place
-    time (seconds), the rank count and hosts it ran on."""
-
-    op: str  # canonical: allreduce, allgather, ...
-    ranks: int
-    hosts: tuple[str, ...]
-    ranks_per_node: int
-    sizes: tuple[int, ...]  # bytes, as nccl-tests prints (see nccl.NCCL_TESTS_BYTES)
-    oop_s: tuple[float, ...]
-    ip_s: tuple[float, ...]
-    source: str = ""
-    devices_per_process: int = 1  # nccl-tests' -g: devices one thread drives
-
-    @property
-    def nodes(self) -> int:
-        return max(len(set(self.hosts)), 1) if self.hosts else -(-self.ranks // self.ranks_per_node)
-
-    def seconds(self, i: int) -> float:
-        """The time of row ``i``: the faster placement when both agree within 20 %, else
-        the out-of-place one (a noisy in-place half is not evidence)."""
-        a, b = self.oop_s[i], self.ip_s[i]
-        if b > 0 and a > 0 and abs(a - b) <= 0.2 * a:
-            return min(a, b)
-        return a if a > 0 else b
 
 
 _OP_OF_BINARY = {
@@ -114,15 +88,43 @@ def _table_row(tok: list[str], has_root: bool) -> tuple[int, float, float, float
     return int(tok[0]), t_oop, t_ip, algbw, busbw
 
 
+# Open MPI's ``mpirun --tag-output`` (and launchers that wrap it) prefix every line with the
+# job and rank and stream: ``[1,0]<stdout>:``, sometimes after a launcher's own prefix.
+_MPI_TAG = re.compile(r"^.*?\[(\d+),(\d+)\]<(stdout|stderr|stddiag)>:")
+
+
+def _untagged_lines(text: str) -> list[str]:
+    """The output's lines without ``mpirun --tag-output`` prefixes. Only the rank that printed
+    the table is kept (an nccl-tests built without MPI prints one 1-rank table per process;
+    only rank 0 prints the header and the rows of an MPI run), with the untagged lines."""
+    lines, table_tag = [], None
+    tagged: list[tuple[tuple[str, str] | None, str]] = []
+    for line in text.splitlines():
+        m = _MPI_TAG.match(line)
+        if m is None:
+            tagged.append((None, line))
+            continue
+        rest = line[m.end() :]
+        tag = (m.group(1), m.group(2))
+        tagged.append((tag if m.group(3) == "stdout" else ("stderr", ""), rest))
+        if table_tag is None and m.group(3) == "stdout" and _table_row(rest.split(), False):
+            table_tag = tag
+    for tag, rest in tagged:
+        if tag is None or tag == table_tag:
+            lines.append(rest)
+    return lines
+
+
 def parse_nccl_tests(text: str, *, source: str = "nccl-tests output", op: str | None = None):
     """The table of an nccl-tests output (``all_reduce_perf`` and friends): both halves of
     every line, ranks and hosts from the ``# Rank ... on HOST device ...`` lines (else from
-    the ``nGpus`` header or busbw/algbw). Raises ValueError naming ``source`` when no row is
-    found."""
+    the ``nGpus`` header or busbw/algbw). Logs of ``mpirun --tag-output`` (``[1,0]<stdout>:``
+    prefixes) are read as the rank that printed the table wrote them. Raises ValueError
+    naming ``source`` when no row is found."""
     head = _Header(op)
     sizes, oop, ip = [], [], []
     ratios = []
-    for line in text.splitlines():
+    for line in _untagged_lines(text):
         s = line.strip()
         if not s:
             continue
@@ -174,8 +176,6 @@ def platform_from_nccl_tests(
     per count); logs spanning nodes fit the network (one NIC = the node's injection bandwidth
     / ``nics_per_node``). What no log measured is kept from ``base`` (a default label or a
     Platform; default: a generic node with ``devices_per_node`` devices), and said so."""
-    from .nccl_fit import fit_platform
-
     texts = [text] if isinstance(text, str) else list(text)
     names = list(sources or [f"nccl-tests log {i + 1}" for i in range(len(texts))])
     tables = [parse_nccl_tests(t, source=s) for t, s in zip(texts, names, strict=True)]

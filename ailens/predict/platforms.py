@@ -104,6 +104,15 @@ class Platform:
     # kernels one after the other. Fitted when a log was run so; a job with one process per
     # device does not pay it.
     launch_s: float = 0.0
+    # Saturation: the bus bandwidth (B/s) nccl-tests measured at its largest message (in the
+    # bandwidth band, SATURATION_MIN_BYTES and up) when k devices of one node took part
+    # ({k: B/s}). Beyond the largest such k, large messages are priced at it (nccl.py).
+    busbw_by_devices: dict = field(default_factory=dict)
+    # The device and its peak dense throughput per precision ({"fp32": TFLOP/s, "tf32": ...,
+    # "fp16": ...}, vendor datasheets): the far end of a device-speed interval when a job
+    # measured elsewhere is predicted here ("same speed" is the other end).
+    device: str = ""
+    peak_tflops: dict = field(default_factory=dict)
     description: str = ""
     notes: tuple = ()
 
@@ -272,6 +281,8 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
                 NCCL_PCI_STEP_S,
                 "assumed: PCIe gen3 x16 / CPU interconnect path, ~10 GB/s (not measured)",
             ),
+            device="V100 SXM2 (vendor datasheet: 15.7 TFLOP/s FP32, 125 FP16 tensor)",
+            peak_tflops={"fp32": 15.7, "tf32": 15.7, "fp16": 125.0},
             description="NVIDIA DGX-1 with 8 x V100: NVLink hybrid cube mesh, 4 x 100 Gb/s IB",
             notes=(
                 "NVLink pairs of the hybrid cube mesh (NV1/NV2) as `nvidia-smi topo -m` prints "
@@ -295,6 +306,8 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             nics_per_node=8,
             intra_kind="nvswitch",
+            device="V100 SXM3 (vendor datasheet: 15.7 TFLOP/s FP32, 125 FP16 tensor)",
+            peak_tflops={"fp32": 15.7, "tf32": 15.7, "fp16": 125.0},
             description="NVIDIA DGX-2 with 16 x V100: NVSwitch, 8 x 100 Gb/s IB",
         ),
         Platform(
@@ -313,6 +326,8 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             nics_per_node=8,
             intra_kind="nvswitch",
+            device="A100 SXM4 (vendor datasheet: 19.5 TFLOP/s FP32, 156 TF32, 312 FP16 dense)",
+            peak_tflops={"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
             description="NVIDIA DGX A100 / Azure ND A100 v4: 8 x A100 on NVSwitch, 8 x 200 Gb/s",
         ),
         Platform(
@@ -331,6 +346,8 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             nics_per_node=8,
             intra_kind="nvswitch",
+            device="H100 SXM5 (vendor datasheet: 67 TFLOP/s FP32, 495 TF32, 990 FP16 dense)",
+            peak_tflops={"fp32": 67.0, "tf32": 494.7, "fp16": 989.4},
             description="NVIDIA DGX H100: 8 x H100 on NVSwitch, 8 x 400 Gb/s",
         ),
         Platform(
@@ -400,6 +417,9 @@ def platform_to_dict(p: Platform) -> dict:
             for k, d in sorted(p.protocols_by_devices.items())
         },
         "launch_s": p.launch_s,
+        "busbw_by_devices": {str(k): float(v) for k, v in sorted(p.busbw_by_devices.items())},
+        "device": p.device,
+        "peak_tflops": {str(k): float(v) for k, v in sorted(p.peak_tflops.items())},
         "notes": list(p.notes),
     }
 
@@ -459,6 +479,11 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
                 for k, per in (d.get("protocols_by_devices") or {}).items()
             },
             launch_s=float(d.get("launch_s") or 0.0),
+            busbw_by_devices={
+                int(k): float(b) for k, b in (d.get("busbw_by_devices") or {}).items()
+            },
+            device=str(d.get("device") or ""),
+            peak_tflops={str(k): float(v) for k, v in (d.get("peak_tflops") or {}).items()},
             description=str(d.get("description", "")),
             notes=tuple(str(x) for x in d.get("notes") or ()),
         )

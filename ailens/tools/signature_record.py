@@ -87,8 +87,11 @@ def _phases(a) -> list[dict]:
 def _analytic_grid(a, prepared) -> dict:
     """The analytic what-if's step time on every grid layout, both scaling modes:
     ``{mode: [[ranks, threads, cores_per_node, step_s], ...]}`` (one node). The run's
-    features are extracted once (``prepared``) and every target evaluated from them."""
-    from ..predict.whatif import whatif
+    features are extracted once (``prepared``), its collective groups replayed once
+    (``whatif_source``) and every target evaluated from them."""
+    from ..predict.whatif import whatif, whatif_source
+
+    shared = whatif_source(a, prepared=prepared)
 
     grid: dict = {"weak": [], "strong": []}
     for mode in grid:
@@ -100,7 +103,7 @@ def _analytic_grid(a, prepared) -> dict:
                     mode=mode,
                     threads_per_rank=th,
                     cores_per_node=c,
-                    prepared=prepared,
+                    source=shared,
                 )
                 for r in rows:
                     grid[mode].append([r.ranks, th, c, r.step_time_s])

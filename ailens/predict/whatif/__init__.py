@@ -5,7 +5,8 @@ One room per job: ``features`` (what is measured once per run, ``prepare``), ``s
 per-step compute / exposed-comm split), ``layout``, ``compute`` (thread speed-up, node
 sharing), ``calibration`` (reading ``ailens calibrate``'s files), ``links`` (collective
 costs on the target's links), ``replay`` (collective groups against the compute, cores
-shared), ``terms`` (the step time as a sum of named terms) and ``model`` (``whatif``).
+shared), ``terms`` (the step time as a sum of named terms) and ``model`` (``whatif``,
+``whatif_source``).
 """
 
 from ..terms import TermValue, expected_max_normal
@@ -14,7 +15,7 @@ from .compute import ComputeModel
 from .features import CommGroup, MeasuredRun, Prepared, RunFeatures, features, prepare
 from .layout import Layout
 from .links import ScalingModel, scaling_model
-from .model import Prediction, WhatIfRow, whatif
+from .model import Prediction, WhatIfRow, whatif, whatif_source
 from .replay import REPLAY_STEPS, replay_sample
 from .steps import measured_step_s
 from .terms import TERMS
@@ -41,4 +42,5 @@ __all__ = [
     "replay_sample",
     "scaling_model",
     "whatif",
+    "whatif_source",
 ]

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
 
 from ..collectives import Fit, canonical_op, fit_cost_params, transport_of
 from .layout import Layout
-from .replay import Cpu, unstretch
+from .replay import Cpu, measured_spans, replay_sample, unstretch
 from .steps import Steps, split_steps
 
 __all__ = ["CommGroup", "MeasuredRun", "Prepared", "RunFeatures", "features", "prepare"]
@@ -130,18 +130,31 @@ def _node_cores(a) -> tuple[float | None, str]:
     return cores, "affinity of the ranks"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class MeasuredRun:
-    """The per-step arrays the what-if replays (``prepare``), and what evaluating targets
-    caches on them: the ticks' distinct collectives and the source's replay."""
+    """The per-step arrays the what-if replays, measured once (``prepare``): every target and
+    calibration reads them, none writes them."""
 
     steps: Steps
-    notes: list[str]
+    notes: tuple[str, ...]
     pure: np.ndarray  # per tick: pure duration (exclusive, fastest rank), s
     ops: np.ndarray  # per tick: op name
     nbytes: np.ndarray  # per tick: bytes
-    keys: tuple | None = None  # (distinct (op, bytes), each tick's index among them)
-    replays: dict = field(default_factory=dict)
+    keys: tuple  # (distinct (op, bytes), each tick's index among them): tick_keys
+    steady_ticks: np.ndarray  # per recorded tick: in a training step the what-if replays
+    sample: np.ndarray | None  # the replayed steps (replay_sample; None: all of them)
+    sampled_span_meas: np.ndarray | None  # with a sample: every step's measured group spans
+
+
+def tick_keys(ops, nbytes) -> tuple[list, np.ndarray]:
+    """The distinct (op, bytes) of the ticks and each tick's index among them."""
+    index: dict = {}
+    inv = np.fromiter(
+        (index.setdefault((o, int(n)), len(index)) for o, n in zip(ops, nbytes, strict=True)),
+        dtype=np.int64,
+        count=len(ops),
+    )
+    return list(index), inv
 
 
 class Prepared(NamedTuple):
@@ -216,8 +229,21 @@ def prepare(a, *, warmup: int | None = None) -> Prepared:
         framework_version=run_meta.get("framework_version"),
         sections_s=_sections_per_step(a),
     )
-    run = MeasuredRun(steps, notes, pure, ops, a.tick_nbytes)
-    _add_unrecorded_gradients(a, feats, run)
+    steps, ops, nbytes, pure = _with_unrecorded_gradients(
+        a, feats, steps, ops, a.tick_nbytes, pure, notes
+    )
+    sample = replay_sample(len(steps.idx))
+    run = MeasuredRun(
+        steps=steps,
+        notes=tuple(notes),
+        pure=pure,
+        ops=ops,
+        nbytes=nbytes,
+        keys=tick_keys(ops, nbytes),
+        steady_ticks=np.isin(a.tick_step, steps.idx),
+        sample=sample,
+        sampled_span_meas=None if sample is None else measured_spans(steps),
+    )
     return Prepared(feats, run)
 
 
@@ -274,34 +300,36 @@ def _model_error_pct(steps: Steps, pure: np.ndarray, step_s: float) -> float:
     return 100.0 * (replayed - step_s) / step_s if step_s > 0 else 0.0
 
 
-def _add_unrecorded_gradients(a, feats: RunFeatures, run: MeasuredRun) -> None:
+def _with_unrecorded_gradients(a, feats: RunFeatures, steps, ops, nbytes, pure, notes: list):
     """Horovod skips its gradient allreduces on 1 rank, so the trace has none to scale. With
-    the parameter count the integration recorded, add the one it would run per step on more
-    ranks: a fused allreduce of the float32 gradients, waited for at the optimizer step."""
+    the parameter count the integration recorded, the steps, ops, bytes and pure durations
+    with the one it would run per step on more ranks: a fused allreduce of the float32
+    gradients, waited for at the optimizer step (``notes`` says so)."""
     if a.ranks != 1 or not feats.framework.startswith(("horovod", "keras+horovod")):
-        return
-    steps, ops = run.steps, run.ops
+        return steps, ops, nbytes, pure
     steady = np.isin(a.tick_step, steps.idx)
     if any(canonical_op(str(o)) == "allreduce" for o in ops[steady]):
-        return
+        return steps, ops, nbytes, pure
     if not feats.param_count:
-        run.notes.append(
+        notes.append(
             "1-rank Horovod run: no gradient allreduce recorded and no parameter count: the "
             "gradients' collectives on more ranks are not modelled"
         )
-        return
+        return steps, ops, nbytes, pure
     n = len(ops)
     k = len(steps.idx)
-    nbytes = 4 * int(feats.param_count)
-    run.ops = np.concatenate((ops, np.full(k, "allreduce", dtype=object)))
-    run.nbytes = np.concatenate((run.nbytes, np.full(k, nbytes, dtype=np.int64)))
-    run.pure = np.concatenate((run.pure, np.zeros(k)))
-    for i, gl in enumerate(steps.groups):
-        gl.append((np.array([n + i]), np.zeros(1)))
-    run.notes.append(
+    size = 4 * int(feats.param_count)
+    groups = [[*gl, (np.array([n + i]), np.zeros(1))] for i, gl in enumerate(steps.groups)]
+    notes.append(
         f"1-rank Horovod run records no gradient allreduce: one fused allreduce of "
-        f"{feats.param_count:,} float32 parameters ({nbytes:,} bytes) per step assumed, "
+        f"{feats.param_count:,} float32 parameters ({size:,} bytes) per step assumed, "
         "waited for at the optimizer step"
+    )
+    return (
+        replace(steps, groups=groups),
+        np.concatenate((ops, np.full(k, "allreduce", dtype=object))),
+        np.concatenate((nbytes, np.full(k, size, dtype=np.int64))),
+        np.concatenate((pure, np.zeros(k))),
     )
 
 

@@ -21,14 +21,14 @@ from ..collectives import (
     collective_time,
 )
 from .calibration import interp_samples, link_calibration, load_calibration
-from .features import RunFeatures, features
+from .features import RunFeatures, features, tick_keys
 
 __all__ = ["ScalingModel", "scaling_model", "target_durations", "tick_cpu", "tick_keys"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScalingModel:
-    """The link parameters the what-if uses and where each came from."""
+    """The link parameters the what-if uses and where each came from (built by keyword)."""
 
     ranks: int
     run_fit: Fit  # fit on this run's own collectives (None params at 1 rank)
@@ -145,18 +145,18 @@ def scaling_model(
     if multi and lc.intra is None:
         intra = replace(inter, source=f"{inter.source}; intra-node assumed equal")
     return ScalingModel(
-        a.ranks,
-        fit,
-        intra,
-        inter,
-        run_links,
-        ranks_per_node,
-        feats.transport,
-        lc.transport,
-        lc.samples,
-        lc.cpu_samples,
-        lc.loaded_samples,
-        lc.background_cpu,
+        ranks=a.ranks,
+        run_fit=fit,
+        intra=intra,
+        inter=inter,
+        run_links=run_links,
+        ranks_per_node=ranks_per_node,
+        transport=feats.transport,
+        calibration_transport=lc.transport,
+        samples=lc.samples,
+        cpu_samples=lc.cpu_samples,
+        loaded_samples=lc.loaded_samples,
+        background_cpu=lc.background_cpu,
     )
 
 
@@ -180,17 +180,6 @@ def target_durations(
         ]
     )
     return np.maximum(out + added[inv], 0.0) if len(out) else out
-
-
-def tick_keys(ops, nbytes) -> tuple[list, np.ndarray]:
-    """The distinct (op, bytes) of the ticks and each tick's index among them."""
-    index: dict = {}
-    inv = np.fromiter(
-        (index.setdefault((o, int(n)), len(index)) for o, n in zip(ops, nbytes, strict=True)),
-        dtype=np.int64,
-        count=len(ops),
-    )
-    return list(index), inv
 
 
 def tick_cpu(model: ScalingModel, ops, nbytes, q: int, links: str, keys=None) -> np.ndarray:

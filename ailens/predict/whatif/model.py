@@ -25,13 +25,13 @@ import numpy as np
 
 from ..terms import TermValue
 from .calibration import load_calibration
-from .features import Prepared, RunFeatures, prepare
+from .features import MeasuredRun, Prepared, RunFeatures, prepare
 from .layout import Layout
 from .replay import cpu_of
-from .steps import Steps
-from .terms import TERMS, Source, Target, source, step_time
+from .terms import TERMS, Source, Target, replay_on, step_time
+from .terms import source as _source
 
-__all__ = ["Prediction", "WhatIfRow", "whatif"]
+__all__ = ["Prediction", "WhatIfRow", "whatif", "whatif_source"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,7 @@ def whatif(
     fixed_dataset: bool = True,
     warmup: int | None = None,
     prepared: Prepared | None = None,
+    source: Source | None = None,
 ) -> list[WhatIfRow]:
     """Predicted step time, total time, speedup, efficiency and comm % on each target.
 
@@ -107,14 +108,17 @@ def whatif(
     ``threads_per_rank`` describe the target nodes (default: what the run had; ranks per
     node defaults to "all on one node" for a single-host run). ``prepared``: what
     :func:`prepare` extracted from ``a`` (with the same ``warmup``), to evaluate many
-    targets of one run without extracting its features again.
+    targets of one run without extracting its features again; ``source``: what
+    :func:`whatif_source` made of the run with this ``calibration`` and ``ranks_per_node``
+    (then those two are not read again), to evaluate many targets without replaying the
+    run's collective groups again.
     """
     _check(mode, ranks, ranks_per_node, cores_per_node, threads_per_rank)
-    feats, run = prepared if prepared is not None else prepare(a, warmup=warmup)
-    cal = calibration if calibration is not None else load_calibration(a.run.path)
-    src = source(a, feats, run, cal, ranks_per_node)
+    src = source or whatif_source(
+        a, calibration=calibration, ranks_per_node=ranks_per_node, warmup=warmup, prepared=prepared
+    )
     shape = (ranks_per_node, threads_per_rank, cores_per_node)
-    totals = _totals(a, feats)
+    totals = _totals(a, src.feats)
 
     def predict(q: int) -> Prediction:
         layout = _target_layout(src, q, *shape)
@@ -122,6 +126,22 @@ def whatif(
 
     base_total = predict(1).total_s
     return [_row(a, src, predict(q), base_total) for q in sorted({int(r) for r in ranks})]
+
+
+def whatif_source(
+    a,
+    *,
+    calibration: dict | None = None,
+    ranks_per_node: int | None = None,
+    warmup: int | None = None,
+    prepared: Prepared | None = None,
+) -> Source:
+    """What every target of ``a`` shares (its features, models and the replay of its own
+    collective groups) for this calibration (default: the run directory's) and target ranks
+    per node: ``whatif(a, ..., source=whatif_source(a))`` for many targets."""
+    feats, run = prepared if prepared is not None else prepare(a, warmup=warmup)
+    cal = calibration if calibration is not None else load_calibration(a.run.path)
+    return _source(a, feats, run, cal, ranks_per_node)
 
 
 def _check(mode, ranks, ranks_per_node, cores_per_node, threads_per_rank) -> None:
@@ -158,7 +178,14 @@ def _predict(src: Source, tgt: Layout, mode: str, fixed_dataset: bool, totals) -
     work_scale = p / q if mode == "strong" else 1.0
     f = work_scale * src.compute.speed(src.feats.layout) / src.compute.speed(tgt)
     share = cpu_of(tgt, src.model.background(q, tgt.links) if q > 1 else 0.0)
-    t = Target(src, tgt, f, share, 1.0 / share.rate(0.0))
+    t = Target(
+        src=src,
+        layout=tgt,
+        factor=f,
+        share=share,
+        contention=1.0 / share.rate(0.0),
+        replayed=replay_on(src, tgt, f, share),
+    )
     values = [term.value(t) for term in TERMS]
     step, comm = step_time(t, values)
     total_steps, fixed = totals
@@ -192,7 +219,7 @@ def _row(a, src: Source, pr: Prediction, base_total: float) -> WhatIfRow:
         comm_step_s=comm,
         links=tgt.links,
         measured=tgt.ranks == lay.ranks and tgt == replace(lay, ranks_per_node=tgt.ranks_per_node),
-        phases=_phase_split(a, src.run.steps, pr.compute_factor, tgt.ranks),
+        phases=_phase_split(a, src.run, pr.compute_factor, tgt.ranks),
         ranks_per_node=tgt.ranks_per_node,
         threads_per_rank=tgt.threads_per_rank,
         cores_per_node=tgt.cores_per_node,
@@ -216,19 +243,10 @@ def _totals(a, feats: RunFeatures) -> tuple[int, float]:
     return int(total_steps), fixed
 
 
-def _steady(a, steps: Steps) -> np.ndarray:
-    """Which ticks are in the training steps the what-if replays (kept on ``steps``)."""
-    got = getattr(steps, "_steady", None)
-    if got is None:
-        got = np.isin(a.tick_step, steps.idx)
-        object.__setattr__(steps, "_steady", got)
-    return got
-
-
-def _phase_split(a, steps: Steps, f: float, q: int) -> tuple[tuple[int, float, float], ...]:
+def _phase_split(a, run: MeasuredRun, f: float, q: int) -> tuple[tuple[int, float, float], ...]:
     """(phase id, compute s, comm s) per step on the target: the run's per-phase split with
     compute scaled by ``f`` and collectives removed at 1 rank (the table the report shows)."""
-    steady = _steady(a, steps)
+    steps, steady = run.steps, run.steady_ticks
     ids = a.phase_ids[steady]
     if not len(ids):
         return ()

@@ -26,8 +26,8 @@ from ..terms import TermValue, expected_max_normal
 from .compute import ComputeModel, compute_model
 from .features import MeasuredRun, RunFeatures
 from .layout import Layout
-from .links import ScalingModel, scaling_model, target_durations, tick_cpu, tick_keys
-from .replay import Cpu, Replay, cpu_of, measured_spans, replay_sample, replay_target, steps_at
+from .links import ScalingModel, scaling_model, target_durations, tick_cpu
+from .replay import Cpu, Replay, cpu_of, replay_target, steps_at
 from .replay import unstretch as _unstretch
 
 __all__ = [
@@ -62,7 +62,8 @@ class Source:
 
 
 def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Source:
-    """The target-independent half of the what-if (cached on ``run`` between calls)."""
+    """The target-independent half of the what-if: made once per run, calibration and
+    ranks per node (``whatif(..., source=)`` reuses it for more targets)."""
     model = scaling_model(a, calibration=cal, ranks_per_node=ranks_per_node, feats=feats)
     cm, cm_notes = compute_model(feats, cal)
     steps, src, p = run.steps, feats.layout, feats.layout.ranks
@@ -72,23 +73,12 @@ def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Sour
     )
     # The source as the model sees it: its transport's CPU competing with its compute.
     share_src = cpu_of(src, model.background(p, model.run_links))
-    if run.keys is None:
-        run.keys = tick_keys(run.ops, run.nbytes)
     cpu_src = tick_cpu(model, run.ops, run.nbytes, p, model.run_links, run.keys)
     # A long run replays REPLAY_STEPS of its steps, evenly spaced (see replay_sample).
-    sample = replay_sample(len(steps.idx))
-    replays = run.replays
-    key = (share_src, cpu_src.tobytes(), None if sample is None else len(sample))
-    rep = replays.get(key)
-    if rep is None:
-        sub = steps if sample is None else steps_at(steps, sample)
-        rep = replays[key] = _unstretch(sub, run.pure, cpu_src, share_src)
-    if sample is None:
-        span_meas = rep.span_meas
-    elif "span_meas" in replays:
-        span_meas = replays["span_meas"]
-    else:
-        span_meas = replays["span_meas"] = measured_spans(steps)
+    sample = run.sample
+    sub = steps if sample is None else steps_at(steps, sample)
+    rep = _unstretch(sub, run.pure, cpu_src, share_src)
+    span_meas = rep.span_meas if sample is None else run.sampled_span_meas
     k_src = 1.0 / share_src.rate(0.0)  # compute slowdown by the idle transport alone
     if model.cpu_samples or model.background_cpu:
         notes.append(
@@ -114,38 +104,35 @@ def source(a, feats: RunFeatures, run: MeasuredRun, cal, ranks_per_node) -> Sour
     )
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Target:
     """One target as the terms see it: its layout, the compute factor ``f`` (work per rank
     and speed of its cores, target over source), the rank's cores shared with the transport
-    (``share``) and the compute slowdown ``k`` that sharing gives at idle."""
+    (``share``), the compute slowdown ``k`` that sharing gives at idle, and the source's
+    collective groups replayed there (``replayed``: :func:`replay_on`)."""
 
     src: Source
     layout: Layout
     factor: float
     share: Cpu
     contention: float
-    _replayed: tuple | None = field(default=None, repr=False)
+    replayed: tuple[np.ndarray, np.ndarray] = field(repr=False)
 
     @property
     def ranks(self) -> int:
         return self.layout.ranks
 
-    def replayed(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per replayed step (compute inside group spans, exposed comm) on the target; at
-        1 rank the groups' compute without their collectives."""
-        if self._replayed is None:
-            src, q = self.src, self.ranks
-            if q == 1:
-                self._replayed = (self.factor * src.rep.span_pure, src.rep.exposed)
-            else:
-                run, model, links = src.run, src.model, self.layout.links
-                dur = target_durations(
-                    src.feats, model, run.ops, run.nbytes, run.pure, q, links, run.keys
-                )
-                cpu = tick_cpu(model, run.ops, run.nbytes, q, links, run.keys)
-                self._replayed = replay_target(src.rep, dur, cpu, self.factor, self.share)
-        return self._replayed
+
+def replay_on(src: Source, layout: Layout, factor: float, share: Cpu):
+    """Per replayed step (compute inside group spans, exposed comm) on the target; at 1 rank
+    the groups' compute without their collectives."""
+    q = layout.ranks
+    if q == 1:
+        return (factor * src.rep.span_pure, src.rep.exposed)
+    run, model, links = src.run, src.model, layout.links
+    dur = target_durations(src.feats, model, run.ops, run.nbytes, run.pure, q, links, run.keys)
+    cpu = tick_cpu(model, run.ops, run.nbytes, q, links, run.keys)
+    return replay_target(src.rep, dur, cpu, factor, share)
 
 
 @dataclass(frozen=True)
@@ -211,7 +198,7 @@ class OverlappedCompute:
     part = "compute"
 
     def value(self, t: Target) -> StepTerm:
-        span = t.replayed()[0]
+        span = t.replayed[0]
         sampled = t.src.sample is not None
         return StepTerm(self.name, float(np.mean(span)), per_step=span, sampled=sampled)
 
@@ -228,7 +215,7 @@ class ExposedComm:
         src, q = t.src, t.ranks
         if q == 1:
             return StepTerm(self.name, 0.0)
-        exposed = t.replayed()[1]
+        exposed = t.replayed[1]
         # Per step this difference is noisy (rank 0's step against the slowest rank's
         # compute): only its mean is clipped.
         if src.sample is None:

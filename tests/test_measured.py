@@ -1,0 +1,214 @@
+"""The cluster what-if from several measured scales of one job (ailens/predict/measured.py)
+and the intervals of assumed terms (ailens/predict/cluster.py)."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from conftest import REPO
+from test_cli import assert_one_line_error, cli
+
+from ailens.predict import (
+    DEFAULT_PLATFORMS,
+    JobDescription,
+    ddp_buckets,
+    fit_measured,
+    load_platform,
+    predict,
+    predict_measured,
+)
+from ailens.predict.cluster import scale_bandwidth
+
+GRAD = 4 * 25_557_032  # ResNet-50's fp32 gradients
+
+
+def _job(step_s=0.100, ranks=1, rpn=1, platform="pcie-node", **kw) -> JobDescription:
+    return JobDescription(
+        name="resnet50",
+        grad_bytes=GRAD,
+        buckets=ddp_buckets(GRAD),
+        step_s=step_s,
+        batch_per_device=32,
+        ranks=ranks,
+        ranks_per_node=rpn,
+        platform=platform,
+        source=f"run at {ranks}",
+        **kw,
+    )
+
+
+def test_two_scales_recover_the_effective_network_and_predict_larger_counts():
+    """A job whose allreduces run at 1/8 of the datasheet PCIe bandwidth: its runs at 1 and
+    2 GPUs pin the factor down, and 4 and 8 GPUs follow from it; the datasheet alone
+    (one measured scale) misses them."""
+    base = DEFAULT_PLATFORMS["pcie-node"]
+    slow = scale_bandwidth(base, 1 / 8)
+    one = _job()
+    truth = {r.ranks: r.step_time_s for r in predict(one, [2, 4, 8], slow)}
+    two = _job(step_s=truth[2], ranks=2, rpn=2)
+    fit = fit_measured([two, one], base)  # any order
+    assert fit.base is one and fit.bandwidth_factor == pytest.approx(1 / 8, rel=0.05)
+    assert "fitted on the job's runs" in fit.platform.intra.source
+    rows = predict_measured([one, two], [4, 8], base)
+    for r in rows:
+        assert r.step_time_s == pytest.approx(truth[r.ranks], rel=0.01), r.ranks
+        assert r.step_low_s <= r.step_time_s <= r.step_high_s
+        assert r.wide_term == "extrapolation" and "one more scale" not in r.narrow_by
+        said = " ".join(r.assumptions)
+        assert "run at 1" in said and "run at 2" in said and "effective network" in said
+        assert r.terms[-1].name == "measured_residual"
+    datasheet = {r.ranks: r.step_time_s for r in predict(one, [4, 8], base)}
+    assert all(abs(datasheet[q] / truth[q] - 1) > 0.05 for q in (4, 8))
+
+
+def test_what_is_not_communication_is_carried_and_interpolated_in_log_devices():
+    """No gradients to reduce: the measured growth is all residual; between measured scales
+    it is interpolated in log2(devices), beyond them the nearest one's is kept."""
+    runs = [
+        replace(_job(step_s=s, ranks=q, rpn=q), grad_bytes=0, buckets=())
+        for q, s in ((1, 0.100), (2, 0.104), (8, 0.110))
+    ]
+    got = {r.ranks: r.step_time_s for r in predict_measured(runs, [2, 4, 8, 16], "pcie-node")}
+    assert got[2] == pytest.approx(0.104)
+    assert got[4] == pytest.approx(0.107)  # halfway in log2 between 2 and 8
+    assert got[8] == pytest.approx(0.110)
+    assert got[16] == pytest.approx(0.110)
+    fit = fit_measured(runs, "pcie-node")
+    assert fit.bandwidth_factor is None  # nothing to reduce: no network fitted
+
+
+def test_measured_inputs_are_checked():
+    with pytest.raises(ValueError, match="two or more device counts"):
+        fit_measured([_job()], "pcie-node")
+    with pytest.raises(ValueError, match="same layout"):
+        fit_measured([_job(), _job(step_s=0.2)], "pcie-node")
+    with pytest.raises(ValueError, match="different platforms"):
+        fit_measured([_job(), _job(ranks=2, rpn=2, platform="dgx1-v100")])
+
+
+def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
+    """On datasheet links the exposed sync is priced from the datasheet down to 1/16 of it;
+    on links fitted on nccl-tests output the weak-scaling step is a point."""
+    job = _job(platform="dgx1-v100")
+    r = predict(job, [16], "dgx1-v100", ranks_per_node=8)[0]
+    assert r.step_low_s == pytest.approx(r.step_time_s) and r.step_high_s > r.step_time_s
+    assert r.wide_term == "network" and "nccl-tests" in r.narrow_by
+    d = r.to_dict()
+    assert {"step_low_s", "step_high_s", "wide_term", "narrow_by"} <= set(d)
+    fitted = load_platform("ndv4-echo")
+    r = predict(replace(job, platform=None), [16], fitted, ranks_per_node=8)[0]
+    assert r.step_low_s == pytest.approx(r.step_time_s) == pytest.approx(r.step_high_s)
+    assert r.wide_term == ""
+    # Strong scaling without a compute curve: the compute's floor band makes it wide.
+    r = predict(job, [8], "ndv4-echo", scaling="strong", ranks_per_node=8)[0]
+    assert r.step_low_s < r.step_time_s < r.step_high_s and r.wide_term == "compute"
+
+
+EXAMPLE1 = REPO / "docs" / "examples" / "resnet50_ddp_dgx1.json"
+EXAMPLE2 = REPO / "docs" / "examples" / "resnet50_ddp_dgx1_2gpu.json"
+# PyTorch's DDP benchmark (pytorch/pytorch:benchmarks/distributed/ddp/README.md@bf69c14),
+# ResNet-50 p50 at 8 GPUs (one DGX-1) and 16 (two): what the two runs did not see.
+MEASURED = {8: 0.104, 16: 0.104}
+
+
+def test_whatif_command_takes_several_measured_scales():
+    """``ailens whatif A.json B.json``: the DDP benchmark's 1- and 2-GPU runs predict 8 and
+    16 GPUs within 4 %, inside the printed interval, each term's run named."""
+    out = cli("whatif", EXAMPLE1, EXAMPLE2, "--ranks", "8,16", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    for r in rows:
+        want = MEASURED[r["ranks"]]
+        assert abs(r["step_time_s"] / want - 1) < 0.04, r
+        assert r["step_low_s"] <= want <= r["step_high_s"], r
+        assert r["terms"][-1]["name"] == "measured_residual"
+        assert any("resnet50_ddp_dgx1_2gpu.json" in a for a in r["assumptions"])
+    text = cli("whatif", EXAMPLE1, EXAMPLE2, "--ranks", "16").stdout
+    assert "measured: 100 ms at 1, 103 ms at 2 device(s)" in text
+    assert "Widest interval at 16 devices: extrapolation" in text
+
+
+def test_whatif_several_scales_errors_are_one_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    assert_one_line_error(cli("whatif", EXAMPLE1, run), str(run), "--cluster")
+    assert_one_line_error(cli("whatif", EXAMPLE1, EXAMPLE1), "same layout")
+
+
+def test_strong_scaling_takes_the_compute_curve_from_the_runs():
+    """Strong scaling without a compute curve: two runs at different batches per device are
+    its points; beyond them the per-step overhead + per-sample fit through them, not the
+    stated 10 % floor."""
+    kw = {"grad_bytes": 0, "buckets": (), "scaling": "strong", "global_batch": 256}
+    one = replace(_job(step_s=0.200, ranks=1, rpn=1), batch_per_device=256, **kw)
+    two = replace(_job(step_s=0.120, ranks=2, rpn=2), batch_per_device=128, **kw)
+    row = predict_measured([one, two], [8], "pcie-node")[0]
+    b = (0.200 - 0.120) / (256 - 128)  # per sample
+    a = 0.200 - b * 256  # per step
+    assert row.step_time_s == pytest.approx(a + b * 32, rel=1e-6)
+    assert any("from the runs' own steps" in x for x in row.assumptions)
+    floor = predict(one, [8], "pcie-node", scaling="strong")[0].step_time_s
+    assert floor != pytest.approx(row.step_time_s, rel=0.01)
+
+
+RECORDS = REPO / "benchmarks" / "history" / "records"
+
+
+def test_whatif_takes_every_scale_of_a_job_from_the_history(tmp_path):
+    """``ailens whatif H.sqlite --job NAME``: the job's recorded runs (real records of
+    mnist-ddp at 1 and 2 ranks) are its measured scales; the run at 2 ranks is reproduced
+    and named, and 4 ranks predicted from both."""
+    from ailens.tools.history import History
+
+    hist = tmp_path / "h.sqlite"
+    recs = [json.loads((RECORDS / f"mnist-ddp__b64__full__r{r}t1.json").read_text())
+            for r in (1, 2)]  # fmt: skip
+    other = json.loads((RECORDS / "mnist-hvd__b16__full__r1t1.json").read_text())
+    with History(hist) as h:
+        for rec in [*recs, other]:
+            assert h.add(rec)
+    out = cli("whatif", hist, "--job", "mnist-ddp/b64", "--cluster", "pcie-node",
+              "--ranks", "2,4", "--json")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    rows = {r["ranks"]: r for r in json.loads(out.stdout)}
+    assert rows[2]["step_time_s"] == pytest.approx(recs[1]["step"]["step_s"], rel=1e-6)
+    said = " ".join(rows[4]["assumptions"])
+    assert recs[0]["run_dir"] in said and recs[1]["run_dir"] in said
+    assert rows[4]["terms"][-1]["name"] == "measured_residual"
+    # Two jobs in the database and none named; a job it does not hold.
+    assert_one_line_error(cli("whatif", hist, "--cluster", "pcie-node"), "2 jobs", "--job")
+    assert_one_line_error(cli("whatif", hist, "--job", "nope", "--cluster", "pcie-node"),
+                          "no job 'nope'")  # fmt: skip
+
+
+def test_weak_scaling_step_is_not_below_the_largest_measured_scale_under_the_target():
+    """On the DGX-1 cube mesh 2 GPUs ride one NVLink and 4 GPUs rings over four: a slow
+    2-GPU run fitted as a slow network prices 4 GPUs faster than 2. Weak scaling keeps each
+    device's work, so the 4-GPU step is kept at the 2-GPU measurement, and said so."""
+    one = _job(platform="dgx1-v100")
+    two = _job(step_s=0.120, ranks=2, rpn=2, platform="dgx1-v100")
+    fit = fit_measured([one, two])
+    model4 = predict(one, [4], fit.platform)[0].step_time_s
+    assert model4 < 0.120  # what the link model alone says
+    row = predict_measured([one, two], [4])[0]
+    assert row.step_time_s == pytest.approx(0.120)
+    assert any("weak scaling does not speed a device up" in a for a in row.assumptions)
+
+
+def test_another_platform_puts_the_device_speed_in_the_interval():
+    """A job measured on a DGX-1 (V100) predicted on a DGX A100: the compute spans "same
+    speed" to the ratio of the two devices' fp32 peaks (15.7 / 19.5 TFLOP/s, datasheets);
+    where a peak is not known (pcie-node) the row says the interval leaves it out."""
+    from ailens.predict import platform_from_dict, platform_to_dict
+
+    job = _job(platform="dgx1-v100")
+    r = predict(job, [1], "dgx-a100")[0]
+    c = r.terms[0].seconds
+    assert r.step_high_s == pytest.approx(r.step_time_s)
+    assert r.step_low_s == pytest.approx(r.step_time_s - c * (1 - 15.7 / 19.5))
+    assert r.wide_term == "device" and "target platform" in r.narrow_by
+    a100 = DEFAULT_PLATFORMS["dgx-a100"]
+    assert platform_from_dict(platform_to_dict(a100)).peak_tflops == a100.peak_tflops
+    r = predict(job, [1], "pcie-node")[0]
+    assert r.step_low_s == pytest.approx(r.step_high_s)
+    assert any("peak of pcie-node is not known" in a for a in r.assumptions)
