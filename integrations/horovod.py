@@ -138,7 +138,7 @@ class HorovodLens(Attachment):
             settings["enabled"] = False
         else:
             settings.setdefault("backend", "gloo" if hvd.gloo_enabled() else "mpi")
-            settings.update(rank=hvd.rank(), world_size=hvd.size(), exchange=self._exchange)
+            settings.update(rank=hvd.rank(), world_size=hvd.size(), exchange=self._exchanger())
         meta = {**_run_facts(kind, optimizer), **(meta or {})}
         lens = open_lens(meta=meta, **settings)
         infer = steps != "manual" and optimizer is None
@@ -165,6 +165,34 @@ class HorovodLens(Attachment):
     def _before_close(self) -> None:
         if self.collects_graphs:
             tfgraph.collect("tensorflow", self)
+
+    def _exchanger(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The Lens's exchange: :meth:`_exchange`; with torch also in the background
+        (``start``: ``allreduce_async``, finished by ``synchronize`` at the next step end,
+        so Horovod negotiates it with that step's gradients instead of in a cycle of its
+        own)."""
+
+        def exchange(a: np.ndarray) -> np.ndarray:
+            return self._exchange(a)
+
+        if self.kind == "torch":
+            exchange.start = self._start_exchange
+        return exchange
+
+    def _start_exchange(self, a: np.ndarray) -> Callable[[], np.ndarray]:
+        import torch
+
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        name = f"ailens.exchange.{a.size}"
+        with quiet():
+            handle = self.hvd.allreduce_async(torch.from_numpy(a.copy()), op=self.hvd.Sum,
+                                              name=name)  # fmt: skip
+
+        def finish() -> np.ndarray:
+            with quiet():
+                return self.hvd.synchronize(handle).numpy()
+
+        return finish
 
     def _exchange(self, a: np.ndarray) -> np.ndarray:
         """Elementwise SUM across ranks with Horovod itself; not recorded."""
