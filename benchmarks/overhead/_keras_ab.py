@@ -159,6 +159,7 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
         profiler = _attribution.Profiler()
         _attribution.calibrate(profiler)
         profiler.attach_handle(lens_cb._att, ("horovod",) if hvd else ())
+        profiler.patch(lens_cb, "on_train_batch_end", "hooks")  # the callback's batch hook
     unpatched = Unpatched("horovod")  # after attach (LensCallback.on_train_begin)
 
     def plain(n: int) -> None:
