@@ -188,7 +188,7 @@ class Profiler:
         self.patch(lens, "_exchange", "exchange")
         session = lens.session
         if session.exchange_fn is not None:
-            self.patch(session, "exchange_fn", "exchange_wait")
+            self._time_exchange(session)
         rec = lens.recorder
         if rec is not None:
             self.patch(rec, "log_step", "step_end")
@@ -205,6 +205,18 @@ class Profiler:
             for name in ("on_step", "on_signature"):
                 self.patch(live, name, "live")
         self.start_threads()
+
+    def _time_exchange(self, session) -> None:
+        """The exchange collective as ``exchange_wait``: the blocking call, and a background
+        round's start and finish (``Exchange.start``) when the adapter has them."""
+        real = session.exchange_fn
+        timed = self.timed(real, "exchange_wait")
+        start = getattr(real, "start", None)
+        if start is not None:
+            timed_start = self.timed(start, "exchange_wait")
+            timed.start = lambda a: self.timed(timed_start(a), "exchange_wait")
+        session.exchange_fn = timed
+        self._undo.append(lambda: setattr(session, "exchange_fn", real))
 
     def attach_handle(self, handle, packages: tuple[str, ...] = ()) -> None:
         """Time an adapter's attachment ``handle`` (an ``integrations._base.Attachment``) and
