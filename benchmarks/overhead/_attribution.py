@@ -11,9 +11,18 @@ of the timed regions nested in it) on two clocks: this thread's CPU clock
 (``CLOCK_THREAD_CPUTIME_ID``: what ailens's code costs whatever else runs on the machine)
 and the wall clock. The framework's own calls inside ailens's wrappers (the collective a
 wrapper launches, the DDP hook's allreduce) are timed as ``framework`` regions, so they are
-not counted as ailens's cost. The collectives ailens issues itself (the cross-rank exchange,
-step-inference votes) are components of their own, on the wall clock too: the time a rank
-waits in them is the cost.
+not counted as ailens's cost; they are reported apart (``framework``). With DDP that row is
+the comm hook's launch: the averaging pass over the bucket and the allreduce's launch, which
+DDP's built-in reduction fuses into its copy: the comm-hook floor (``ddp_hook_floor``), a cost
+of any hook, not of ailens's Python. The collectives ailens issues itself (the cross-rank
+exchange, step-inference votes) are components of their own, on the wall clock too: the time
+a rank waits in them is the cost (a rank that waits there would often have waited as long
+in the framework's next collective: such time is shifted rather than added).
+
+Thread CPU clocks do not count the time a thread is descheduled, so the CPU figures do not
+grow with the number of other processes; they do grow with what those processes do to the
+caches and with the cost of syscalls on a busy (virtual) machine. Read them as upper bounds
+there, and compare runs made at similar loads (every line carries ``loadavg``).
 
 Components (``COMPONENTS``; their CPU sum is ailens's cost on the training thread and on its
 own threads, the wall sum what it adds to a step when nothing overlaps):
