@@ -70,8 +70,9 @@ it) and a tutorial-shaped DDP script under ``torchrun``, from the launch to the 
 launcher, i.e. of the last rank (imports, attach, training, close, exit). One discarded
 lensed warm-up launch, then ``--job-pairs`` pairs, plain first in even pairs and lensed
 first in odd ones. ``job_ratio``: the mean over pairs of lensed / plain seconds; ``job_ci95``
-its Student-t 95 % interval; ``pairs`` the seconds of each pair. Lensed runs write to a
-temporary run directory, removed after each launch.
+its Student-t 95 % interval; ``pairs`` the seconds of each pair; ``load_start`` and
+``loadavg``: the load averages when the job's launches began and ended. Lensed runs write to
+a temporary run directory, removed after each launch.
 """
 
 from __future__ import annotations
@@ -267,6 +268,7 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     if why:
         return {**row, "skipped": why}
     env = harness.launch_env(AILENS_VENV=str(Path(sys.executable).parent.parent))
+    load_start = harness.loadavg()
 
     def once(lensed: bool) -> float:
         run_dir = tempfile.mkdtemp(prefix=f"ailens-{job.name}-")
@@ -313,6 +315,7 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
         "job_ci95": [round(ratio - half, 5), round(ratio + half, 5)],
         "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs],
         "loadavg": harness.loadavg(),
+        "load_start": load_start,
         "command": job_command(job, job.lensed, "RUN_DIR", args.smoke, args.ranks)[1:],
     }
 
