@@ -16,8 +16,9 @@ load they leave to decay below 0.5 (``settle``: seconds waited, the load then, w
 there), then measures the job cases; every row carries the load at its end (``loadavg``).
 
 ``--ranks N`` (default 2) runs every multi-rank case and job on N ranks; the launchers are
-taken from the folder of the interpreter running this script, else from ``PATH`` (torchrun
-then runs as ``python -m torch.distributed.run`` of this interpreter).
+taken from the folder of the interpreter running this script, else torchrun and horovodrun
+run as modules of this interpreter (``-m torch.distributed.run``, ``-m
+horovod.runner.launch``) and mpiexec comes from ``PATH``.
 
 Writes ``{"cases": [{"name", "framework", "step_ms", "ratio", "ci95": [lo, hi], ...}, ...],
 "jobs": [{"name", "framework", "job_ratio", "job_ci95": [lo, hi], "pairs": [[plain_s,
@@ -188,12 +189,14 @@ def case_ranks(case: Case, ranks: int) -> int:
 
 def launcher_command(launcher: str, ranks: int, argv: list[str]) -> list[str]:
     """``harness.launcher_command`` with the launcher found next to this interpreter, else
-    on ``PATH`` (torchrun: ``python -m torch.distributed.run`` of this interpreter)."""
+    (torchrun, horovodrun) the same module run by this interpreter, else (mpiexec) on
+    ``PATH``."""
     cmd = harness.launcher_command(launcher, ranks, argv)
     if launcher == "python" or Path(cmd[0]).exists():
         return cmd
-    if launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *cmd[1:]]
+    module = {"torchrun": "torch.distributed.run", "horovodrun": "horovod.runner.launch"}
+    if launcher in module:
+        return [sys.executable, "-m", module[launcher], *cmd[1:]]
     found = shutil.which(launcher)
     return [found, *cmd[1:]] if found else cmd
 

@@ -33,6 +33,8 @@ def test_launchers_next_to_the_interpreter_else_on_path(monkeypatch, tmp_path):
     cmd = bo.launcher_command("torchrun", 2, ["script.py"])
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--nproc_per_node=2" in cmd and cmd[-1] == "script.py"
+    cmd = bo.launcher_command("horovodrun", 2, ["script.py"])
+    assert cmd[:3] == [sys.executable, "-m", "horovod.runner.launch"] and "-np" in cmd
     (tmp_path / "bin").mkdir()
     mpiexec = tmp_path / "bin" / "mpiexec"
     mpiexec.write_text("#!/bin/sh\n")
