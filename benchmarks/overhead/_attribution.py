@@ -273,6 +273,23 @@ class Profiler:
                 setattr(mod, attr, timed[id(value)])
                 self._undo.append(lambda mod=mod, attr=attr, v=value: setattr(mod, attr, v))
 
+    def time_tf_reads(self, tf) -> None:
+        """TensorFlow variable reads (``Variable.numpy()``) as ``framework``: ailens reads its
+        graph-timed collectives from variables, and a read waits for the graphs still
+        running (their work, not ailens's)."""
+        cls = type(tf.Variable(0))
+        own = vars(cls).get("numpy")
+        real = cls.numpy
+        cls.numpy = self.timed(lambda var: real(var), FRAMEWORK)
+
+        def undo() -> None:
+            if own is None:
+                del cls.numpy
+            else:
+                cls.numpy = own
+
+        self._undo.append(undo)
+
     def intercept_comm_hook(self, model) -> None:
         """Time the comm hook that will be registered on DDP ``model`` (call before
         ``attach``): the hook as ``hooks``, its launch of the allreduce as ``framework``."""

@@ -160,6 +160,7 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
         _attribution.calibrate(profiler)
         profiler.attach_handle(lens_cb._att, ("horovod",) if hvd else ())
         profiler.patch(lens_cb, "on_train_batch_end", "hooks")  # the callback's batch hook
+        profiler.time_tf_reads(tf)
     unpatched = Unpatched("horovod")  # after attach (LensCallback.on_train_begin)
 
     def plain(n: int) -> None:
