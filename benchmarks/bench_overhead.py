@@ -3,11 +3,22 @@
     python benchmarks/bench_overhead.py --json overhead.json                 # step and job cases
     python benchmarks/bench_overhead.py --kind step --cases mnist_ddp,ddp_2ms --pairs 10
     python benchmarks/bench_overhead.py --kind job --job-pairs 5 --json jobs.json
+    python benchmarks/bench_overhead.py --kind attribution --cases mnist_ddp --pairs 4
+    python benchmarks/bench_overhead.py --kind step --ranks 4 --cases kmeans_mpi,mnist_ddp
     python benchmarks/bench_overhead.py --smoke --force                      # tiny sizes, 1 pair
     python benchmarks/bench_overhead.py --kind close                         # Lens.close() ms
 
 It refuses to start while the 1-minute load average is above 0.5 (``--force`` measures
-anyway) and writes the load before and after into the JSON (``load_before``, ``load_after``).
+anyway; the attribution never refuses: it does not depend on a quiet machine) and writes the
+load before and after into the JSON (``load_before``, ``load_after``). The default run
+(``--kind both``) measures the step cases, then waits up to ``--settle-s`` seconds for the
+load they leave to decay below 0.5 (``settle``: seconds waited, the load then, whether it got
+there), then measures the job cases; every row carries the load at its end (``loadavg``).
+
+``--ranks N`` (default 2) runs every multi-rank case and job on N ranks; the launchers are
+taken from the folder of the interpreter running this script, else torchrun and horovodrun
+run as modules of this interpreter (``-m torch.distributed.run``, ``-m
+horovod.runner.launch``) and mpiexec comes from ``PATH``.
 
 Writes ``{"cases": [{"name", "framework", "step_ms", "ratio", "ci95": [lo, hi], ...}, ...],
 "jobs": [{"name", "framework", "job_ratio", "job_ci95": [lo, hi], "pairs": [[plain_s,
@@ -44,14 +55,25 @@ communicator, a second model without the hook, the original framework functions
 A script that does not exist yet, a framework that does not import, or a case that fails or
 prints no line is reported as skipped with the reason; the others still run.
 
+**Attribution** (``--kind attribution``): the step cases again, with ``--attribution``: every
+rank also times ailens's parts directly (``overhead/_attribution.py``: exclusive CPU and wall
+time of its hooks, buffer, step ends, exchanges, online model and live outputs on the
+training thread, and the thread CPU clocks of the threads ailens starts) and prints
+``ATTRIBUTION {json}``. The table shows, per case and rank, microseconds per step per
+component, their sum, the A/B's ``added_us`` beside it (measured in the same run, so with the
+timers in; the timers' own estimated cost is shown and removed from the components), and the
+sum as a share of the step's CPU time (process CPU time per lensed step). Rows:
+``attribution`` in each case of the JSON, a list with one entry per rank.
+
 **Job cases** (``--kind job``, the ``JOBS`` table) time the whole job as a user launches it:
 each example's ``examples/*/run`` (its ``--no-report``: the job alone, not the report after
 it) and a tutorial-shaped DDP script under ``torchrun``, from the launch to the exit of the
 launcher, i.e. of the last rank (imports, attach, training, close, exit). One discarded
 lensed warm-up launch, then ``--job-pairs`` pairs, plain first in even pairs and lensed
 first in odd ones. ``job_ratio``: the mean over pairs of lensed / plain seconds; ``job_ci95``
-its Student-t 95 % interval; ``pairs`` the seconds of each pair. Lensed runs write to a
-temporary run directory, removed after each launch.
+its Student-t 95 % interval; ``pairs`` the seconds of each pair; ``load_start`` and
+``loadavg``: the load averages when the job's launches began and ended. Lensed runs write to
+a temporary run directory, removed after each launch.
 """
 
 from __future__ import annotations
@@ -154,9 +176,34 @@ JOBS = (
 )  # fmt: skip
 
 
+# Every rank's attribution line (--kind attribution), horovodrun's prefix allowed.
+ATTRIBUTION_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?ATTRIBUTION (\{.*\})$", re.M)
+# Cases without ailens in them: nothing to attribute.
+NO_AILENS = ("ddp_hook_floor",)
+
+
+def case_ranks(case: Case, ranks: int) -> int:
+    """The ranks ``case`` runs on with ``--ranks``: single-process cases stay at 1."""
+    return case.ranks if case.ranks == 1 else ranks
+
+
+def launcher_command(launcher: str, ranks: int, argv: list[str]) -> list[str]:
+    """``harness.launcher_command`` with the launcher found next to this interpreter, else
+    (torchrun, horovodrun) the same module run by this interpreter, else (mpiexec) on
+    ``PATH``."""
+    cmd = harness.launcher_command(launcher, ranks, argv)
+    if launcher == "python" or Path(cmd[0]).exists():
+        return cmd
+    module = {"torchrun": "torch.distributed.run", "horovodrun": "horovod.runner.launch"}
+    if launcher in module:
+        return [sys.executable, "-m", module[launcher], *cmd[1:]]
+    found = shutil.which(launcher)
+    return [found, *cmd[1:]] if found else cmd
+
+
 def run_case(case: Case, args: argparse.Namespace) -> dict:
     """One row: the script's OVERHEAD line, or ``skipped`` with the reason."""
-    ranks = args.ranks if args.ranks and case.launcher != "python" else case.ranks
+    ranks = case_ranks(case, args.ranks)
     row = {"name": case.name, "framework": case.framework, "ranks": ranks}
     script = CASES_DIR / case.script
     if case.launcher not in harness.LAUNCHERS:
@@ -168,7 +215,10 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
         return {**row, "skipped": why}
     env = harness.launch_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
     argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s)]
-    cmd = harness.launcher_command(case.launcher, ranks, argv)
+    attribution = args.kind == "attribution"
+    if attribution:
+        argv.append("--attribution")
+    cmd = launcher_command(case.launcher, ranks, argv)
     t0 = time.monotonic()
     try:
         returncode, out, err = harness.launch(cmd, env, args.timeout)
@@ -180,7 +230,14 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
         tail = (out + err)[-3000:]
         return {**row, "skipped": f"exit {returncode}, no OVERHEAD line", "log_tail": tail}
     result = json.loads(lines[-1])
-    return {**result, **row, "wall_s": round(time.monotonic() - t0, 1)}
+    row = {**result, **row, "wall_s": round(time.monotonic() - t0, 1)}
+    if attribution:
+        per_rank = sorted((json.loads(m.group(1)) for m in ATTRIBUTION_LINE.finditer(out)),
+                          key=lambda a: a["rank"])  # fmt: skip
+        if not per_rank:
+            return {**row, "skipped": "no ATTRIBUTION line", "log_tail": (out + err)[-3000:]}
+        row["attribution"] = per_rank
+    return row
 
 
 def _t975(df: int) -> float:
@@ -190,13 +247,21 @@ def _t975(df: int) -> float:
     return t975(df)
 
 
-def job_command(job: Job, extra: tuple[str, ...], run_dir: str, smoke: bool) -> list[str]:
-    """The launch command of ``job`` with ``extra`` (its plain or lensed flags)."""
-    bindir = Path(sys.executable).parent
-    fill = {"{python}": sys.executable, "{torchrun}": str(bindir / "torchrun"),
-            "{run_dir}": run_dir}  # fmt: skip
+def job_command(job: Job, extra: tuple[str, ...], run_dir: str, smoke: bool,
+                ranks: int = 2) -> list[str]:  # fmt: skip
+    """The launch command of ``job`` with ``extra`` (its plain or lensed flags), its
+    multi-rank launches on ``ranks`` ranks."""
+    fill = {"{python}": sys.executable, "{run_dir}": run_dir}
     argv = [*job.argv, *extra, *(job.smoke if smoke else ())]
-    return [fill.get(a, a) for a in argv]
+    argv = [fill.get(a, a) for a in argv]
+    if "--ranks" in argv:
+        i = argv.index("--ranks") + 1
+        if argv[i] != "1":
+            argv[i] = str(ranks)
+    if argv[0] == "{torchrun}":
+        rest = [a for a in argv[1:] if not a.startswith("--nproc_per_node=")]
+        argv = launcher_command("torchrun", ranks, rest[1:] if rest[0] == "--standalone" else rest)
+    return argv
 
 
 def run_job(job: Job, args: argparse.Namespace) -> dict:
@@ -206,10 +271,12 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
     if why:
         return {**row, "skipped": why}
     env = harness.launch_env(AILENS_VENV=str(Path(sys.executable).parent.parent))
+    load_start = harness.loadavg()
 
     def once(lensed: bool) -> float:
         run_dir = tempfile.mkdtemp(prefix=f"ailens-{job.name}-")
-        cmd = job_command(job, job.lensed if lensed else job.plain, run_dir, args.smoke)
+        cmd = job_command(job, job.lensed if lensed else job.plain, run_dir, args.smoke,
+                          args.ranks)  # fmt: skip
         try:
             t0 = time.monotonic()
             code, out, err = harness.launch(cmd, env, args.timeout)
@@ -251,7 +318,8 @@ def run_job(job: Job, args: argparse.Namespace) -> dict:
         "job_ci95": [round(ratio - half, 5), round(ratio + half, 5)],
         "pairs": [[round(a, 3), round(b, 3)] for a, b in pairs],
         "loadavg": harness.loadavg(),
-        "command": job_command(job, job.lensed, "RUN_DIR", args.smoke)[1:],
+        "load_start": load_start,
+        "command": job_command(job, job.lensed, "RUN_DIR", args.smoke, args.ranks)[1:],
     }
 
 
@@ -311,6 +379,77 @@ def close_times(steps: int, per_step: int, repeats: int) -> dict:
             "loadavg": harness.loadavg()}  # fmt: skip
 
 
+def settle_load(wait_s: float) -> dict:
+    """Between the step and the job cases: wait up to ``wait_s`` seconds for the 1-minute
+    load the step cases left to fall to MAX_LOAD; what happened goes beside the figures."""
+    t0 = time.monotonic()
+    print(f"waiting up to {wait_s:.0f} s for the load ({os.getloadavg()[0]:.2f}) to fall to "
+          f"{MAX_LOAD}", file=sys.stderr, flush=True)  # fmt: skip
+    load, quiet = harness.quiet_load(MAX_LOAD, wait_s)
+    return {"waited_s": round(time.monotonic() - t0, 1), "load": round(load, 2), "quiet": quiet}
+
+
+# The attribution table's rows: component -> label.
+ATTRIBUTION_ROWS = (
+    ("hooks", "hooks and wrappers (Python)"),
+    ("buffer", "collective begin/end (buffer)"),
+    ("step_infer", "step inference"),
+    ("step_vote", "step inference votes (collective)"),
+    ("step_end", "step end (log)"),
+    ("flush", "hand-off to the writer"),
+    ("exchange", "exchange (ailens side)"),
+    ("exchange_wait", "exchange collective (incl. wait)"),
+    ("online", "online model"),
+    ("live", "live output"),
+    ("writer_thread", "writer thread (CPU)"),
+    ("other_threads", "other ailens threads (CPU)"),
+)
+
+
+def attribution_table(rows: list[dict]) -> str:
+    """Per case: microseconds per step per component and rank (CPU / wall), the sum, the
+    A/B difference beside it, the share of the step's CPU time."""
+    out = []
+    for r in rows:
+        if "skipped" in r:
+            out.append(f"{r['name']}: skipped: {r['skipped']}")
+            continue
+        ranks = r["attribution"]
+        out.append(
+            f"{r['name']} ({r['framework']}, {len(ranks)} ranks, step {r['step_ms']:.3f} ms, "
+            f"load {r.get('loadavg', [0])[0]:.2f}): us per step, CPU / wall"
+        )
+        names = ["rank " + str(a["rank"]) for a in ranks]
+        head = f"  {'component':<36}" + "".join(f"{n:>22}" for n in names)
+        out += [head, "  " + "-" * (len(head) - 2)]
+
+        def cell(cpu, wall) -> str:
+            w = "-" if wall is None else f"{wall:.1f}"
+            return f"{f'{cpu:.1f} / {w}':>22}"
+
+        for comp, label in ATTRIBUTION_ROWS:
+            cs = [a["components"][comp] for a in ranks]
+            if not any(c["cpu_us_per_step"] or c["wall_us_per_step"] for c in cs):
+                continue
+            out.append(f"  {label:<36}" + "".join(
+                cell(c["cpu_us_per_step"], c["wall_us_per_step"]) for c in cs))  # fmt: skip
+        sums = [cell(a["total_cpu_us_per_step"], a["total_wall_us_per_step"]) for a in ranks]
+        out.append(f"  {'ailens, sum':<36}" + "".join(sums))
+        shares = ["-" if a["cpu_share_pct"] is None else f"{a['cpu_share_pct']:.3f} %"
+                  for a in ranks]  # fmt: skip
+        out.append(f"  {'  share of the step CPU time':<36}" + "".join(f"{x:>22}" for x in shares))
+        out.append(f"  {'timers (removed from the above)':<36}" + "".join(
+            cell(a["instrument_cpu_us_per_step"], a["instrument_wall_us_per_step"])
+            for a in ranks))  # fmt: skip
+        fw = [a["components"]["framework"] for a in ranks]
+        out.append(f"  {'framework calls inside (not ailens)':<36}" + "".join(
+            cell(c["cpu_us_per_step"], c["wall_us_per_step"]) for c in fw))  # fmt: skip
+        out.append(f"  A/B difference (rank 0's blocks, timers in): {r.get('added_us', 0):.1f} "
+                   f"us per step, ratio {r['ratio']:.4f}")  # fmt: skip
+        out.append("")
+    return "\n".join(out)
+
+
 def table(rows: list[dict]) -> str:
     head = (f"{'case':<14} {'framework':<16} {'ranks':>5} {'step ms':>9} {'ratio':>8} "
             f"{'95% CI':>19} {'+us/step':>9} {'load 1m':>7}")  # fmt: skip
@@ -340,20 +479,24 @@ def main() -> int:
     p.add_argument("--json", metavar="OUT", help="write the rows to this JSON file")
     p.add_argument(
         "--kind",
-        choices=("step", "job", "both", "close"),
+        choices=("step", "job", "both", "attribution", "close"),
         default="both",
-        help="step cases (A/B inside one run), job cases (whole launches), both; close: "
-        "Lens.close() after --close-steps steps of 10 collectives, one rank, in this process",
+        help="step cases (A/B inside one run), job cases (whole launches), both (steps, a "
+        "bounded wait for the load to settle, jobs); attribution: the step cases with "
+        "ailens's parts timed directly; close: Lens.close() after --close-steps steps of 10 "
+        "collectives, one rank, in this process",
+    )
+    p.add_argument("--ranks", type=int, default=2, help="ranks of every multi-rank case and job")
+    p.add_argument(
+        "--settle-s",
+        type=float,
+        default=300,
+        help="--kind both: seconds to wait at most between the step and the job cases for "
+        f"the 1-minute load to fall to {MAX_LOAD}",
     )
     p.add_argument("--close-steps", type=int, default=25_000, help="steps before close")
     p.add_argument("--cases", help="comma-separated case and job names (default: all)")
     p.add_argument("--pairs", type=int, default=20, help="plain/lensed block pairs per case")
-    p.add_argument(
-        "--ranks",
-        type=int,
-        default=0,
-        help="ranks of every multi-rank step case (default: each case's own, 2)",
-    )
     p.add_argument("--block-s", type=float, default=1.0, help="target seconds per block")
     p.add_argument("--job-pairs", type=int, default=3, help="plain/lensed launch pairs per job")
     p.add_argument("--timeout", type=int, default=900, help="seconds per case (per launch)")
@@ -371,7 +514,10 @@ def main() -> int:
     if args.smoke:
         args.pairs, args.block_s, args.job_pairs = 1, 0.05, 1
 
-    steps = [c for c in CASES if args.kind in ("step", "both")]
+    if args.ranks < 1:
+        p.error("--ranks must be >= 1")
+    steps = [c for c in CASES if args.kind in ("step", "both")
+             or (args.kind == "attribution" and c.name not in NO_AILENS)]  # fmt: skip
     jobs = [j for j in JOBS if args.kind in ("job", "both")]
     names = [c.name for c in steps] + [j.name for j in jobs]
     chosen = args.cases.split(",") if args.cases else names
@@ -380,7 +526,7 @@ def main() -> int:
         p.error(f"unknown case(s) {', '.join(unknown)} for --kind {args.kind}; "
                 f"cases: {', '.join(names)}")  # fmt: skip
     load_before = harness.loadavg()
-    if load_before[0] > MAX_LOAD and not args.force:
+    if load_before[0] > MAX_LOAD and not args.force and args.kind != "attribution":
         print(f"bench_overhead: 1-minute load average {load_before[0]:.2f} > {MAX_LOAD}: the "
               "machine is not quiet; run alone, or pass --force", file=sys.stderr)  # fmt: skip
         return 2
@@ -392,8 +538,10 @@ def main() -> int:
             harness.write_json(args.json, {"close": got, "load_before": load_before,
                                      "load_after": harness.loadavg()})  # fmt: skip
         return 0
-    rows, job_rows = [], []
+    rows, job_rows, settle = [], [], None
     for items, runner, dest in ((steps, run_case, rows), (jobs, run_job, job_rows)):
+        if dest is job_rows and rows and any(j.name in chosen for j in jobs):
+            settle = settle_load(args.settle_s)
         for case in items:
             if case.name not in chosen:
                 continue
@@ -404,12 +552,15 @@ def main() -> int:
                 print(f"{case.name}: skipped: {row['skipped']}", file=sys.stderr, flush=True)
             dest.append(row)
     if rows:
-        print(table(rows))
+        print(attribution_table(rows) if args.kind == "attribution" else table(rows))
     if job_rows:
         print(job_table(job_rows))
     if args.json:
         doc = {"cases": rows, "jobs": job_rows, "load_before": load_before,
-               "load_after": harness.loadavg(), "smoke": args.smoke}  # fmt: skip
+               "load_after": harness.loadavg(), "smoke": args.smoke, "kind": args.kind,
+               "ranks": args.ranks, "python": sys.executable}  # fmt: skip
+        if settle is not None:
+            doc["settle"] = settle
         harness.write_json(args.json, doc)
     return 0
 

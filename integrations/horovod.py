@@ -73,6 +73,7 @@ from ailens import detect_rank_world
 
 from . import tfgraph
 from ._base import Attachment, log, named_like, open_lens, quiet
+from ._base import _local as _base_local
 
 __all__ = ["HorovodLens", "attach"]
 
@@ -130,7 +131,7 @@ class HorovodLens(Attachment):
     def __init__(self, kind: str, optimizer: Any, steps: str | None, meta, config) -> None:
         self.kind = kind
         self.hvd = hvd = importlib.import_module(f"horovod.{kind}")
-        self._handles: dict[int, Callable[[], None]] = {}  # torch async handle -> its tick's end
+        self._handles: dict[int, int] = {}  # torch async handle -> its tick
         settings = {"framework": f"horovod.{kind}", **config}
         if not hvd.is_initialized():
             if detect_rank_world()[0] == 0:  # once per job
@@ -138,7 +139,7 @@ class HorovodLens(Attachment):
             settings["enabled"] = False
         else:
             settings.setdefault("backend", "gloo" if hvd.gloo_enabled() else "mpi")
-            settings.update(rank=hvd.rank(), world_size=hvd.size(), exchange=self._exchange)
+            settings.update(rank=hvd.rank(), world_size=hvd.size(), exchange=self._exchanger())
         meta = {**_run_facts(kind, optimizer), **(meta or {})}
         lens = open_lens(meta=meta, **settings)
         infer = steps != "manual" and optimizer is None
@@ -165,6 +166,34 @@ class HorovodLens(Attachment):
     def _before_close(self) -> None:
         if self.collects_graphs:
             tfgraph.collect("tensorflow", self)
+
+    def _exchanger(self) -> Callable[[np.ndarray], np.ndarray]:
+        """The Lens's exchange: :meth:`_exchange`; with torch also in the background
+        (``start``: ``allreduce_async``, finished by ``synchronize`` at the next step end,
+        so Horovod negotiates it with that step's gradients instead of in a cycle of its
+        own)."""
+
+        def exchange(a: np.ndarray) -> np.ndarray:
+            return self._exchange(a)
+
+        if self.kind == "torch":
+            exchange.start = self._start_exchange
+        return exchange
+
+    def _start_exchange(self, a: np.ndarray) -> Callable[[], np.ndarray]:
+        import torch
+
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        name = f"ailens.exchange.{a.size}"
+        with quiet():
+            handle = self.hvd.allreduce_async(torch.from_numpy(a.copy()), op=self.hvd.Sum,
+                                              name=name)  # fmt: skip
+
+        def finish() -> np.ndarray:
+            with quiet():
+                return self.hvd.synchronize(handle).numpy()
+
+        return finish
 
     def _exchange(self, a: np.ndarray) -> np.ndarray:
         """Elementwise SUM across ranks with Horovod itself; not recorded."""
@@ -230,28 +259,55 @@ class HorovodLens(Attachment):
 
             return tfgraph.wrap(tf, "tensorflow", real, op, _tf_payload(real))
 
-        def keep_open(handle, end: Callable[[], None]):  # synchronize/poll end the tick
-            self._handles[handle] = end
+        # One call per tensor (DistributedOptimizer: one per gradient), so the path is
+        # Attachment.call inlined: no closure per call, the tick kept by handle.
+        handles, local = self._handles, _base_local
+
+        def funnel(*args, **kwargs):
+            if not self.attached or local.depth:  # self.recording, inlined
+                return real(*args, **kwargs)
+            try:
+                nbytes = _torch_nbytes(args[0] if args else _payload(args, kwargs))
+            except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes, no fault
+                nbytes = 0
+            tick = self.begin(op, nbytes)
+            depth = local.depth
+            local.depth = depth + 1  # what Horovod calls inside is this collective's
+            try:
+                handle = real(*args, **kwargs)
+            except BaseException:
+                self.end(tick)
+                raise
+            finally:
+                local.depth = depth
+            try:
+                handles[handle] = tick  # synchronize/poll end the tick
+            except Exception as e:  # noqa: BLE001 - fail open: hand back the real handle
+                self.lens.disable(e)
             return handle
 
-        return self.recorder(real, op, _torch_payload_nbytes, pending=keep_open)
+        return named_like(funnel, real)
 
     def _wrap_synchronize(self, real):
+        handles = self._handles
+
         def synchronize(handle):
-            end = self._handles.pop(handle, None) if self._handles else None
+            tick = handles.pop(handle, None) if handles else None
             try:
                 return real(handle)
             finally:
-                if end is not None:
-                    end()
+                if tick is not None:
+                    self.end(tick)
 
         return named_like(synchronize, real)
 
     def _wrap_poll(self, real):
+        handles = self._handles
+
         def poll(handle):
             done = real(handle)
-            if done and handle in self._handles:
-                self._handles.pop(handle)()
+            if done and handle in handles:
+                self.end(handles.pop(handle))
             return done
 
         return named_like(poll, real)
@@ -309,10 +365,6 @@ def _record_at_cond(kwargs: dict) -> tuple[bool, int | None]:
         return False, None
     ps = kwargs.get("process_set", global_process_set)
     return bool(ps.included() and ps.size() > 1), 2 if compression is Compression.fp16 else None
-
-
-def _torch_payload_nbytes(args: tuple, kwargs: dict) -> int:
-    return _torch_nbytes(_payload(args, kwargs))
 
 
 def _torch_nbytes(x) -> int:

@@ -48,7 +48,8 @@ Step boundaries (``steps=``):
 
 ``comm.close()`` (collective) ends the run; without it the Lens closes at interpreter exit
 (without the last cross-rank exchange) and still ends the last inferred step. The cross-rank
-exchange uses the real communicator's ``Allreduce`` (int64, SUM; not recorded).
+exchange uses the real communicator's ``Allreduce`` (int64, SUM; not recorded), its periodic
+rounds ``Iallreduce``: started at one step end, waited for at the next.
 """
 
 from __future__ import annotations
@@ -308,6 +309,20 @@ def wrap(comm: Any = None, *, steps: str = "infer", **config: Any) -> LensComm:
         out = np.empty_like(send)
         comm.Allreduce(send, out, op=MPI.SUM)  # the real comm: never recorded
         return out
+
+    def start(values: np.ndarray) -> Callable[[], np.ndarray]:
+        # Non-blocking: it progresses inside the next step's own collectives.
+        send = np.array(values, dtype=np.int64)  # a copy, alive until the request completes
+        out = np.empty_like(send)
+        request = comm.Iallreduce(send, out, op=MPI.SUM)
+
+        def finish() -> np.ndarray:
+            request.Wait()
+            return out
+
+        return finish
+
+    exchange.start = start
 
     config.setdefault("framework", "mpi4py")
     vendor, version = MPI.get_vendor()

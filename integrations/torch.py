@@ -56,7 +56,8 @@ What is recorded, on every rank:
   they are: the launch.
 
 The cross-rank exchange uses the original ``torch.distributed.all_reduce`` on the default
-group (an int64 CPU tensor; not recorded).
+group (an int64 CPU tensor; not recorded); its periodic rounds run in the background
+(``async_op=True``), started at one step end and waited for at the next.
 """
 
 from __future__ import annotations
@@ -294,6 +295,19 @@ def _exchange_fn(all_reduce: Callable) -> Callable[[np.ndarray], np.ndarray]:
             all_reduce(t)  # SUM on the default group; the original function, never recorded
         return t.numpy()
 
+    def start(values: np.ndarray) -> Callable[[], np.ndarray]:
+        # In the background: the backend runs it beside the next step's gradient buckets.
+        t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64).copy())
+        with quiet():
+            work = all_reduce(t, async_op=True)
+
+        def finish() -> np.ndarray:
+            work.wait()
+            return t.numpy()
+
+        return finish
+
+    exchange.start = start
     return exchange
 
 

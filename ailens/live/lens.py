@@ -168,8 +168,9 @@ class Lens:
         self._steps += 1
         self._buf.step = self._steps
         session = self.session
-        if session.cadence.due(self._buf.ticks, self._steps, alone=session.alone):
-            self._exchange(evaluate=session.alone)
+        due = session.cadence.due(self._buf.ticks, self._steps, alone=session.alone)
+        if due or session.in_flight:  # a round in flight finishes at the next step end
+            self._exchange(evaluate=session.alone, start=due)
 
     # ------------------------------------------------------------ public state
 
@@ -200,7 +201,7 @@ class Lens:
     @property
     def exchanged_ticks(self) -> int:
         """Ticks summed across ranks so far (the online phase table covers these)."""
-        return self.session.cadence.ticks_done
+        return self.session.exchanged_ticks
 
     def flush(self) -> int:
         """Hand every completed collective, step end and mark to the writer now (it writes
@@ -315,7 +316,7 @@ class Lens:
                 fn()
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
-        self._exchange()
+        self._exchange(final=True)
         self.closed = True
         try:
             if self.disabled is None:
@@ -361,11 +362,12 @@ class Lens:
         except Exception as e:  # noqa: BLE001
             self._fault(e)
 
-    def _exchange(self, *, evaluate: bool = False) -> None:
+    def _exchange(self, *, evaluate: bool = False, start: bool = True, final: bool = False) -> None:
         rec = self.recorder
         rest = rec.summarise_rest if rec else None
         self.session.run(self._steps, vote=self._stop_vote, on_batch=self._on_batch,
-                         summarise_rest=rest, evaluate=evaluate)  # fmt: skip
+                         summarise_rest=rest, evaluate=evaluate, start=start,
+                         final=final)  # fmt: skip
 
     def _stop_vote(self) -> bool:
         return bool(self.config.early_stop and self.online and self.online.signature_ready)
@@ -400,6 +402,7 @@ class Lens:
         # At interpreter exit frameworks may already be finalised: close locally, no exchange.
         if not self.closed:
             self.session.exchange_fn = None
+            self.session.abandon()  # a round in flight: the other ranks may be gone
             # An uncaught exception ends the script: the run did not finish its steps.
             self._crashed = getattr(sys, "last_value", None) is not None
             self.close()

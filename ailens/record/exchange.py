@@ -1,12 +1,18 @@
 """The cross-rank exchange: how ranks sum their per-tick summaries, and when.
 
-Every rank sends the same fixed-size int64 payload through the integration's own sum
-collective (an allreduce of a small CPU array): a header, then three columns of ``k`` values
-(work magnitude, comm ns, compute ns). The sum gives every rank the same SIMO per tick and
-the comm/compute totals, so the online phase tables are identical on every rank.
+Every rank sends the same int64 payload through the integration's own sum collective (an
+allreduce of a small CPU array): a header, then three columns of ``k`` values (work magnitude,
+comm ns, compute ns). ``k`` (:func:`payload_slots`) is the ticks of the batch rounded up to a
+power of two, at most ``exchange_ticks``: every rank holds the same tick count at the
+exchange, so every rank picks the same size, and a run sends a few hundred bytes per round
+where it has few collectives per second, not ``exchange_ticks`` slots every time. The sum
+gives every rank the same SIMO per tick and the comm/compute totals, so the online phase
+tables are identical on every rank.
 
 When: at a step end, once ``exchange_ticks`` ticks are pending or the agreed number of steps
-has passed since the last exchange and a tick is pending (on one rank also with none). The
+has passed since the last exchange and a tick is pending (on one rank also with none). An
+exchange that can run in the background (``Exchange.start``) is finished at the next step
+end, and the sums reach the run model then. The
 decision uses only tick and step counts, which every rank shares, so all ranks enter the
 collective at the same step. Rank 0 proposes the next
 interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart), and the
@@ -24,10 +30,17 @@ import numpy as np
 
 from .ticks import TickSummary
 
-__all__ = ["Cadence", "Header", "Summed", "decode", "encode", "summed"]
+__all__ = ["Cadence", "Header", "Summed", "decode", "encode", "payload_slots", "summed"]
 
 Exchange = Callable[[np.ndarray], np.ndarray]
-"""Sums an int64 array elementwise across all ranks and returns the sum (every rank)."""
+"""Sums an int64 array elementwise across all ranks and returns the sum (every rank).
+
+It may also carry ``start``: ``exchange.start(a)`` starts the same sum without waiting and
+returns ``finish``, whose call waits for the sum and returns it (a non-blocking allreduce:
+torch ``async_op=True``, Horovod ``allreduce_async``, MPI ``Iallreduce``). The Lens then
+starts a periodic round at one step end and finishes it at the next: the collective runs
+beside the step's own collectives instead of as one more synchronising collective, and every
+rank still finishes it at the same step end."""
 
 # Exchanges never wait longer than this many steps.
 MAX_INTERVAL_STEPS = 1000
@@ -43,6 +56,15 @@ class Header(IntEnum):
 
 
 HEAD = len(Header)
+# The smallest payload: column slots of a batch of few ticks.
+MIN_SLOTS = 8
+
+
+def payload_slots(n: int, cap: int) -> int:
+    """Column slots of a payload for a batch of ``n`` ticks: ``n`` rounded up to a power of
+    two (a few sizes, so a framework that keys its collectives by shape, such as Horovod,
+    sees few), at least MIN_SLOTS, at most ``cap`` (``exchange_ticks``; ``n <= cap``)."""
+    return min(cap, max(MIN_SLOTS, 1 << max(n - 1, 0).bit_length()))
 
 
 def encode(

@@ -19,7 +19,7 @@ import numpy as np
 
 from .buffer import EventBuffer
 from .config import LensConfig
-from .exchange import Cadence, Exchange, Summed, decode, encode
+from .exchange import Cadence, Exchange, Summed, decode, encode, payload_slots
 from .ticks import TickSummary, summarise
 
 __all__ = ["ExchangeSession"]
@@ -62,6 +62,9 @@ class ExchangeSession:
         self._summarised = 0  # ticks summarised (tick number of the next one)
         self._pending: list[tuple[TickSummary, np.ndarray]] = []  # summaries not yet exchanged
         self._pending_n = 0
+        # The round whose collective runs in the background: (finish, n, width, batch,
+        # tick steps, ticks done after it), or None.
+        self._in_flight: tuple | None = None
 
     @property
     def alone(self) -> bool:
@@ -130,21 +133,33 @@ class ExchangeSession:
         on_batch: Batch,
         summarise_rest: Callable[[], None],
         evaluate: bool = False,
+        start: bool = True,
+        final: bool = False,
     ) -> None:
-        """Send every pending tick through the exchange in batches of ``exchange_ticks``;
-        with ``evaluate``, at least one (possibly empty) batch: an evaluation point of the
-        run model even in a run without collectives. ``vote()``: this rank's early-stop vote
-        now; ``summarise_rest()`` summarises the rows still in the buffer.
+        """Finish the round in flight (if any), then, with ``start``, send every pending tick
+        through the exchange in batches of ``exchange_ticks``; with ``evaluate``, at least one
+        (possibly empty) batch: an evaluation point of the run model even in a run without
+        collectives. ``vote()``: this rank's early-stop vote now; ``summarise_rest()``
+        summarises the rows still in the buffer.
+
+        Where the exchange can run in the background (``exchange.start``, see
+        ``exchange.py``) and one batch holds every pending tick, that batch's collective is
+        started and left in flight: it completes beside the next step's own collectives, and
+        :attr:`in_flight` says the next step end must finish it (every rank finishes it at the
+        same step end). ``final`` (close): everything completes here.
 
         All ranks hold the same tick count here, so they make the same number of calls with
-        the same payload size."""
-        cadence, world, buf = self.cadence, self.world_size, self.buf
+        the same payload sizes."""
+        self._finish(on_batch)
+        if not start:
+            return
+        cadence, buf = self.cadence, self.buf
         k = self.cfg.exchange_ticks if self.exchange_fn is not None else None
         rounds = 0
         while cadence.ticks_done < buf.ticks or (evaluate and rounds == 0):
             rounds += 1
             n = min(k or buf.ticks, buf.ticks - cadence.ticks_done)
-            width = k or max(n, 1)
+            width = payload_slots(n, k) if k else max(n, 1)
             batch, tick_steps, interval = None, None, 0
             if not self._disabled():
                 try:
@@ -155,20 +170,79 @@ class ExchangeSession:
                     self._fault(e)
                     batch = None
             payload = encode(width, batch, rank=self.rank, stop_vote=vote(), interval=interval)
-            total = self._call(payload)
-            summed = None if total is None else decode(total, n, width, world)
             done = cadence.ticks_done + n
+            starter = getattr(self.exchange_fn, "start", None)
+            if starter is not None and not final and done == buf.ticks:
+                finish = self._start_round(starter, payload)
+                if finish is not None:
+                    # The cadence moves on now (so the next step end does not start it
+                    # again); the agreed interval arrives with the sum.
+                    cadence.done(done, steps, self._clock(), 0)
+                    self._in_flight = (finish, n, width, batch, tick_steps, done)
+                    return
+            total = self._call(payload)
+            summed = None if total is None else decode(total, n, width, self.world_size)
             cadence.done(done, steps, self._clock(), summed.interval if summed else 0)
-            if summed is not None and summed.stop:
-                # Also on a disabled rank: every rank must stop at the same step, or the
-                # ranks that go on wait forever on the framework's next collective.
-                self.stop_agreed = True
-            if summed is None or self._disabled() or batch is None:
-                continue
-            try:
-                on_batch(summed, batch, tick_steps, done)
-            except Exception as e:  # noqa: BLE001
-                self._fault(e)
+            self._summed(summed, batch, tick_steps, done, on_batch)
+
+    @property
+    def in_flight(self) -> bool:
+        """Whether a round's collective is running in the background."""
+        return self._in_flight is not None
+
+    @property
+    def exchanged_ticks(self) -> int:
+        """Ticks whose sums have arrived (the online phase table covers these)."""
+        flight = self._in_flight
+        return self.cadence.ticks_done - (flight[1] if flight is not None else 0)
+
+    def abandon(self) -> None:
+        """Leave the round in flight unfinished (interpreter exit: the other ranks may be
+        gone, so nothing is waited for); its ticks are pending again, for a local round."""
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        _, n, _, batch, tick_steps, _ = flight
+        self.cadence.ticks_done -= n
+        if batch is not None:
+            self._pending.insert(0, (batch, tick_steps))
+            self._pending_n += n
+
+    def _start_round(self, starter, payload: np.ndarray):
+        try:
+            return starter(payload)
+        except Exception as e:  # noqa: BLE001 - as a failing collective in _call
+            self._fault(e)
+            self.exchange_fn = None
+            return None
+
+    def _finish(self, on_batch: Batch) -> None:
+        flight, self._in_flight = self._in_flight, None
+        if flight is None:
+            return
+        finish, n, width, batch, tick_steps, done = flight
+        try:
+            total = np.asarray(finish(), dtype=np.int64)
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
+            self.exchange_fn = None
+            total = None
+        summed = None if total is None else decode(total, n, width, self.world_size)
+        if summed is not None and summed.interval > 0:
+            self.cadence.every = summed.interval
+        self._summed(summed, batch, tick_steps, done, on_batch)
+
+    def _summed(self, summed: Summed | None, batch, tick_steps, done: int, on_batch) -> None:
+        if summed is not None and summed.stop:
+            # Also on a disabled rank: every rank must stop at the same step, or the
+            # ranks that go on wait forever on the framework's next collective.
+            self.stop_agreed = True
+        if summed is None or self._disabled() or batch is None:
+            return
+        try:
+            on_batch(summed, batch, tick_steps, done)
+        except Exception as e:  # noqa: BLE001
+            self._fault(e)
 
     def _call(self, payload: np.ndarray) -> np.ndarray | None:
         if self.exchange_fn is None:

@@ -136,6 +136,12 @@ def add_common_args(parser) -> None:
     """The arguments ``bench_overhead.py`` passes to every rank script."""
     parser.add_argument("--pairs", type=int, default=20, help="plain/lensed block pairs")
     parser.add_argument("--block-s", type=float, default=1.0, help="target seconds per block")
+    parser.add_argument(
+        "--attribution",
+        action="store_true",
+        help="also time ailens's parts directly (_attribution.py); every rank prints its "
+        "ATTRIBUTION line",
+    )
 
 
 class Unpatched:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 os.environ["TF_USE_LEGACY_KERAS"] = "1"  # horovod.tensorflow.keras needs tf-keras
 
+import _attribution  # noqa: E402
 from _ab import Unpatched, add_common_args, emit, measure  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "mnist"))
@@ -153,6 +154,13 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
         if arm == "lensed":
             callbacks.append(lens_cb)
         fits[arm] = FitThread(keras, model, make_dataset(tf, args.batch, 1 + rank), callbacks)
+    profiler = None
+    if _attribution.enabled(args):  # after attach, before the Unpatched of its wrappers
+        profiler = _attribution.Profiler()
+        _attribution.calibrate(profiler)
+        profiler.attach_handle(lens_cb._att, ("horovod",) if hvd else ())
+        profiler.patch(lens_cb, "on_train_batch_end", "hooks")  # the callback's batch hook
+        profiler.time_tf_reads(tf)
     unpatched = Unpatched("horovod")  # after attach (LensCallback.on_train_begin)
 
     def plain(n: int) -> None:
@@ -170,8 +178,15 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
         with unpatched:
             return int(hvd.broadcast_object(n, root_rank=0))
 
-    result = measure(plain, fits["lensed"].run, pairs=args.pairs, block_s=args.block_s,
+    lensed = fits["lensed"].run
+    if profiler is not None:
+        lensed = profiler.count_steps(lensed)
+    result = measure(plain, lensed, pairs=args.pairs, block_s=args.block_s,
                      sync=sync, share=share)  # fmt: skip
+    steps = lens_cb.lens.steps
+    if profiler is not None:
+        profiler.read_threads()
+        profiler.restore()
     with unpatched:
         fits["plain"].finish()
     fits["lensed"].finish()  # LensCallback.on_train_end closes the Lens (collective)
@@ -189,5 +204,8 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
             ailens_disabled=lens.disabled,
             lens_config=args.lens_config,
         )
+    if profiler is not None:
+        _attribution.emit(profiler, steps, rank=rank, name=case["name"],
+                          added_us=round(result.added_us, 2))  # fmt: skip
     if hvd:
         hvd.shutdown()

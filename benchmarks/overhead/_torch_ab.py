@@ -15,6 +15,7 @@ import os
 import tempfile
 from collections.abc import Callable
 
+import _attribution
 import torch
 from _ab import Unpatched, add_common_args, emit, measure
 
@@ -44,10 +45,12 @@ def trainer(model: torch.nn.Module, opt, batch: tuple[torch.Tensor, torch.Tensor
 
 
 def ab_and_emit(case: dict, args, handle, unpatched, run_plain, run_lensed, share, barrier, *,
-                rank: int, size: int) -> None:  # fmt: skip
+                rank: int, size: int, profiler=None) -> None:  # fmt: skip
     """Alternate blocks of the plain and the attached trainer (the plain one, and the
     ``barrier`` between blocks, with ailens bypassed), close the Lens, and print rank 0's
-    OVERHEAD line."""
+    OVERHEAD line (and with ``profiler``, every rank's ATTRIBUTION line)."""
+    if profiler is not None:
+        run_lensed = profiler.count_steps(run_lensed)
 
     def plain_steps(n: int) -> None:
         with unpatched:
@@ -61,11 +64,26 @@ def ab_and_emit(case: dict, args, handle, unpatched, run_plain, run_lensed, shar
                      share=share)  # fmt: skip
     lens = handle.lens
     ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
+    if profiler is not None:
+        profiler.read_threads()
+        profiler.restore()
     handle.close()
     if rank == 0:
         emit(case["name"], case["framework"], result, ranks=size,
              collectives_per_step=round(ticks / max(steps, 1), 2), threads=args.threads,
              unpatched=len(unpatched), ailens_disabled=disabled)  # fmt: skip
+    if profiler is not None:
+        _attribution.emit(profiler, steps, rank=rank, name=case["name"],
+                          added_us=round(result.added_us, 2))  # fmt: skip
+
+
+def _profiler(args) -> _attribution.Profiler | None:
+    """The attribution profiler, calibrated, with ``--attribution``; else None."""
+    if not _attribution.enabled(args):
+        return None
+    profiler = _attribution.Profiler()
+    _attribution.calibrate(profiler)
+    return profiler
 
 
 def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, loss_fn,
@@ -86,7 +104,12 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     opt_lensed = torch.optim.SGD(lensed.parameters(), lr=1e-3, momentum=0.9)
     run_dir = [tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None]
     dist.broadcast_object_list(run_dir)
+    profiler = _profiler(args)
+    if profiler is not None:
+        profiler.intercept_comm_hook(lensed)
     handle = attach(lensed, opt_lensed, run_dir=run_dir[0])  # the one line
+    if profiler is not None:
+        profiler.attach_handle(handle, ("torch.distributed",))
     unpatched = Unpatched("torch.distributed")
     run_plain, run_lensed = (
         trainer(plain, opt_plain, batch, loss_fn),
@@ -100,7 +123,7 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
         return int(t[0])
 
     ab_and_emit(case, args, handle, unpatched, run_plain, run_lensed, share, dist.barrier,
-                rank=rank, size=size)  # fmt: skip
+                rank=rank, size=size, profiler=profiler)  # fmt: skip
     del plain, lensed  # before destroy_process_group: DDP aborts at exit otherwise
     gc.collect()  # DDP holds reference cycles: free its reducer now, not at exit
     dist.destroy_process_group()
@@ -126,6 +149,9 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     run_dir = tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None
     run_dir = hvd.broadcast_object(run_dir, root_rank=0, name="ailens_run_dir")
     handle = attach(hvd, optimizer=opts[1], run_dir=run_dir)  # the one line
+    profiler = _profiler(args)
+    if profiler is not None:
+        profiler.attach_handle(handle, ("horovod",))
     unpatched = Unpatched("horovod")
     with unpatched:
         for model in models:
@@ -138,5 +164,5 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
             return int(hvd.broadcast_object(n, root_rank=0, name="ailens_block_steps"))
 
     ab_and_emit(case, args, handle, unpatched, run_plain, run_lensed, share, hvd.barrier,
-                rank=rank, size=size)  # fmt: skip
+                rank=rank, size=size, profiler=profiler)  # fmt: skip
     hvd.shutdown()

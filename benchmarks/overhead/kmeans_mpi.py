@@ -14,6 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import _attribution
 import numpy as np
 from _ab import add_common_args, emit, measure
 from mpi4py import MPI
@@ -38,6 +39,11 @@ def main() -> None:
     rank, size = world.Get_rank(), world.Get_size()
     run_dir = world.bcast(tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None)
     lensed_comm = wrap(world, run_dir=run_dir)  # the one line
+    profiler = None
+    if _attribution.enabled(args):
+        profiler = _attribution.Profiler()
+        _attribution.calibrate(profiler)
+        profiler.attach_handle(lensed_comm)
     x = make_shard(args.points, args.dims, args.clusters, 7, rank, size)
     x2 = np.einsum("ij,ij->i", x, x)
     centroids = np.array(x[: args.clusters])
@@ -56,16 +62,25 @@ def main() -> None:
 
         return run
 
-    result = measure(iterations(world), iterations(lensed_comm), pairs=args.pairs,
+    lensed = iterations(lensed_comm)
+    if profiler is not None:
+        lensed = profiler.count_steps(lensed)
+    result = measure(iterations(world), lensed, pairs=args.pairs,
                      block_s=args.block_s, sync=world.Barrier,
                      share=lambda n: world.bcast(n, root=0))  # fmt: skip
     lens = lensed_comm.lens
     ticks, steps, disabled = lens.ticks, lens.steps, lens.disabled
+    if profiler is not None:
+        profiler.read_threads()
+        profiler.restore()
     lensed_comm.close()
     if rank == 0:
         per_step = round(ticks / max(steps, 1), 2)
         emit(CASE["name"], CASE["framework"], result, ranks=size,
              collectives_per_step=per_step, ailens_disabled=disabled)  # fmt: skip
+    if profiler is not None:
+        _attribution.emit(profiler, steps, rank=rank, name=CASE["name"],
+                          added_us=round(result.added_us, 2))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""benchmarks/bench_overhead.py's command lines: --ranks reaches every multi-rank case and job,
+launchers come from next to the interpreter or from PATH, and the default run waits for the
+load to settle before the job cases (bounded), saying so beside the figures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import bench_overhead as bo  # noqa: E402
+
+
+def test_ranks_reach_every_multi_rank_job_and_case():
+    jobs = {j.name: j for j in bo.JOBS}
+    kmeans = bo.job_command(jobs["kmeans_job"], ("--no-lens",), "R", False, ranks=4)
+    assert kmeans[kmeans.index("--ranks") + 1] == "4" and kmeans[0] == sys.executable
+    plain = bo.job_command(jobs["keras_plain_job"], (), "R", False, ranks=4)
+    assert plain[plain.index("--ranks") + 1] == "1"  # one process stays one
+    tutorial = bo.job_command(jobs["ddp_tutorial_job"], ("--lens", "--run-dir", "{run_dir}"),
+                              "/tmp/x", False, ranks=3)  # fmt: skip
+    assert "--nproc_per_node=3" in tutorial and "--nproc_per_node=2" not in tutorial
+    assert tutorial[-2:] == ["--run-dir", "/tmp/x"]
+    cases = {c.name: c for c in bo.CASES}
+    assert bo.case_ranks(cases["kmeans_mpi"], 4) == 4
+    assert bo.case_ranks(cases["keras_plain"], 4) == 1
+
+
+def test_launchers_next_to_the_interpreter_else_on_path(monkeypatch, tmp_path):
+    monkeypatch.setattr(bo.harness, "BIN", tmp_path)  # an interpreter with no launchers beside
+    cmd = bo.launcher_command("torchrun", 2, ["script.py"])
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert "--nproc_per_node=2" in cmd and cmd[-1] == "script.py"
+    cmd = bo.launcher_command("horovodrun", 2, ["script.py"])
+    assert cmd[:3] == [sys.executable, "-m", "horovod.runner.launch"] and "-np" in cmd
+    (tmp_path / "bin").mkdir()
+    mpiexec = tmp_path / "bin" / "mpiexec"
+    mpiexec.write_text("#!/bin/sh\n")
+    mpiexec.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    cmd = bo.launcher_command("mpiexec", 3, ["script.py"])
+    assert cmd[0] == str(mpiexec) and cmd[1:4] == ["-n", "3", sys.executable]
+
+
+def test_settle_waits_at_most_its_bound_and_reports_the_load(monkeypatch):
+    loads = iter([3.0, 3.0, 2.0, 0.4])  # the first read is the message's
+    monkeypatch.setattr(bo.os, "getloadavg", lambda: (next(loads, 0.4), 0.0, 0.0))
+    monkeypatch.setattr(bo.harness.time, "sleep", lambda s: None)
+    got = bo.settle_load(60)
+    assert got["quiet"] and got["load"] == 0.4 and got["waited_s"] < 5
+    monkeypatch.setattr(bo.harness.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
+    got = bo.settle_load(0)
+    assert not got["quiet"] and got["load"] == 3.0 and got["waited_s"] < 5
