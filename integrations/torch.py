@@ -56,7 +56,8 @@ What is recorded, on every rank:
   they are: the launch.
 
 The cross-rank exchange uses the original ``torch.distributed.all_reduce`` on the default
-group (an int64 CPU tensor; not recorded); its periodic rounds run in the background
+group (an int64 CPU tensor; not recorded), or, where that group is NCCL only, on a gloo group of
+the same ranks made at ``attach``; its periodic rounds run in the background
 (``async_op=True``), started at one step end and waited for at the next.
 """
 
@@ -288,18 +289,28 @@ class TorchLens(Attachment):
         self.patches.on_restore(handle.remove)
 
 
-def _exchange_fn(all_reduce: Callable) -> Callable[[np.ndarray], np.ndarray]:
+def _exchange_group(backend: str):
+    """The group ailens's exchange (int64 CPU tensors) runs on: the default one, unless its
+    backend reduces no CPU tensors (``init_process_group("nccl")``): then a gloo group of the
+    same ranks, made here on every rank (``attach`` is collective). Never touching the GPU,
+    the exchange cannot synchronise the device."""
+    if "gloo" in backend or "mpi" in backend or "nccl" not in backend:
+        return None
+    return dist.new_group(backend="gloo")
+
+
+def _exchange_fn(all_reduce: Callable, group=None) -> Callable[[np.ndarray], np.ndarray]:
     def exchange(values: np.ndarray) -> np.ndarray:
         t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64).copy())
         with quiet():
-            all_reduce(t)  # SUM on the default group; the original function, never recorded
+            all_reduce(t, group=group)  # SUM; the original function, never recorded
         return t.numpy()
 
     def start(values: np.ndarray) -> Callable[[], np.ndarray]:
         # In the background: the backend runs it beside the next step's gradient buckets.
         t = torch.from_numpy(np.ascontiguousarray(values, dtype=np.int64).copy())
         with quiet():
-            work = all_reduce(t, async_op=True)
+            work = all_reduce(t, group=group, async_op=True)
 
         def finish() -> np.ndarray:
             work.wait()
@@ -343,7 +354,8 @@ def attach(
     all_reduce = dist.all_reduce  # the original: ailens's own collectives are never recorded
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
-        exchange, backend = _exchange_fn(all_reduce), str(dist.get_backend())
+        backend = str(dist.get_backend())
+        exchange = _exchange_fn(all_reduce, _exchange_group(backend))
     if steps_per_epoch and epochs and "total_steps" not in config:
         config["total_steps"] = int(steps_per_epoch) * int(epochs)
     config.setdefault("framework", "torch-ddp" if ddp else "torch")

@@ -236,3 +236,26 @@ def test_ddp_on_cuda_records_device_time(tmp_path, backend, ranks):
         assert len(d.tick) >= 30 * 2  # 8 MB of gradients in 4 MB buckets
         assert np.all(d.end_ns >= d.ready_ns) and np.all(np.diff(d.step_end_ns) > 0)
     assert a.device.step_s > 0 and a.device.collective_s >= 0
+
+
+def test_exchange_on_an_nccl_only_job_runs_on_a_gloo_group_of_the_same_ranks(tmp_path):
+    """``init_process_group("nccl")`` reduces no CPU tensors: ailens's int64 exchange gets a
+    gloo group of its own (checked here on a gloo world: the decision and the group's sums)."""
+    code = textwrap.dedent(
+        f"""
+        import numpy as np, torch.distributed as dist
+        from ailens.integrations.torch import _exchange_fn, _exchange_group
+        dist.init_process_group("gloo", init_method="file://{tmp_path}/store", rank=0,
+                                world_size=1)
+        assert _exchange_group("gloo") is None and _exchange_group("cpu:gloo,cuda:nccl") is None
+        group = _exchange_group("nccl")
+        assert group is not None and dist.get_backend(group) == "gloo"
+        ex = _exchange_fn(dist.all_reduce, group)
+        assert ex(np.array([3, 4])).tolist() == [3, 4]
+        assert ex.start(np.array([5]))().tolist() == [5]
+        dist.destroy_process_group()
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
