@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .level import StepLevel
-from .parts import Part
+from .parts import Part, per_occurrence_precision
 from .schedule import JITTER, EvalPlan, Schedule, fit_lattice
 from .stats import binomial_tail, occurrences
 
@@ -87,6 +87,8 @@ def recurring_extras(
                 hits,
                 "in-step",
                 plan=EvalPlan(lat.period, lat.start),
+                # One hit prices it, but says nothing of its spread (a cold first one).
+                precision=per_occurrence_precision(float(x[j]), spread, hits) if hits > 1 else None,
             )
         )
     return out, covered

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from .parts import Part
+from .parts import SECTION_CV, SECTION_PRIOR, Part, per_occurrence_precision
 from .schedule import EvalPlan, Schedule, learned_plan
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
@@ -28,9 +28,6 @@ EVAL_SHARE_SD = 0.05
 # share of it (first occurrences are 1-3x later ones), +/- this much of it.
 FIRST_WARM = 0.75
 FIRST_WARM_SD = 0.25
-# The spread of a section's occurrences before they show it: 10 %, worth 2 occurrences.
-SECTION_CV = 0.1
-SECTION_PRIOR = 2
 
 
 def unannounced(schedule: Schedule, seen_eval: bool) -> bool:
@@ -86,6 +83,9 @@ def _marked(
         plan, source = learned_plan(at, sched.steps_per_epoch)
     if plan is None:
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
+    count_unknown = source.startswith("assumed: every")
+    # Known once a warm occurrence is seen (the first is cold) and the period is known.
+    precise = None if len(seen) < 2 or count_unknown else _precision(seen)
     return Part(
         f"section {name}",
         plan.describe(),
@@ -97,8 +97,16 @@ def _marked(
         # Due right now: its step is done and the section has not begun.
         due_now=at[-1] < s and plan.count(s, s) > 0,
         plan=plan,
-        count_unknown=source.startswith("assumed: every"),
+        count_unknown=count_unknown,
+        precision=precise,
     )
+
+
+def _precision(seen: list[tuple[int, float]]) -> float | None:
+    warm = [x for _, x in seen[1:]]
+    mean = sum(warm) / len(warm)
+    sd = float(np.std(warm, ddof=1)) if len(warm) > 1 else 0.0
+    return per_occurrence_precision(mean, sd, len(warm))
 
 
 def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:

@@ -38,6 +38,8 @@ class Component:
     remaining: int  # occurrences still to come
     remaining_s: float
     sd_s: float = 0.0  # spread of one occurrence
+    # 95 % half-width of its time per occurrence, relative to it (None: not known yet)
+    precision: float | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,15 @@ class Snapshot:
         lvl = self._expected_level(r)
         comps = [
             Component(
-                "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
+                "training steps",
+                "each step",
+                "measured",
+                lvl,
+                self.level_n,
+                r,
+                r * lvl,
+                self.sd,
+                self.level_precision(),
             )
         ]
         var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
@@ -156,6 +166,13 @@ class Snapshot:
             components=tuple(comps),
         )
 
+    def level_precision(self) -> float | None:
+        """The 95 % half-width of the step level, relative to it (Student's t on the pooled
+        degrees of freedom; a provisional level's stated prior)."""
+        if not self.level or self.level_n < 1:
+            return None
+        return t_quantile(0.975, max(self.df, 1)) * math.sqrt(self.level_var) / self.level
+
     def _add_parts(self, comps: list[Component], var: float, s: int, n: int, r: int) -> float:
         """Append each part's row to ``comps``; ``var`` plus their variance (added one after
         the other, in order)."""
@@ -171,6 +188,7 @@ class Snapshot:
                     int(round(left)),
                     left * part.per_occurrence_s,
                     part.sd_s,
+                    part.precision,
                 )
             )
             if part.seen:  # measured: its spread, and the uncertainty of its mean
