@@ -9,7 +9,7 @@ import pytest
 
 import ailens
 from ailens import analyze, load_run
-from ailens.model.forecast import EvalPlan, Forecaster, Schedule
+from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
 
 
 class Clock:
@@ -383,15 +383,24 @@ def _blocks(n=100, block_s=10.0, eval_from=40, eval_s=3.0, seed=0):
     return ends, sections, t
 
 
-def test_a_coarse_run_told_only_its_length_has_no_early_wrong_signature():
-    """Issue 21, 7: with only total_steps, the signature fired early and wrong on runs whose
-    evaluations had not started (MLPerf unet3d: evaluations from 40-70 % of the blocks)."""
+def test_a_coarse_run_told_only_its_length_has_its_structure_and_room_for_evaluations():
+    """Issue 21, 7 / issue 30: with only total_steps, evaluations nobody announced may start
+    later (MLPerf unet3d: from 40-70 % of the blocks). The signature (the structure the run
+    has shown: its step level) is reached early, says that the steps were all it captured,
+    and its interval keeps room for evaluations that may still come."""
     from ailens import Timeline, forecast_timeline
 
     ends, sections, t = _blocks()
     r = forecast_timeline(Timeline(tuple(ends), tuple(sections), {"total_steps": 100}, end_s=t))
     sig = r.signature_step
-    assert sig is None or (sig > 40 and abs(r.at_step(sig).predicted_total_s - t) / t < 0.01)
+    assert sig is not None and sig <= 10
+    f = r.forecast
+    assert [c.name for c in f.signature_parts] == ["training steps"]
+    assert f.signature_parts[0].captured and f.signature_parts[0].precision <= 0.10
+    p = r.at_step(sig)
+    lo, hi = p.interval_s
+    remaining_training = (100 - sig) * p.step_time_s
+    assert (hi - lo) / 2 >= 1.96 * 0.05 * (1 - sig / 100) * remaining_training
 
 
 @pytest.mark.parametrize("n", [28, 60])
@@ -420,3 +429,46 @@ def test_spikes_whose_gaps_jitter_by_a_few_percent_are_matched_within_that():
     comp = next(c for c in p.components if c.name.startswith("every"))
     assert comp.source == "learned" and comp.per_occurrence_s == pytest.approx(0.6, rel=0.1)
     assert comp.remaining == pytest.approx(3500 / 289, abs=1)
+
+
+# --------------------------------------------------------------------------- issue 30
+
+
+def test_a_slow_step_every_10_is_charged_once_after_hundreds_of_them():
+    """Issue 30, 5: once more than ``MAX_SPIKES`` outliers were seen, the oldest was dropped
+    from the spikes while its time stayed in the regime's mean, and the periodic extra
+    charged it again on its schedule: the forecast climbed (+3 % by mid-run)."""
+    n, every, extra = 8000, 10, 0.5
+    d = _noisy(n, 1.0, cv=0.01, seed=7)
+    d[every - 1 :: every] += extra  # the 10th step of every 10
+    f = Forecaster()
+    f.on_schedule({"total_steps": n})
+    t = 0
+    for x in d[: n // 2]:
+        t += int(round(x * 1e9))
+        f.on_step(t)
+    assert n // 2 // every > StepLevel.MAX_SPIKES  # more outliers than it keeps
+    p = f.predict()
+    truth = float(d.sum())
+    assert p.predicted_total_s == pytest.approx(truth, rel=0.005)
+    assert p.interval_s[0] <= truth <= p.interval_s[1]
+
+
+def test_a_clock_of_whole_seconds_does_not_make_steps_free():
+    """Issue 30, 6: a log with 1-second timestamps gives steps of 0 s between the ones the
+    clock moved on; the level became 0 s/step and the forecast said the run ends now."""
+    n, step = 2000, 0.1
+    true_ends = np.cumsum(_noisy(n, step, cv=0.02, seed=3))
+    truth = float(true_ends[-1])
+    f = Forecaster()
+    f.on_schedule({"total_steps": n})
+    for i, e in enumerate(true_ends[:400]):
+        f.on_step(int(np.floor(e)) * 10**9)  # whole seconds: 9 steps of 0 s, then 1 s
+        p = f.predict()
+        if e < 1.0:  # the clock has not moved yet: nothing to say
+            assert p.predicted_total_s is None
+        else:  # a step known to about one step in ten from the first ticks on
+            assert p.step_time_s == pytest.approx(step, rel=0.12), i
+            assert p.interval_s[0] <= truth <= p.interval_s[1], i
+            if i >= 49:
+                assert p.predicted_total_s == pytest.approx(truth, rel=0.03), i

@@ -37,6 +37,8 @@ class Forecaster:
         self.beside: dict[str, list[float]] = {}  # sections that ran beside the steps
         self._in_step = 0.0  # section seconds inside the step interval now running
         self._warm: list[float] = []  # the warm-up steps' training times
+        self._tied: list[int] = []  # steps that ended on the clock reading of the one before
+        self.tick_s = 0.0  # a coarse clock's resolution, once steps shared a reading
         self.end_ns: int | None = None
 
     # ------------------------------------------------------------ feeding
@@ -58,15 +60,28 @@ class Forecaster:
 
     def on_step(self, t_ns: int) -> None:
         i = self.steps
+        self.steps = i + 1
+        if t_ns <= self.t_last and not self._in_step:
+            # A step of zero length: a clock coarser than the steps (a log with 1-second
+            # timestamps). Its time is in the next step the clock moves on: shared evenly
+            # over the steps since the clock last moved, not a 0 s step and a slow one.
+            self._tied.append(i)
+            return
         x = (t_ns - self.t_last) / 1e9 - self._in_step
         self.t_last = t_ns
         self.t_now = max(self.t_now, t_ns)
-        self.steps = i + 1
         self._in_step = 0.0
-        if i >= self.warmup_steps:
-            self.level.add(i, max(x, 0.0))
-        else:
-            self._warm.append(max(x, 0.0))
+        tied, self._tied = self._tied, []
+        k = len(tied) + 1
+        share = max(x, 0.0) / k
+        if tied:  # the share is known to about one step in k
+            self.level.quantum_s = max(self.level.quantum_s, share / k)
+            self.tick_s = x if not self.tick_s else min(self.tick_s, x)
+        for k in (*tied, i):
+            if k >= self.warmup_steps:
+                self.level.add(k, share)
+            else:
+                self._warm.append(share)
 
     def on_close(self, t_ns: int) -> None:
         self.end_ns = t_ns
@@ -99,6 +114,11 @@ class Forecaster:
         # The regime's mean step, less what the recurring extras and the largest one-off took
         # (those are scheduled apart, or spent once); other outliers stay in at their rate.
         taken, loose, one_off = split_spikes(lv.spikes, lv.regime_start, explained)
+        if lv.retired_sum and taken:
+            # Outliers too old to be classified are still in the regime's sums: taken out in
+            # the share the recent ones are explained.
+            slow = taken + sum(v for v in loose if v > 0) + max(one_off, 0.0)
+            taken += lv.retired_sum * taken / slow
         n = lv.n
         level = (lv.sum - taken - one_off) / n
         slope = lv.trend()
@@ -128,7 +148,8 @@ class Forecaster:
             elapsed_s=self.t_now / 1e9,
             total_steps=self.schedule.total_steps,
             level=level,
-            level_var=max(var_mean, sd2 / n) + loose_var / n,
+            # A coarse clock reads each end of the regime's span to within a tick.
+            level_var=max(var_mean, sd2 / n) + loose_var / n + (self.tick_s / n) ** 2 / 6,
             sd=math.sqrt(sd2 + loose_var),
             excess=excess,
             level_n=n,
