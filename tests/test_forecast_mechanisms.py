@@ -472,3 +472,36 @@ def test_a_clock_of_whole_seconds_does_not_make_steps_free():
             assert p.interval_s[0] <= truth <= p.interval_s[1], i
             if i >= 49:
                 assert p.predicted_total_s == pytest.approx(truth, rel=0.03), i
+
+
+def test_the_first_unit_alone_is_not_extrapolated_over_the_run():
+    """Issue 30, 2: a forecast from the first step extrapolated its start-up (compilation,
+    warm-up) over the whole run: +100 % to +400 % on runs whose first unit holds minutes of
+    it, with intervals that missed. The first unit alone is an upper bound of the level."""
+    for first in (1.0, 2.0, 4.0):  # no start-up, a long one, a very long one
+        d = [first] + [1.0] * 19
+        f = Forecaster(warmup_steps=2)
+        f.on_schedule({"total_steps": 20})
+        preds, end = _feed(f, d)
+        p, truth = preds[0], end / 1e9
+        assert p.interval_s[0] <= truth <= p.interval_s[1], first
+        bar = p.naive_total_s
+        assert abs(p.predicted_total_s - truth) <= abs(bar - truth) or first == 1.0
+
+
+def test_one_slow_first_evaluation_inside_the_steps_is_not_applied_to_all_later_ones():
+    """Issue 30, 4: an evaluation inside the steps (a plain loop, every 100 steps announced),
+    its first occurrence cold (3 s, later ones 1 s): the one hit was charged whole to each
+    of the 9 still to come."""
+    d = list(_noisy(1000, 1.0, cv=0.01, seed=2))
+    for k in range(99, 1000, 100):
+        d[k] += 3.0 if k == 99 else 1.0
+    f = Forecaster()
+    f.on_schedule({"total_steps": 1000, "eval_every_steps": 100})
+    preds, end = _feed(f, d)
+    truth = end / 1e9
+    q = preds[149]  # the cold one alone seen
+    extra = next(c for c in q.components if c.name.startswith("every 100"))
+    assert extra.per_occurrence_s <= 0.8 * 3.0 and extra.precision is not None
+    assert abs(q.predicted_total_s - truth) < 9 * (3.0 - 1.0) * 0.75
+    assert q.interval_s[0] <= truth <= q.interval_s[1]

@@ -11,7 +11,15 @@ import math
 
 import numpy as np
 
-from .parts import SECTION_CV, SECTION_PRIOR, Part, per_occurrence_precision
+from .parts import (
+    FIRST_WARM,
+    FIRST_WARM_SD,
+    SECTION_CV,
+    SECTION_PRIOR,
+    Part,
+    cold_precision,
+    per_occurrence_precision,
+)
 from .schedule import EvalPlan, Schedule, learned_plan
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
@@ -24,10 +32,6 @@ FORWARD_SHARE = 1 / 3
 FORWARD_SD = 0.5
 EVAL_SHARE = 0.05
 EVAL_SHARE_SD = 0.05
-# A section's first occurrence, while it is the only one: a later one is taken as this
-# share of it (first occurrences are 1-3x later ones), +/- this much of it.
-FIRST_WARM = 0.75
-FIRST_WARM_SD = 0.25
 
 
 def unannounced(schedule: Schedule, seen_eval: bool) -> bool:
@@ -84,8 +88,8 @@ def _marked(
     if plan is None:
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
     count_unknown = source.startswith("assumed: every")
-    # Known once a warm occurrence is seen (the first is cold) and the period is known.
-    precise = None if len(seen) < 2 or count_unknown else _precision(seen)
+    # Known once the period is known; from the cold first one alone, to the prior's spread.
+    precise = None if count_unknown else cold_precision() if len(seen) < 2 else _precision(seen)
     return Part(
         f"section {name}",
         plan.describe(),
