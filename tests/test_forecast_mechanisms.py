@@ -505,3 +505,23 @@ def test_one_slow_first_evaluation_inside_the_steps_is_not_applied_to_all_later_
     assert extra.per_occurrence_s <= 0.8 * 3.0 and extra.precision is not None
     assert abs(q.predicted_total_s - truth) < 9 * (3.0 - 1.0) * 0.75
     assert q.interval_s[0] <= truth <= q.interval_s[1]
+
+
+def test_an_evaluation_beside_the_training_inside_one_unit_is_not_a_section_again():
+    """Issue 30, 3: an evaluation that runs beside the training inside one logged unit (the
+    unit no longer than the others) was taken out of that unit's training time and then
+    charged again as a section on every later one (MLPerf logs: +32 % at 50 %)."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends, sections, t = [], [], 0.0
+    for k in range(1, 201):
+        t += 10.0
+        ends.append(t)
+        if k % 10 == 0 and k < 200:  # 3 s of evaluation inside the next unit, beside it
+            sections.append(Section("eval", t + 2.0, t + 5.0))
+    tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 200}, end_s=t)
+    r = forecast_timeline(tl)
+    for s in (40, 100):
+        p = r.at_step(s)
+        assert p.step_time_s == pytest.approx(10.0, rel=0.01)
+        assert p.predicted_total_s == pytest.approx(t, rel=0.01), s

@@ -41,7 +41,10 @@ class Forecaster:
         self.t_now = 0  # ns, the latest event seen (a step end or a section's end)
         self.sections: dict[str, list[tuple[int, float]]] = {}  # name -> (step, seconds)
         self.beside: dict[str, list[float]] = {}  # sections that ran beside the steps
+        # Those inside one unit: (the unit's index, its time over the level), by name.
+        self.beside_units: dict[str, list[tuple[int, float]]] = {}
         self._in_step = 0.0  # section seconds inside the step interval now running
+        self._in_step_names: list[str] = []  # those sections' names, in order
         self._warm: list[float] = []  # the warm-up steps' training times
         self._tied: list[int] = []  # steps that ended on the clock reading of the one before
         self.tick_s = 0.0  # a coarse clock's resolution, once steps shared a reading
@@ -62,6 +65,7 @@ class Forecaster:
         self.sections.setdefault(name, []).append((int(step), secs))
         if step == self.steps:  # inside the running step interval: not training time
             self._in_step += secs
+            self._in_step_names.append(name)
         self.t_now = max(self.t_now, t_end_ns)
 
     def on_step(self, t_ns: int) -> None:
@@ -73,10 +77,25 @@ class Forecaster:
             # over the steps since the clock last moved, not a 0 s step and a slow one.
             self._tied.append(i)
             return
-        x = (t_ns - self.t_last) / 1e9 - self._in_step
+        dt = (t_ns - self.t_last) / 1e9
+        x = dt - self._in_step
+        if self._in_step and self._ran_beside(dt):
+            # The unit is no longer than a training unit: the sections inside it ran beside
+            # the training (an asynchronous evaluation inside one logged unit). Not training
+            # time taken out, nor a section's time to come: what it costs is what the unit
+            # took over the level, a recurring extra on the section's schedule.
+            c = self.level.center
+            names = self._in_step_names
+            for name in names:
+                self.beside.setdefault(name, []).append(self.sections[name].pop()[1])
+                if not self.sections[name]:
+                    del self.sections[name]
+                self.beside_units.setdefault(name, []).append((i, (dt - c) / len(names)))
+            x = c
         self.t_last = t_ns
         self.t_now = max(self.t_now, t_ns)
         self._in_step = 0.0
+        self._in_step_names = []
         tied, self._tied = self._tied, []
         k = len(tied) + 1
         share = max(x, 0.0) / k
@@ -88,6 +107,17 @@ class Forecaster:
                 self.level.add(k, share)
             else:
                 self._warm.append(share)
+
+    def _ran_beside(self, dt: float) -> bool:
+        """Whether a unit of ``dt`` seconds with sections inside it ran them beside the
+        training: it is shorter than the training level plus half their time, by more than
+        the steps' spread (judged once the level has a centre)."""
+        lv = self.level
+        c = lv.center
+        if c is None or lv.acc_n < StepLevel.START:
+            return False
+        s = self._in_step
+        return s > 2 * lv.Z_OUT * lv.scale and dt < c + 0.5 * s
 
     def on_close(self, t_ns: int) -> None:
         self.end_ns = t_ns
@@ -178,7 +208,7 @@ class Forecaster:
         )
 
     def _sections(self, s: int, level: float):
-        return section_parts(self.sections, self.beside, self.schedule, s, level)
+        return section_parts(self.sections, self.beside, self.schedule, s, level, self.beside_units)
 
     def _unannounced(self) -> bool:
         return unannounced(self.schedule, "eval" in self.sections or "eval" in self.beside)

@@ -15,7 +15,7 @@ latest stands."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .forecaster import Forecaster
 from .level import StepLevel
@@ -31,6 +31,9 @@ EARLY_FRACTION = 0.10
 # the development corpus (docs/forecast.md, "The signature") the step level of a steady run
 # gets there with 2 steps after the warm-up, a section after 4 warm occurrences.
 PART_PRECISION = 0.10
+# The step level is not steady while this many of the latest steps in a row are outliers on
+# one side (``StepLevel.CHANGE_RUN`` of them start a new regime).
+UNSTEADY_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -65,9 +68,9 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
             why = (
                 "not seen yet"
                 if c.seen == 0
-                else "only its first (cold) occurrence seen"
-                if c.name != "training steps"
                 else "warm-up steps only"
+                if c.name == "training steps"
+                else f"seen {c.seen}: its time per occurrence not known yet"
             )
             if c.source.startswith("assumed: every"):
                 why = "seen once: its period is not known"
@@ -127,7 +130,15 @@ class ForecastPolicy:
         if p.step_time_s is None:
             return ()
         if p.total_steps:
-            return structure(p, self.rel_tol)
+            parts = structure(p, self.rel_tol)
+            off = len(level.run)
+            if parts and parts[0].name == "training steps" and off >= UNSTEADY_RUN:
+                # The latest steps are off the level on one side: a change of speed may be
+                # under way (a recurring part that started to run beside the steps): the
+                # level is not steady until it is adopted or they stop.
+                why = f"the last {off} steps are off its level"
+                parts = (replace(parts[0], captured=False, why=why), *parts[1:])
+            return parts
         prec = None
         if p.step_time_sd_s is not None and level.n >= 2:
             var, _ = level.mean_var()

@@ -21,6 +21,7 @@ from .parts import (
     per_occurrence_precision,
 )
 from .schedule import EvalPlan, Schedule, learned_plan
+from .stats import t_quantile
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
 # thousand): evaluations nobody announced may still come between them.
@@ -47,6 +48,7 @@ def section_parts(
     schedule: Schedule,
     s: int,
     level: float,
+    beside_units: dict[str, list[tuple[int, float]]] | None = None,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
@@ -59,6 +61,8 @@ def section_parts(
         out.append(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
+    for name, units in (beside_units or {}).items():
+        out.append(_beside_units(name, units, schedule, eval_plan, level))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     seen_eval = "eval" in sections or "eval" in beside
@@ -111,6 +115,41 @@ def _precision(seen: list[tuple[int, float]]) -> float | None:
     mean = sum(warm) / len(warm)
     sd = float(np.std(warm, ddof=1)) if len(warm) > 1 else 0.0
     return per_occurrence_precision(mean, sd, len(warm))
+
+
+def _beside_units(
+    name: str,
+    units: list[tuple[int, float]],
+    sched: Schedule,
+    eval_plan: EvalPlan | None,
+    level: float,
+) -> Part:
+    """A section that runs beside the training inside the units it falls in: what those
+    units take over the level, on the section's schedule (in-step). Its precision is the
+    95 % half-width of that time relative to the step level (it may be about nothing), known
+    from 3 units on."""
+    at = [i for i, _ in units]
+    excess = [x for _, x in units]
+    m = len(excess)
+    mean = sum(excess) / m
+    plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
+    if plan is None:
+        plan, source = learned_plan(at, sched.steps_per_epoch)
+    precise = None
+    if m >= 3 and level > 0 and not source.startswith("assumed: every"):
+        sd = float(np.std(excess, ddof=1))
+        precise = t_quantile(0.975, m - 1) * sd / math.sqrt(m) / level
+    return Part(
+        f"section {name} (beside the steps)",
+        plan.describe() if plan else "one-off",
+        source or "learned",
+        max(mean, 0.0),
+        float(np.std(excess)) if m > 1 else abs(mean),
+        m,
+        "in-step" if plan else "one-off",
+        plan=plan,
+        precision=precise,
+    )
 
 
 def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:
