@@ -542,3 +542,22 @@ def test_the_interval_holds_a_slow_down_of_a_tenth_later_in_the_run():
         p = preds[s - 1]
         assert p.interval_s[0] <= truth <= p.interval_s[1], s
         assert p.predicted_total_s == pytest.approx(n * 1.0, rel=0.01)  # the level seen
+
+
+def test_a_stall_at_every_epoch_boundary_is_priced_from_the_first_one():
+    """Issue 30, 8: a stall at every epoch boundary (a data loader restarting) was learned
+    only after several occurrences when the run said its epochs and total but not the steps
+    per epoch, though those follow from them."""
+    n = 1000
+    d = _noisy(n, 1.0, cv=0.01, seed=1)
+    d[100::100] += 5.0  # the first step of epochs 2-10
+    f = Forecaster()
+    f.on_schedule({"total_steps": n, "epochs": 10})
+    preds, _ = _feed(f, d[:300])
+    truth = float(d.sum())
+    for s in (110, 150, 199):
+        p = preds[s - 1]
+        stall = next(c for c in p.components if c.name.startswith("every 100"))
+        assert stall.remaining == 8 and stall.source == "schedule"
+        assert p.predicted_total_s == pytest.approx(truth, rel=0.012), s
+        assert p.interval_s[0] <= truth <= p.interval_s[1]

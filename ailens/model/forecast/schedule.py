@@ -99,9 +99,17 @@ class Schedule:
         if self.steps_per_epoch and self.epochs and not mark.get("total_steps"):
             self.total_steps = self.steps_per_epoch * self.epochs
 
+    def epoch_steps(self) -> int | None:
+        """Steps per epoch: as said, or following from the total and the epochs when they
+        divide evenly."""
+        if self.steps_per_epoch:
+            return self.steps_per_epoch
+        n, e = self.total_steps, self.epochs
+        return n // e if n and e and n % e == 0 and n >= e else None
+
     def eval_plan(self) -> EvalPlan | None:
         """Where the announced evaluations come, or None when the schedule does not say."""
-        spe = self.steps_per_epoch
+        spe = self.epoch_steps()
         period = None
         if self.eval_every_steps:
             period = float(self.eval_every_steps)
@@ -134,8 +142,8 @@ class Schedule:
             out[self.checkpoint_every_steps] = "checkpoint"
         if self.eval_period():
             out[self.eval_period()] = "evaluation"
-        if self.steps_per_epoch:
-            out.setdefault(self.steps_per_epoch, "epoch end")
+        if self.epoch_steps():
+            out.setdefault(self.epoch_steps(), "epoch end")
         return out
 
 

@@ -88,7 +88,7 @@ def _marked(
         every = float(sched.checkpoint_every_steps)
         plan, source = EvalPlan(every, every), "schedule"
     else:
-        plan, source = learned_plan(at, sched.steps_per_epoch)
+        plan, source = learned_plan(at, sched.epoch_steps())
     if plan is None:
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
     count_unknown = source.startswith("assumed: every")
@@ -134,7 +134,7 @@ def _beside_units(
     mean = sum(excess) / m
     plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
     if plan is None:
-        plan, source = learned_plan(at, sched.steps_per_epoch)
+        plan, source = learned_plan(at, sched.epoch_steps())
     precise = None
     if m >= 3 and level > 0 and not source.startswith("assumed: every"):
         sd = float(np.std(excess, ddof=1))
