@@ -561,3 +561,37 @@ def test_a_stall_at_every_epoch_boundary_is_priced_from_the_first_one():
         assert stall.remaining == 8 and stall.source == "schedule"
         assert p.predicted_total_s == pytest.approx(truth, rel=0.012), s
         assert p.interval_s[0] <= truth <= p.interval_s[1]
+
+
+def test_an_unseen_evaluation_is_priced_from_its_samples():
+    """Issue 30, 1: announced evaluations not seen yet were priced at a fixed prior (5 % +/-
+    5 % of the training), far too low where they are expensive (fine-tuning runs whose
+    evaluations are 8-20 % of the run). The samples one runs, at the training's cost per
+    sample, price it."""
+    n, every, eval_s = 1000, 100, 20.0  # 5000 samples, global batch 256: ~20 batches
+    evals = {k: ("eval", eval_s) for k in range(every, n + 1, every)}
+    f = Forecaster()
+    f.on_schedule(
+        {"total_steps": n, "eval_every_steps": every, "eval_samples": 5000, "samples_per_step": 256}
+    )
+    preds, end = _feed(f, _noisy(n, 1.0, cv=0.01, seed=4), sections=evals)
+    truth = end / 1e9
+    p = preds[49]  # none seen yet
+    ev = next(c for c in p.components if c.name == "section eval (not seen yet)")
+    assert "5000 samples" in ev.source
+    assert p.predicted_total_s == pytest.approx(truth, rel=0.05)
+    assert p.interval_s[0] <= truth <= p.interval_s[1]
+
+
+def test_set_schedule_takes_the_evaluation_samples_and_the_batch(tmp_path):
+    lens, clock = _lens(tmp_path, total_steps=100)
+    lens.set_schedule(eval_every_steps=50, eval_samples=5000, samples_per_step=256)
+    sched = lens.online.forecaster.schedule
+    assert (sched.eval_samples, sched.samples_per_step) == (5000, 256)
+    for _ in range(5):
+        clock.advance(1.0)
+        lens.step_end()
+    lens.close()
+    fed = []
+    analyze(load_run(tmp_path), watch=fed.append)  # a mark of the trace: offline sees it
+    assert fed[-1].forecaster.schedule.eval_samples == 5000

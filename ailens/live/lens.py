@@ -263,6 +263,8 @@ class Lens:
         eval_start_epoch: float | None = None,
         eval_at_steps: Sequence[int] | None = None,
         eval_at_epochs: Sequence[float] | None = None,
+        eval_samples: int | None = None,
+        samples_per_step: int | None = None,
     ) -> None:
         """What the run will do, as far as the script or framework knows it: total steps
         (or steps per epoch x epochs), when evaluation comes and how many batches it runs
@@ -274,14 +276,18 @@ class Lens:
         come every ``eval_every_steps`` steps or ``eval_every_epochs`` epochs (a float: a
         period that is not a whole number of steps lands on the nearest step), from
         ``eval_start_step`` / ``eval_start_epoch`` (default: one period in); listed ones at
-        ``eval_at_steps`` / ``eval_at_epochs``. Both may be given: the union is scheduled."""
+        ``eval_at_steps`` / ``eval_at_epochs``. Both may be given: the union is scheduled.
+        ``eval_samples`` (samples one evaluation runs) and ``samples_per_step`` (training
+        samples per step: the global batch) price an evaluation not seen yet from the
+        training's cost per sample."""
         mark = schedule_mark(total_steps=total_steps, steps_per_epoch=steps_per_epoch,
                              epochs=epochs, eval_every_epochs=eval_every_epochs,
                              eval_every_steps=eval_every_steps, eval_steps=eval_steps,
                              checkpoint_every_steps=checkpoint_every_steps,
                              eval_start_step=eval_start_step, eval_start_epoch=eval_start_epoch,
                              eval_at_steps=eval_at_steps,
-                             eval_at_epochs=eval_at_epochs)  # fmt: skip
+                             eval_at_epochs=eval_at_epochs, eval_samples=eval_samples,
+                             samples_per_step=samples_per_step)  # fmt: skip
         if mark is not None:
             self._add_mark(mark)
 

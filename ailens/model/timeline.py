@@ -43,6 +43,8 @@ SCHEDULE_KEYS = (
     "eval_start_epoch",
     "eval_at_steps",
     "eval_at_epochs",
+    "eval_samples",
+    "samples_per_step",
 )
 
 

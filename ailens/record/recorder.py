@@ -270,6 +270,8 @@ def schedule_mark(
     eval_start_epoch: float | None = None,
     eval_at_steps: Sequence[int] | None = None,
     eval_at_epochs: Sequence[float] | None = None,
+    eval_samples: int | None = None,
+    samples_per_step: int | None = None,
 ) -> dict | None:
     """The schedule mark of :meth:`ailens.Lens.set_schedule` (None when every key is None);
     raises ValueError naming a bad value."""
@@ -282,6 +284,8 @@ def schedule_mark(
         "eval_every_steps": eval_every_steps,
         "eval_steps": eval_steps,
         "checkpoint_every_steps": checkpoint_every_steps,
+        "eval_samples": eval_samples,
+        "samples_per_step": samples_per_step,
     }
     sched: dict = {k: int(v) for k, v in counts.items() if v}
     if eval_every_epochs:

@@ -81,6 +81,8 @@ class Schedule:
     eval_start_epoch: float | None = None
     eval_at_steps: tuple[int, ...] = ()
     eval_at_epochs: tuple[float, ...] = ()
+    eval_samples: int | None = None  # samples one evaluation runs
+    samples_per_step: int | None = None  # training samples per step (the global batch)
 
     _LISTS = ("eval_at_steps", "eval_at_epochs")
     _STARTS = ("eval_start_step", "eval_start_epoch")  # may be 0
