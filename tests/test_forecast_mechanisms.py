@@ -595,3 +595,29 @@ def test_set_schedule_takes_the_evaluation_samples_and_the_batch(tmp_path):
     fed = []
     analyze(load_run(tmp_path), watch=fed.append)  # a mark of the trace: offline sees it
     assert fed[-1].forecaster.schedule.eval_samples == 5000
+
+
+def test_an_evaluation_beside_the_steps_is_priced_on_its_schedule_from_the_first_one():
+    """Issue 30, 3 (its other form, MLPerf Mask R-CNN): an asynchronous evaluation, marked
+    when it ends a unit after its position, slows the unit it runs beside. Once its position
+    passed unmarked it was taken to run inside the steps, and once marked it was a one-off:
+    the evaluations still to come cost nothing (-3 to -15 % at the signature)."""
+    n, slow = 400, 5.0
+    at = [round(24.5 * j) for j in range(1, 17)]  # 24, 49, 74, 98, ... (a listed schedule)
+    f = Forecaster()
+    f.on_schedule({"total_steps": n, "eval_at_steps": at})
+    t, preds = 0, {}
+    for k in range(n):
+        t += int(1e9 * (1.0 + (slow if k in at else 0.0)))
+        f.on_step(t)
+        if k - 1 in at:  # the evaluation at position k - 1 ends in this unit
+            f.on_section("eval", k - 1, t - int(1e9 * (1 + slow)), t - int(0.5e9))
+        preds[k + 1] = f.predict()
+    truth = t / 1e9
+    for s in (26, 30, 60):
+        p = preds[s]
+        assert p.predicted_total_s == pytest.approx(truth, rel=0.05), s
+        assert p.interval_s[0] <= truth <= p.interval_s[1], s
+    ev = next(c for c in preds[60].components if c.name == "section eval (beside the steps)")
+    assert ev.remaining == sum(k >= 60 for k in at)
+    assert ev.per_occurrence_s == pytest.approx(slow, rel=0.1)

@@ -43,6 +43,8 @@ class Forecaster:
         self.beside: dict[str, list[float]] = {}  # sections that ran beside the steps
         # Those inside one unit: (the unit's index, its time over the level), by name.
         self.beside_units: dict[str, list[tuple[int, float]]] = {}
+        # Those during which steps ended: the units each ran beside (first, last index).
+        self.beside_spans: dict[str, list[tuple[int, int]]] = {}
         self._in_step = 0.0  # section seconds inside the step interval now running
         self._in_step_names: list[str] = []  # those sections' names, in order
         self._warm: list[float] = []  # the warm-up steps' training times
@@ -61,6 +63,8 @@ class Forecaster:
             # Steps ended while it ran: it ran beside the training (an asynchronous
             # evaluation), whose steps carry whatever it slowed them by. No time of its own.
             self.beside.setdefault(name, []).append(secs)
+            # The units it ran beside: from the one after step ``step`` to the one running.
+            self.beside_spans.setdefault(name, []).append((int(step), self.steps))
             return
         self.sections.setdefault(name, []).append((int(step), secs))
         if step == self.steps:  # inside the running step interval: not training time
@@ -146,7 +150,10 @@ class Forecaster:
                 change_rate=0.0,
                 change_size2=0.0,
             )
-        extras, explained = recurring_extras(lv.spikes, s, self.schedule, self.warmup_steps)
+        units, by_beside = self._beside_excess()
+        spikes = {k: v for k, v in lv.spikes.items() if k not in by_beside}
+        extras, explained = recurring_extras(spikes, s, self.schedule, self.warmup_steps)
+        explained |= by_beside
         # The regime's mean step, less what the recurring extras and the largest one-off took
         # (those are scheduled apart, or spent once); other outliers stay in at their rate.
         taken, loose, one_off = split_spikes(lv.spikes, lv.regime_start, explained)
@@ -195,7 +202,7 @@ class Forecaster:
             # with ``CHANGE_PRIOR_STEPS`` steps that had none.
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
-            parts=(*extras, *self._sections(s, level)),
+            parts=(*extras, *self._sections(s, level, units, extras)),
             unannounced=self._unannounced(),
             trend=slope,
             # Over all regimes, with the same parts taken out as from the regime's mean.
@@ -205,10 +212,31 @@ class Forecaster:
                 for (_, a1, b1), (_, a2, b2) in zip(changes, changes[1:], strict=False)
             ),
             changes=len(changes),
+            off_level=sum(k not in explained for k, _ in lv.run),
         )
 
-    def _sections(self, s: int, level: float):
-        return section_parts(self.sections, self.beside, self.schedule, s, level, self.beside_units)
+    def _sections(self, s: int, level: float, units=None, extras=()):
+        units = self.beside_units if units is None else units
+        in_step = any(e.name.endswith("(evaluation)") for e in extras)
+        return section_parts(
+            self.sections, self.beside, self.schedule, s, level, units, in_step_eval=in_step
+        )
+
+    def _beside_excess(self) -> tuple[dict[str, list[tuple[int, float]]], set[int]]:
+        """What the sections that ran beside the steps cost: by name, (first unit, time over
+        the level) of each occurrence, those inside one unit and those during which steps
+        ended (the outliers among the units they overlapped, which the level leaves out);
+        and the steps of those outliers."""
+        lv = self.level
+        start = lv.regime_start or 0
+        units = {name: list(v) for name, v in self.beside_units.items()}
+        taken: set[int] = set()
+        for name, spans in self.beside_spans.items():
+            for a, b in spans:
+                ks = [k for k in range(max(a, start), b + 1) if lv.spikes.get(k, 0.0) > 0]
+                taken.update(ks)
+                units.setdefault(name, []).append((a, sum(lv.spikes[k] for k in ks)))
+        return {name: sorted(v) for name, v in units.items()}, taken
 
     def _unannounced(self) -> bool:
         return unannounced(self.schedule, "eval" in self.sections or "eval" in self.beside)

@@ -109,7 +109,7 @@ class ForecastPolicy:
         reached there, for the first time."""
         if self.signature_ready:
             return False
-        parts = self.judge(p, level)
+        parts = self.judge(p, level, snap.off_level)
         blockers = tuple(f"{c.name}: {c.why}" for c in parts if not c.captured)
         if p.steps_done < self.signature_min_steps(p.total_steps):
             blockers = (f"fewer than {self.signature_min_steps(p.total_steps)} steps",) + blockers
@@ -123,7 +123,9 @@ class ForecastPolicy:
         self.waited_for = self._pending
         return True
 
-    def judge(self, p: Prediction, level: StepLevel) -> tuple[CapturedPart, ...]:
+    def judge(
+        self, p: Prediction, level: StepLevel, off_level: int | None = None
+    ) -> tuple[CapturedPart, ...]:
         """The run's parts as the signature rule judges them at ``p``. While the total is
         unknown, the step level alone (its mean's 95 % half-width within
         ``PART_PRECISION``)."""
@@ -131,7 +133,7 @@ class ForecastPolicy:
             return ()
         if p.total_steps:
             parts = structure(p, self.rel_tol)
-            off = len(level.run)
+            off = len(level.run) if off_level is None else off_level
             if parts and parts[0].name == "training steps" and off >= UNSTEADY_RUN:
                 # The latest steps are off the level on one side: a change of speed may be
                 # under way (a recurring part that started to run beside the steps): the

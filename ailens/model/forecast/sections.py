@@ -21,7 +21,6 @@ from .parts import (
     per_occurrence_precision,
 )
 from .schedule import EvalPlan, Schedule, learned_plan
-from .stats import t_quantile
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
 # thousand): evaluations nobody announced may still come between them.
@@ -56,6 +55,7 @@ def section_parts(
     s: int,
     level: float,
     beside_units: dict[str, list[tuple[int, float]]] | None = None,
+    in_step_eval: bool = False,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
@@ -72,9 +72,14 @@ def section_parts(
         out.append(_beside_units(name, units, schedule, eval_plan, level))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
-    seen_eval = "eval" in sections or "eval" in beside
-    if eval_plan is not None and not seen_eval and not eval_plan.count(0, s - 1):
-        out.append(_not_seen_yet(schedule, eval_plan, s, level))
+    # A section is marked when it ends: one that runs beside the steps for a while after its
+    # position is not known to run inside them until half an evaluation spacing passed
+    # (or an in-step extra on the evaluation period showed it).
+    seen_eval = "eval" in sections or "eval" in beside or in_step_eval
+    if eval_plan is not None and not seen_eval:
+        grace = max(1, int(eval_plan.spacing() / 2))
+        if not eval_plan.count(0, s - 1 - grace):
+            out.append(_not_seen_yet(schedule, eval_plan, s, level))
     return out
 
 
@@ -142,16 +147,21 @@ def _beside_units(
     plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
     if plan is None:
         plan, source = learned_plan(at, sched.epoch_steps())
-    precise = None
-    if m >= 3 and level > 0 and not source.startswith("assumed: every"):
+    per = max(mean, 0.0)
+    if m == 1:  # its first occurrence, cold like a first section
+        per, sd, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
+    else:
         sd = float(np.std(excess, ddof=1))
-        precise = t_quantile(0.975, m - 1) * sd / math.sqrt(m) / level
+        # Relative to its time, or to a hundredth of a step when it costs about nothing.
+        precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
+    if source.startswith("assumed: every"):
+        precise = None
     return Part(
         f"section {name} (beside the steps)",
         plan.describe() if plan else "one-off",
         source or "learned",
-        max(mean, 0.0),
-        float(np.std(excess)) if m > 1 else abs(mean),
+        per,
+        sd,
         m,
         "in-step" if plan else "one-off",
         plan=plan,

@@ -93,6 +93,9 @@ class Snapshot:
     changes: int = 0
     df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
     unannounced: bool = False  # no evaluation announced nor seen: some may still come
+    # The latest steps in a row off the level on one side that no part explains (a change
+    # of speed may be under way).
+    off_level: int = 0
 
     REVERSALS = 2
     # Real runs' step time wanders over a run (data, thermals, the schedule's later phases),
