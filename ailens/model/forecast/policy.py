@@ -213,5 +213,6 @@ class ForecastPolicy:
             signature_rel_tol=self.rel_tol,
             note=note,
             signature_parts=self.captured,
-            signature_waited_for=self.waited_for,
+            # Not reached: what it lacked at the last evaluation.
+            signature_waited_for=self.waited_for if self.signature_ready else self._pending,
         )
