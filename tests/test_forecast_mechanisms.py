@@ -621,3 +621,22 @@ def test_an_evaluation_beside_the_steps_is_priced_on_its_schedule_from_the_first
     ev = next(c for c in preds[60].components if c.name == "section eval (beside the steps)")
     assert ev.remaining == sum(k >= 60 for k in at)
     assert ev.per_occurrence_s == pytest.approx(slow, rel=0.1)
+
+
+def test_the_signature_of_a_long_run_spans_its_announced_parts():
+    """Issue 30, the signature: a run of 2000 steps whose schedule announces 50-step epochs
+    (a plain loop whose evaluation lengthens each epoch's first step) had its signature at
+    step 20, before any epoch boundary: -9 % there. It spans at least 5 % of the run and an
+    announced epoch end, and prices what it saw there."""
+    from ailens import Timeline, forecast_timeline
+
+    d = _noisy(2000, 0.1, cv=0.05, seed=0)
+    d[50::50] += 0.5
+    ends = np.cumsum(d)
+    tl = Timeline(tuple(ends), (), {"total_steps": 2000, "steps_per_epoch": 50}, end_s=ends[-1])
+    r = forecast_timeline(tl)
+    sig = r.signature_step
+    assert 100 <= sig <= 200
+    f = r.forecast
+    assert abs(f.error_pct) < 1.0 and f.covered
+    assert any(c.name.startswith("every 50") for c in f.signature_parts)

@@ -213,6 +213,16 @@ class Forecaster:
             ),
             changes=len(changes),
             off_level=sum(k not in explained for k, _ in lv.run),
+            unseen_periods=self._unseen_periods(s),
+        )
+
+    def _unseen_periods(self, s: int) -> tuple[str, ...]:
+        """The schedule's recurring positions besides evaluations (epoch ends, checkpoints)
+        whose first one has not passed yet."""
+        return tuple(
+            f"{what} (every {period} steps)"
+            for period, what in self.schedule.periods().items()
+            if what != "evaluation" and s <= period
         )
 
     def _sections(self, s: int, level: float, units=None, extras=()):

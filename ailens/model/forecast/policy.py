@@ -111,6 +111,7 @@ class ForecastPolicy:
             return False
         parts = self.judge(p, level, snap.off_level)
         blockers = tuple(f"{c.name}: {c.why}" for c in parts if not c.captured)
+        blockers += tuple(f"{what}: none passed yet" for what in snap.unseen_periods)
         if p.steps_done < self.signature_min_steps(p.total_steps):
             blockers = (f"fewer than {self.signature_min_steps(p.total_steps)} steps",) + blockers
         if blockers or not parts:
@@ -157,10 +158,15 @@ class ForecastPolicy:
         return bool(parts) and all(c.captured for c in parts)
 
     def signature_min_steps(self, total_steps: int | None) -> int:
-        """``min_steps``, or 5 % of a run of tens of steps (epochs, blocks): the interval
-        decides there, not a count of steps meant for runs of thousands."""
+        """The steps a signature needs at least: ``min_steps``, or 5 % of a run of tens of
+        steps (epochs, blocks: the parts decide there, not a count meant for runs of
+        thousands); and at least ``EARLY_SHARE`` of any run, so that it spans a share of
+        the run where its recurring parts show, not a fixed count of its first steps."""
         n, m = total_steps, self.min_steps
-        return min(m, max(math.ceil(EARLY_SHARE * n), 2)) if n else m
+        if not n:
+            return m
+        share = max(math.ceil(EARLY_SHARE * n), 2)
+        return max(min(m, share), share)
 
     def pick(self, latest: Snapshot) -> tuple[Snapshot, str]:
         """The snapshot the run's forecast is made from, and its basis."""

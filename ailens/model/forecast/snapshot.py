@@ -96,6 +96,9 @@ class Snapshot:
     # The latest steps in a row off the level on one side that no part explains (a change
     # of speed may be under way).
     off_level: int = 0
+    # Recurring positions the schedule announces (epoch ends, checkpoints) none of which
+    # has passed yet: what happens there is not seen.
+    unseen_periods: tuple[str, ...] = ()
 
     REVERSALS = 2
     # Real runs' step time wanders over a run (data, thermals, the schedule's later phases),
