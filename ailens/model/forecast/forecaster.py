@@ -218,11 +218,12 @@ class Forecaster:
 
     def _unseen_periods(self, s: int) -> tuple[str, ...]:
         """The schedule's recurring positions besides evaluations (epoch ends, checkpoints)
-        whose first one has not passed yet."""
+        whose first one has not passed yet, with one inside the run."""
+        n = self.schedule.total_steps
         return tuple(
             f"{what} (every {period} steps)"
             for period, what in self.schedule.periods().items()
-            if what != "evaluation" and s <= period
+            if what != "evaluation" and s <= period and (not n or period < n)
         )
 
     def _sections(self, s: int, level: float, units=None, extras=()):

@@ -56,8 +56,8 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
     total = p.predicted_total_s
     out = []
     for c in p.components:
-        if c.remaining == 0 and c.schedule in ("one-off", "beside the steps"):
-            continue  # spent: nothing of it is still to come
+        if c.remaining == 0 and c.name != "training steps":
+            continue  # spent, or none of it in the run: nothing of it is still to come
         prec = c.precision
         cost_known = (
             prec is not None and total is not None and prec * c.remaining_s <= rel_tol * total
