@@ -29,10 +29,15 @@ the run's actual total. The headline (``summary``) is over the real runs (``mlpe
 ``recorded`` sets); ``synthetic`` and ``recorded-loaded`` are reported apart. The tables group by
 set (``summary_by_source``) and by set and model family.
 
-Goals (issue 21): median |error| <= 2 % at 5 %, <= 1 % at 10 %, <= 0.5 % at 20 %; closer than
+Goals (issue 30): median |error| <= 2 / 1 / 0.5 / 0.25 % at 5 / 10 / 20 / 50 %; closer than
 the better baseline on >= 80 % of (run, fraction) points and worse by > 0.25 points on <= 5 %;
-95 % interval coverage 90-98 %; a signature on >= 90 % of runs at a median <= 10 % of the steps
-with median |error| <= 1 % there.
+95 % interval coverage 90-98 % at every fraction; a signature on >= 95 % of runs at a median
+<= 15 % of the steps (<= 10 % on runs of >= 200 steps) with median |error| <= 1.5 % there. Each
+run's row holds the signature's step fraction and its error beside the progress bar's and
+Composer's at the same step (``signature_naive_error_pct``, ``signature_composer_error_pct``);
+the summaries their medians (``signature_median_abs_error_naive_pct``,
+``signature_median_abs_error_composer_pct``) and the signature's median fraction on runs of
+>= 200 steps.
 
 Its rooms: ``forecast_replay.py`` scores one run, ``forecast_summary.py`` summarises and prints
 the scores, ``forecast_synthetic.py`` makes the synthetic runs, ``forecast_recording.py`` holds

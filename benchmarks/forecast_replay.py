@@ -29,6 +29,7 @@ def replay(run_dir: Path) -> dict:
     row["ranks"] = a.ranks
     row["signature_fraction"] = f.signature_fraction
     row["signature_error_pct"] = f.error_pct if f.basis == "signature" else None
+    _at_signature(row, f.signature_step if f.basis == "signature" else None, f.actual_total_s, seen)
     row["step_cv"] = _step_cv(a)
     return row
 
@@ -51,6 +52,14 @@ def _score(n: int, actual: float, seen: dict[int, tuple]) -> dict:
     row["covered"] = covered
     row["half_width_pct"] = half
     return row
+
+
+def _at_signature(row: dict, sig: int | None, actual: float, seen: dict) -> None:
+    """The progress bar's and Composer's errors at the signature step (beside ailens'), and
+    what the signature captured."""
+    _, _, naive, comp = seen.get(sig, (None, None, None, None)) if sig else (None,) * 4
+    row["signature_naive_error_pct"] = _pct(naive, actual)
+    row["signature_composer_error_pct"] = _pct(comp, actual)
 
 
 def _pct(v: float | None, actual: float) -> float | None:
@@ -98,6 +107,8 @@ def replay_mlperf(path: Path) -> dict:
     row["unit"] = tl.unit
     row["signature_fraction"] = None if r.signature_step is None else r.signature_step / n
     row["signature_error_pct"] = f.error_pct if f is not None and f.basis == "signature" else None
+    sig = r.signature_step if f is not None and f.basis == "signature" else None
+    _at_signature(row, sig, r.actual_total_s, seen)
     row["step_cv"] = _timeline_cv(tl)
     row["evaluations"] = sum(s.name == "eval" for s in tl.sections)
     return row

@@ -276,7 +276,11 @@ def _cfg(**kw):
     return LensConfig(**{**base, **kw})
 
 
-def test_signature_is_the_first_evaluation_within_the_tolerance():
+def test_signature_is_the_first_evaluation_with_the_structure_captured():
+    """Issue 30: the signature (PAS2P) is the first evaluation, after min_steps, at which
+    every part of the run (here the steps alone) is known to the rule's precision; the
+    forecast there carries its interval, whatever its width."""
+    from ailens.model.forecast.policy import PART_PRECISION
     from ailens.record.exchange import Summed
 
     oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"])
@@ -290,13 +294,17 @@ def test_signature_is_the_first_evaluation_within_the_tolerance():
         if step % 5 == 4:
             p = oa.predict()
             oa.on_batch(empty, np.zeros(0, np.int64), np.zeros(0, np.int64))
-            if ready_at is None and p.steps_done >= 10 and p.half_width_rel <= 0.02:
+            steps = p.components[0]
+            if ready_at is None and p.steps_done >= 100 and steps.precision <= PART_PRECISION:
                 ready_at = p.steps_done
-    # By 15 % of 2000 steps: the step time's possible wander over the rest of the run (2 %,
-    # a prior) keeps a 2 % interval from coming before about 10 %.
-    assert oa.signature_step == ready_at is not None and ready_at <= 300
+    # 5 % of the run at least (min_steps is 10 here): the steady level is known before.
+    assert oa.signature_step == ready_at == 100
     f = oa.forecast()
     assert f.basis == "signature" and f.made_at_step == ready_at
+    assert [c.name for c in f.signature_parts] == ["training steps"]
+    assert f.signature_waited_for == ("fewer than 100 steps",)
+    lo, hi = f.interval_s
+    assert (hi - lo) / 2 > 0.02 * f.predicted_total_s  # honest: the drift still to come
 
 
 def test_the_run_model_writes_nothing_and_its_subscribers_see_it(tmp_path, capfd):

@@ -38,8 +38,10 @@ class LensConfig:
     total_steps: int | None = None
     # Steps per epoch when known (len(loader)): evaluation and epoch-end work recur per epoch.
     steps_per_epoch: int | None = None
-    # Signature: the first evaluation (at an exchange, after signature_min_steps steps) at
-    # which the forecast's 95 % interval is within signature_rel_tol of the predicted total.
+    # Signature (PAS2P): the first evaluation (at an exchange, after signature_min_steps
+    # steps) at which the run's structure is captured: the step level and every recurring
+    # part seen, each known to +/-10 % per occurrence or what it still costs to within
+    # signature_rel_tol of the predicted total (docs/forecast.md, "The signature").
     # The first exchange comes signature_window // 2 steps after the start.
     signature_window: int = 10
     signature_rel_tol: float = 0.02

@@ -85,7 +85,9 @@ class Schedule:
     ``eval_every_steps`` steps or ``eval_every_epochs`` epochs (a float: a period that is not
     a whole number of steps lands on the nearest step), from ``eval_start_step`` /
     ``eval_start_epoch`` (default: one period in); listed ones at ``eval_at_steps`` /
-    ``eval_at_epochs``. Both may be given: the union is scheduled."""
+    ``eval_at_epochs``. Both may be given: the union is scheduled. ``eval_samples`` (samples
+    one evaluation runs) and ``samples_per_step`` (training samples per step: the global
+    batch) price an evaluation not seen yet from the training's cost per sample."""
 
     total_steps: int | None = None
     steps_per_epoch: int | None = None
@@ -98,6 +100,8 @@ class Schedule:
     eval_start_epoch: float | None = None
     eval_at_steps: tuple[int, ...] = ()
     eval_at_epochs: tuple[float, ...] = ()
+    eval_samples: int | None = None  # samples one evaluation runs
+    samples_per_step: int | None = None  # training samples per step (the global batch)
 
     @classmethod
     def of(cls, **keys) -> Schedule:
@@ -165,9 +169,17 @@ class Schedule:
         d = self.to_dict()
         return {"kind": "schedule", **d} if d else None
 
+    def epoch_steps(self) -> int | None:
+        """Steps per epoch: as said, or following from the total and the epochs when they
+        divide evenly."""
+        if self.steps_per_epoch:
+            return self.steps_per_epoch
+        n, e = self.total_steps, self.epochs
+        return n // e if n and e and n % e == 0 and n >= e else None
+
     def eval_plan(self) -> EvalPlan | None:
         """Where the announced evaluations come, or None when the schedule does not say."""
-        spe = self.steps_per_epoch
+        spe = self.epoch_steps()
         period = None
         if self.eval_every_steps:
             period = float(self.eval_every_steps)
@@ -200,8 +212,8 @@ class Schedule:
             out[self.checkpoint_every_steps] = "checkpoint"
         if self.eval_period():
             out[self.eval_period()] = "evaluation"
-        if self.steps_per_epoch:
-            out.setdefault(self.steps_per_epoch, "epoch end")
+        if self.epoch_steps():
+            out.setdefault(self.epoch_steps(), "epoch end")
         return out
 
 

@@ -290,9 +290,18 @@ def run_forecast_section(f, *, warned: bool = False, json=None) -> Section:
         frac = f.signature_fraction
         pct = f" = {percent(100 * frac)} of the run" if frac is not None else ""
         lines.append(("Signature ready at", f"step {f.signature_step:,}{pct}"))
+        captured = ", ".join(
+            f"{c.name} ({c.seen} seen, ±{100 * c.precision:.0f}%)"
+            for c in f.signature_parts
+            if c.precision is not None
+        )
+        if captured:
+            lines.append(("Signature captured", captured))
+        if f.signature_waited_for:
+            lines.append(("Not earlier because", "; ".join(f.signature_waited_for[:3])))
     else:
-        tol = f.signature_rel_tol
-        why = f"the interval never came within ±{100 * tol:g}%" if tol else "not converged"
+        lacked = "; ".join(f.signature_waited_for[:3])
+        why = f"the run's structure was not captured: {lacked}" if lacked else "not converged"
         lines.append(("Signature ready at", f"not reached ({why})"))
     if f.actual_total_s:
         actual = fmt_s(f.actual_total_s)

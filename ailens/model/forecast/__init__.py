@@ -26,9 +26,10 @@ as it goes; docs/forecast.md lists each with its figure.
 
 The total and its interval are summed in ``snapshot.py`` (its docstring has the formula).
 
-The signature is the first evaluation at which the interval's half-width is within
-``signature_rel_tol`` of the predicted total (after ``signature_min_steps`` steps); the
-forecast made there is the run's early forecast. The progress-bar ETA a user already has
+The signature (PAS2P) is the first evaluation, after ``signature_min_steps`` steps, at which
+the run's structure is captured: the steady step level and every recurring part seen and
+priced, each known to a stated precision (``policy.py``); the forecast made there is the
+run's early forecast, with its honest interval. The progress-bar ETA a user already has
 (elapsed + remaining steps x mean step time so far, as tqdm and Keras' progbar compute it) is
 computed at every point beside it.
 

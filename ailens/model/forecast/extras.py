@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .level import StepLevel
-from .parts import Part
+from .parts import FIRST_WARM, FIRST_WARM_SD, Part, cold_precision, per_occurrence_precision
 from .schedule import JITTER, EvalPlan, Schedule, fit_lattice
 from .stats import binomial_tail, occurrences
 
@@ -74,7 +74,14 @@ def recurring_extras(
     for j, lat in enumerate(chosen):
         member = [lat.on(k) for k in rows]
         hits = sum(member)
-        spread = float(np.std(resid[member])) if hits > 1 else float(x[j]) / 2
+        per = float(x[j])
+        if hits > 1:
+            spread = float(np.std(resid[member]))
+            precise = per_occurrence_precision(per, spread, hits)
+        else:
+            # One hit: the first occurrence, cold like a first section (issue 30, 4): a
+            # later one is FIRST_WARM of it, not the whole of it on every one to come.
+            per, spread, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
         first = next(k for k in rows if lat.on(k))
         every = f"every {lat.period:g} steps"
         out.append(
@@ -82,11 +89,12 @@ def recurring_extras(
                 every + (f" ({lat.what})" if lat.what else ""),
                 f"{every} from step {first + 1}",
                 "schedule" if lat.what else "learned",
-                float(x[j]),
+                per,
                 spread,
                 hits,
                 "in-step",
                 plan=EvalPlan(lat.period, lat.start),
+                precision=precise,
             )
         )
     return out, covered

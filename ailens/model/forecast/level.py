@@ -43,10 +43,17 @@ class StepLevel:
         self.regime_start: int | None = None
         self.changes: list[tuple[int, float, float]] = []  # (step, level before, after)
         self.spikes: dict[int, float] = {}
+        # Outliers of the current regime dropped from ``spikes`` (their count and time over
+        # the centre), still in its sums.
+        self.retired_n, self.retired_sum = 0, 0.0
         self.all_n, self.all_sum = 0, 0.0  # every step since the warm-up, across regimes
+        # A coarse clock's error on one step (its resolution shared over the steps between
+        # two readings): no step is an outlier, nor a change of speed, by that much.
+        self.quantum_s = 0.0
         self._reset([])
 
     def _reset(self, values: list[tuple[int, float]]) -> None:
+        self.retired_n, self.retired_sum = 0, 0.0
         self.n = 0
         self.sum = 0.0
         self.wsum = self.wsum2 = 0.0  # winsorised at the centre +/- Z_OUT scale: the spread
@@ -83,7 +90,7 @@ class StepLevel:
         """Robust sd of one step, floored at ``MIN_SCALE`` of the centre: steps a few percent
         off are ordinary jitter, not outliers or spikes worth scheduling."""
         c = self.center or 0.0
-        return max(1.2533 * self.dev, self.MIN_SCALE * c, 1e-9)
+        return max(1.2533 * self.dev, self.MIN_SCALE * c, self.quantum_s, 1e-9)
 
     def add(self, i: int, x: float) -> None:
         """Step ``i`` took ``x`` seconds of training (sections left out)."""
@@ -111,8 +118,15 @@ class StepLevel:
                 del self.run[0]
             self.spikes[i] = x - c
             if len(self.spikes) > self.MAX_SPIKES:
-                # Only recent outliers are classified; older ones stay in the regime's mean.
-                del self.spikes[next(iter(self.spikes))]
+                # Only recent outliers are classified. An older one's time stays in the
+                # regime's sums: count it apart (``retired``), so the forecast takes it out
+                # of the level in the share the kept ones are explained (a periodic extra
+                # must not be charged both in the level and on its schedule).
+                k = next(iter(self.spikes))
+                v = self.spikes.pop(k)
+                if k >= (self.regime_start or 0) and v > 0:
+                    self.retired_n += 1
+                    self.retired_sum += v
             self._add_to_sums(i, x, c + sign * self.Z_OUT * s)
             if len(self.run) >= self.CHANGE_RUN and self._consistent(self.run, c):
                 self._restart(list(self.run))
@@ -188,7 +202,13 @@ class StepLevel:
         slope = (self.siw - self.si * self.wsum / n) / sxx
         # The spread around the line, not around the mean (which holds the trend itself).
         sww = self.wsum2 - self.wsum * self.wsum / n
-        resid = max((sww - slope * slope * sxx) / (n - 2), (self.MIN_SCALE * self.center) ** 2 / 4)
+        resid = max(
+            (sww - slope * slope * sxx) / (n - 2),
+            (self.MIN_SCALE * self.center) ** 2 / 4,
+            # A coarse clock's error is shared by the steps between two readings (about
+            # centre / quantum of them): their spread around the line is no independent noise.
+            self.quantum_s * self.center,
+        )
         return slope if abs(slope) > 3 * math.sqrt(resid / sxx) else 0.0
 
     def mean_var(self) -> tuple[float, float]:

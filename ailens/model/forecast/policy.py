@@ -1,14 +1,21 @@
 """The policy that picks the run's forecast and says when the signature is reached.
 
-The signature is the first evaluation at which the forecast's interval is within
-``rel_tol`` of the predicted total (of the step time, while the total is unknown), after
-``min_steps`` steps; the forecast made there is the run's. A run that never reached it has
-its early forecast, the one made at ``EARLY_FRACTION`` of the steps, once it got there; else
-the latest stands."""
+The signature, in PAS2P's sense, is reached when the run's structure is captured: at the
+first evaluation, after ``min_steps`` steps (5 % of a run of tens of steps), at which every
+part of the run, the steady step level after the warm-up included, has been seen and priced:
+each recurring part the schedule announces or the run has shown (evaluations, checkpoints,
+epoch ends, in-step extras) seen (an evaluation after its cold first occurrence, a learned
+period twice), and its time per occurrence known to within ``PART_PRECISION`` (the 95 %
+half-width of its mean, relative to it), or what it still costs known to within ``rel_tol``
+of the predicted total (a cheap part need not be known closely). The forecast made there is
+the run's, with its honest interval whatever its width. A run that never reached it has its
+early forecast, the one made at ``EARLY_FRACTION`` of the steps, once it got there; else the
+latest stands."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 
 from .forecaster import Forecaster
 from .level import StepLevel
@@ -20,6 +27,60 @@ from .stats import t_quantile
 EARLY_SHARE = 0.05
 # The early forecast of a run that never reached its signature is the one made here.
 EARLY_FRACTION = 0.10
+# A part is captured when its time per occurrence is known to +/- this (95 %, relative). On
+# the development corpus (docs/forecast.md, "The signature") the step level of a steady run
+# gets there with 2 steps after the warm-up, a section after 4 warm occurrences.
+PART_PRECISION = 0.10
+# The step level is not steady while this many of the latest steps in a row are outliers on
+# one side (``StepLevel.CHANGE_RUN`` of them start a new regime).
+UNSTEADY_RUN = 2
+
+
+@dataclass(frozen=True)
+class CapturedPart:
+    """One part of the run as the signature rule judged it: ``precision`` is the 95 %
+    half-width of its time per occurrence relative to it (None: not known yet), ``captured``
+    whether it met the rule, ``why`` what it still lacks ("" when captured)."""
+
+    name: str
+    seen: int
+    remaining: int
+    precision: float | None
+    captured: bool
+    why: str = ""
+
+
+def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
+    """The run's parts at prediction ``p`` (the step level first) as the signature rule
+    judges them."""
+    total = p.predicted_total_s
+    out = []
+    for c in p.components:
+        if c.remaining == 0 and c.name != "training steps":
+            continue  # spent, or none of it in the run: nothing of it is still to come
+        prec = c.precision
+        cost_known = (
+            prec is not None and total is not None and prec * c.remaining_s <= rel_tol * total
+        )
+        ok = prec is not None and (prec <= PART_PRECISION or cost_known)
+        why = ""
+        if prec is None:
+            why = (
+                "not seen yet"
+                if c.seen == 0
+                else "warm-up steps only"
+                if c.name == "training steps"
+                else f"seen {c.seen}: its time per occurrence not known yet"
+            )
+            if c.source.startswith("assumed: every"):
+                why = "seen once: its period is not known"
+        elif not ok:
+            why = f"known to +/-{100 * prec:.0f} % (needs {100 * PART_PRECISION:.0f} %)"
+        out.append(CapturedPart(c.name, c.seen, c.remaining, prec, ok, why))
+    if not out and p.step_time_s is not None:
+        # The total is unknown: the step level alone.
+        out.append(CapturedPart("training steps", 0, 0, None, False, "no level yet"))
+    return tuple(out)
 
 
 class ForecastPolicy:
@@ -32,6 +93,10 @@ class ForecastPolicy:
         self.signature_step: int | None = None
         self.at_signature: Snapshot | None = None
         self.early: Snapshot | None = None
+        self.captured: tuple[CapturedPart, ...] = ()  # at the signature
+        # What held the signature at the evaluation before it (why it was not earlier).
+        self.waited_for: tuple[str, ...] = ()
+        self._pending: tuple[str, ...] = ()
 
     def on_step(self, forecaster: Forecaster) -> None:
         """After a step end was fed: keep the snapshot at ``EARLY_FRACTION`` of the steps."""
@@ -42,29 +107,66 @@ class ForecastPolicy:
     def on_evaluation(self, snap: Snapshot, p: Prediction, level: StepLevel) -> bool:
         """An evaluation point (``p`` is ``snap``'s evaluation); True when the signature is
         reached there, for the first time."""
-        if self.signature_ready or not self.converged(p, level):
+        if self.signature_ready:
+            return False
+        parts = self.judge(p, level, snap.off_level)
+        blockers = tuple(f"{c.name}: {c.why}" for c in parts if not c.captured)
+        blockers += tuple(f"{what}: none passed yet" for what in snap.unseen_periods)
+        if p.steps_done < self.signature_min_steps(p.total_steps):
+            blockers = (f"fewer than {self.signature_min_steps(p.total_steps)} steps",) + blockers
+        if blockers or not parts:
+            self._pending = blockers
             return False
         self.signature_ready = True
         self.signature_step = p.steps_done
         self.at_signature = snap
+        self.captured = parts
+        self.waited_for = self._pending
         return True
 
-    def converged(self, p: Prediction, level: StepLevel) -> bool:
-        """The signature rule: enough steps, and the forecast's interval within the tolerance
-        (the step time's, while the total is unknown)."""
-        if p.steps_done < self.signature_min_steps(p.total_steps) or p.step_time_s is None:
-            return False
-        rel = p.half_width_rel
-        if rel is None and p.step_time_sd_s is not None and level.n >= 2:
+    def judge(
+        self, p: Prediction, level: StepLevel, off_level: int | None = None
+    ) -> tuple[CapturedPart, ...]:
+        """The run's parts as the signature rule judges them at ``p``. While the total is
+        unknown, the step level alone (its mean's 95 % half-width within
+        ``PART_PRECISION``)."""
+        if p.step_time_s is None:
+            return ()
+        if p.total_steps:
+            parts = structure(p, self.rel_tol)
+            off = len(level.run) if off_level is None else off_level
+            if parts and parts[0].name == "training steps" and off >= UNSTEADY_RUN:
+                # The latest steps are off the level on one side: a change of speed may be
+                # under way (a recurring part that started to run beside the steps): the
+                # level is not steady until it is adopted or they stop.
+                why = f"the last {off} steps are off its level"
+                parts = (replace(parts[0], captured=False, why=why), *parts[1:])
+            return parts
+        prec = None
+        if p.step_time_sd_s is not None and level.n >= 2:
             var, _ = level.mean_var()
-            rel = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
-        return rel is not None and rel <= self.rel_tol
+            prec = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
+        ok = prec is not None and prec <= PART_PRECISION
+        why = "" if ok else "its mean not known to +/-10 % yet"
+        return (CapturedPart("training steps", level.n, 0, prec, ok, why),)
+
+    def converged(self, p: Prediction, level: StepLevel) -> bool:
+        """The signature rule at ``p``: enough steps, and every part captured."""
+        if p.steps_done < self.signature_min_steps(p.total_steps):
+            return False
+        parts = self.judge(p, level)
+        return bool(parts) and all(c.captured for c in parts)
 
     def signature_min_steps(self, total_steps: int | None) -> int:
-        """``min_steps``, or 5 % of a run of tens of steps (epochs, blocks): the interval
-        decides there, not a count of steps meant for runs of thousands."""
+        """The steps a signature needs at least: ``min_steps``, or 5 % of a run of tens of
+        steps (epochs, blocks: the parts decide there, not a count meant for runs of
+        thousands); and at least ``EARLY_SHARE`` of any run, so that it spans a share of
+        the run where its recurring parts show, not a fixed count of its first steps."""
         n, m = total_steps, self.min_steps
-        return min(m, max(math.ceil(EARLY_SHARE * n), 2)) if n else m
+        if not n:
+            return m
+        share = max(math.ceil(EARLY_SHARE * n), 2)
+        return max(min(m, share), share)
 
     def pick(self, latest: Snapshot) -> tuple[Snapshot, str]:
         """The snapshot the run's forecast is made from, and its basis."""
@@ -116,4 +218,7 @@ class ForecastPolicy:
             actual_job_total_s=actual_job_total_s,
             signature_rel_tol=self.rel_tol,
             note=note,
+            signature_parts=self.captured,
+            # Not reached: what it lacked at the last evaluation.
+            signature_waited_for=self.waited_for if self.signature_ready else self._pending,
         )

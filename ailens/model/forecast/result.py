@@ -42,6 +42,10 @@ class Forecast:
     signature_rel_tol: float | None = None
     level: float = INTERVAL_LEVEL
     note: str = ""
+    # What the signature captured (the step level and each recurring part: occurrences seen,
+    # the precision of its time per occurrence), and what held it at the evaluation before.
+    signature_parts: tuple = ()
+    signature_waited_for: tuple[str, ...] = ()
 
     @property
     def error_pct(self) -> float | None:
@@ -73,6 +77,8 @@ class Forecast:
         d["interval_s"] = None if self.interval_s is None else list(self.interval_s)
         d["history"] = [[int(s), float(v)] for s, v in self.history]
         d["components"] = [asdict(c) for c in self.components]
+        d["signature_parts"] = [asdict(c) for c in self.signature_parts]
+        d["signature_waited_for"] = list(self.signature_waited_for)
         d["error_pct"] = self.error_pct
         d["naive_error_pct"] = self.naive_error_pct
         d["predicted_job_total_s"] = self.predicted_job_total_s

@@ -11,7 +11,15 @@ import math
 
 import numpy as np
 
-from .parts import Part
+from .parts import (
+    FIRST_WARM,
+    FIRST_WARM_SD,
+    SECTION_CV,
+    SECTION_PRIOR,
+    Part,
+    cold_precision,
+    per_occurrence_precision,
+)
 from .schedule import EvalPlan, Schedule, learned_plan
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
@@ -20,17 +28,17 @@ COARSE_STEPS = 200
 # An evaluation announced but not seen: ``eval_steps`` forward-only batches at about a
 # third of a training step each (+/- 50 %); without ``eval_steps``, a prior: all the
 # evaluations of the run take 5 % +/- 5 % of its training (real runs: under 1 % to 17 %).
+# With the samples an evaluation runs and the training's samples per step: an evaluation
+# sample costs EVAL_SAMPLE_COST training samples, +/- EVAL_SAMPLE_SD of that. On the
+# development corpus (18 MLPerf runs whose logs say eval_samples and train_samples per
+# epoch) the ratio has median 1.15, quartiles 0.77 and 2.9 (data loading, metrics and
+# decoding besides the forward pass): a wide range, stated.
+EVAL_SAMPLE_COST = 1.15
+EVAL_SAMPLE_SD = 1.0
 FORWARD_SHARE = 1 / 3
 FORWARD_SD = 0.5
 EVAL_SHARE = 0.05
 EVAL_SHARE_SD = 0.05
-# A section's first occurrence, while it is the only one: a later one is taken as this
-# share of it (first occurrences are 1-3x later ones), +/- this much of it.
-FIRST_WARM = 0.75
-FIRST_WARM_SD = 0.25
-# The spread of a section's occurrences before they show it: 10 %, worth 2 occurrences.
-SECTION_CV = 0.1
-SECTION_PRIOR = 2
 
 
 def unannounced(schedule: Schedule, seen_eval: bool) -> bool:
@@ -46,6 +54,8 @@ def section_parts(
     schedule: Schedule,
     s: int,
     level: float,
+    beside_units: dict[str, list[tuple[int, float]]] | None = None,
+    in_step_eval: bool = False,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
@@ -58,11 +68,18 @@ def section_parts(
         out.append(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
+    for name, units in (beside_units or {}).items():
+        out.append(_beside_units(name, units, schedule, eval_plan, level))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
-    seen_eval = "eval" in sections or "eval" in beside
-    if eval_plan is not None and not seen_eval and not eval_plan.count(0, s - 1):
-        out.append(_not_seen_yet(schedule, eval_plan, s, level))
+    # A section is marked when it ends: one that runs beside the steps for a while after its
+    # position is not known to run inside them until half an evaluation spacing passed
+    # (or an in-step extra on the evaluation period showed it).
+    seen_eval = "eval" in sections or "eval" in beside or in_step_eval
+    if eval_plan is not None and not seen_eval:
+        grace = max(1, int(eval_plan.spacing() / 2))
+        if not eval_plan.count(0, s - 1 - grace):
+            out.append(_not_seen_yet(schedule, eval_plan, s, level))
     return out
 
 
@@ -83,9 +100,12 @@ def _marked(
         every = float(sched.checkpoint_every_steps)
         plan, source = EvalPlan(every, every), "schedule"
     else:
-        plan, source = learned_plan(at, sched.steps_per_epoch)
+        plan, source = learned_plan(at, sched.epoch_steps())
     if plan is None:
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
+    count_unknown = source.startswith("assumed: every")
+    # Known once the period is known; from the cold first one alone, to the prior's spread.
+    precise = None if count_unknown else cold_precision() if len(seen) < 2 else _precision(seen)
     return Part(
         f"section {name}",
         plan.describe(),
@@ -97,13 +117,70 @@ def _marked(
         # Due right now: its step is done and the section has not begun.
         due_now=at[-1] < s and plan.count(s, s) > 0,
         plan=plan,
-        count_unknown=source.startswith("assumed: every"),
+        count_unknown=count_unknown,
+        precision=precise,
+    )
+
+
+def _precision(seen: list[tuple[int, float]]) -> float | None:
+    warm = [x for _, x in seen[1:]]
+    mean = sum(warm) / len(warm)
+    sd = float(np.std(warm, ddof=1)) if len(warm) > 1 else 0.0
+    return per_occurrence_precision(mean, sd, len(warm))
+
+
+def _beside_units(
+    name: str,
+    units: list[tuple[int, float]],
+    sched: Schedule,
+    eval_plan: EvalPlan | None,
+    level: float,
+) -> Part:
+    """A section that runs beside the training inside the units it falls in: what those
+    units take over the level, on the section's schedule (in-step). Its precision is the
+    95 % half-width of that time relative to the step level (it may be about nothing), known
+    from 3 units on."""
+    at = [i for i, _ in units]
+    excess = [x for _, x in units]
+    m = len(excess)
+    mean = sum(excess) / m
+    plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
+    if plan is None:
+        plan, source = learned_plan(at, sched.epoch_steps())
+    per = max(mean, 0.0)
+    if m == 1:  # its first occurrence, cold like a first section
+        per, sd, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
+    else:
+        sd = float(np.std(excess, ddof=1))
+        # Relative to its time, or to a hundredth of a step when it costs about nothing.
+        precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
+    if source.startswith("assumed: every"):
+        precise = None
+    return Part(
+        f"section {name} (beside the steps)",
+        plan.describe() if plan else "one-off",
+        source or "learned",
+        per,
+        sd,
+        m,
+        "in-step" if plan else "one-off",
+        plan=plan,
+        precision=precise,
     )
 
 
 def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:
     """An announced evaluation the run has not reached yet: its assumed cost."""
-    if sched.eval_steps:
+    if sched.eval_samples and sched.samples_per_step:
+        # The samples it runs at the training's cost per sample, times what an evaluation
+        # sample costs against a training one on the development corpus.
+        mean = EVAL_SAMPLE_COST * sched.eval_samples / sched.samples_per_step * level
+        sd = EVAL_SAMPLE_SD * mean
+        source = (
+            f"assumed: {sched.eval_samples} samples at {EVAL_SAMPLE_COST:g}x a training "
+            f"sample's cost (+/- {100 * EVAL_SAMPLE_SD:.0f} %)"
+        )
+    elif sched.eval_steps:
         # Forward passes only: about FORWARD_SHARE of a training step per batch.
         mean = sched.eval_steps * level * FORWARD_SHARE
         sd = FORWARD_SD * mean

@@ -38,6 +38,8 @@ class Component:
     remaining: int  # occurrences still to come
     remaining_s: float
     sd_s: float = 0.0  # spread of one occurrence
+    # 95 % half-width of its time per occurrence, relative to it (None: not known yet)
+    precision: float | None = None
 
 
 @dataclass(frozen=True)
@@ -91,11 +93,21 @@ class Snapshot:
     changes: int = 0
     df: int = 1  # degrees of freedom of the step spread (steps seen and the prior's)
     unannounced: bool = False  # no evaluation announced nor seen: some may still come
+    # The latest steps in a row off the level on one side that no part explains (a change
+    # of speed may be under way).
+    off_level: int = 0
+    # Recurring positions the schedule announces (epoch ends, checkpoints) none of which
+    # has passed yet: what happens there is not seen.
+    unseen_periods: tuple[str, ...] = ()
 
     REVERSALS = 2
-    # Real runs' step time wanders a few percent over a run (data, thermals, the schedule's
-    # later phases), more than its first steps can show: 2 % over the whole run, as a prior.
-    WANDER = 0.02
+    # Real runs' step time wanders over a run (data, thermals, the schedule's later phases),
+    # more than its first steps can show: a random walk of WANDER over the whole run, as a
+    # prior. Calibrated on the development corpus (61 MLPerf runs, at 10/20/50 % of the
+    # steps: the remaining steps' mean against the level so far, scaled by the walk's
+    # sqrt(R / 3N)): median |walk| 3.2 %, i.e. a normal sd of 4.7 % (68 % quantile 5.6 %);
+    # the tail beyond (speed changes of 10-30 %) is what the change detection's rate covers.
+    WANDER = 0.045
 
     def evaluate(self, total_steps: int | None = None) -> Prediction:
         """The forecast this state gives for a run of ``total_steps`` (default: as known)."""
@@ -130,7 +142,15 @@ class Snapshot:
         lvl = self._expected_level(r)
         comps = [
             Component(
-                "training steps", "each step", "measured", lvl, self.level_n, r, r * lvl, self.sd
+                "training steps",
+                "each step",
+                "measured",
+                lvl,
+                self.level_n,
+                r,
+                r * lvl,
+                self.sd,
+                self.level_precision(),
             )
         ]
         var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
@@ -156,6 +176,13 @@ class Snapshot:
             components=tuple(comps),
         )
 
+    def level_precision(self) -> float | None:
+        """The 95 % half-width of the step level, relative to it (Student's t on the pooled
+        degrees of freedom; a provisional level's stated prior)."""
+        if not self.level or self.level_n < 1:
+            return None
+        return t_quantile(0.975, max(self.df, 1)) * math.sqrt(self.level_var) / self.level
+
     def _add_parts(self, comps: list[Component], var: float, s: int, n: int, r: int) -> float:
         """Append each part's row to ``comps``; ``var`` plus their variance (added one after
         the other, in order)."""
@@ -171,6 +198,7 @@ class Snapshot:
                     int(round(left)),
                     left * part.per_occurrence_s,
                     part.sd_s,
+                    part.precision,
                 )
             )
             if part.seen:  # measured: its spread, and the uncertainty of its mean
