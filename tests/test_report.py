@@ -188,8 +188,13 @@ def test_every_section_reaches_all_three_renderers(analysis):
     text, page, d = render_text(report), render_html(a, rows), render_json(report)
     assert text == format_report(a, rows) and d == report_dict(a, rows)
     keys = [s.key for s in report.sections]
-    assert keys == ["table2", "table3", "top", "skew", "forecast", "forecast_parts", "whatif"]
+    assert keys == [
+        "table2", "table3", "top", "skew", "forecast", "forecast_parts", "device", "whatif"
+    ]  # fmt: skip
     for s in report.sections:
+        if s.key == "device":  # a CPU run: no device time (tests/test_device.py fills it)
+            assert not s.rows and s.json == {"device": None}
+            continue
         assert s.rows, s.key  # this run fills every section
         assert s.title in text and html.escape(s.title) in page, s.title
         for row in s.rows:
