@@ -29,7 +29,7 @@ from typing import Any
 
 from ailens._io import fmt_s
 
-__all__ = ["forecast_postfix", "forecast_numbers", "format_duration"]
+__all__ = ["forecast_postfix", "forecast_numbers", "forecast_metrics", "format_duration"]
 
 
 def forecast_postfix(lens: Any) -> dict[str, str]:
@@ -62,6 +62,22 @@ def forecast_numbers(lens: Any) -> dict[str, float]:
     if forecast.interval_s is not None:
         lo, hi = forecast.interval_s
         out["ailens_eta_pm_s"] = _short((hi - lo) / 2)
+    return out
+
+
+def forecast_metrics(lens: Any) -> dict[str, float]:
+    """The forecast as metrics for the framework's own logging (Lightning's loggers, the
+    Hugging Face Trainer's logs, Keras' epoch logs: TensorBoard, W&B, MLflow, CSV):
+    ``ailens_total_s`` (the predicted total, seconds from the Lens start), ``ailens_eta_s``
+    (seconds still to go) and ``ailens_eta_pm_s`` (± half the 95 % interval), unrounded;
+    ``{}`` until the run's total is known."""
+    forecast = _forecast(lens)
+    if forecast is None or forecast.eta_s is None or forecast.predicted_total_s is None:
+        return {}
+    out = {"ailens_total_s": forecast.predicted_total_s, "ailens_eta_s": forecast.eta_s}
+    if forecast.interval_s is not None:
+        lo, hi = forecast.interval_s
+        out["ailens_eta_pm_s"] = (hi - lo) / 2
     return out
 
 
