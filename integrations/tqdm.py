@@ -49,16 +49,18 @@ def forecast_postfix(lens: Any) -> dict[str, str]:
     return {"ailens_step": format_duration(forecast.step_time_s)}
 
 
-def forecast_numbers(lens: Any) -> dict[str, float]:
+def forecast_numbers(lens: Any, *, total: bool = False) -> dict[str, float]:
     """The same forecast as numbers, for bars and logs that take numbers only (Lightning's
     ``self.log``, the Hugging Face Trainer's logs): ``ailens_eta_s`` (seconds still to go) and
-    ``ailens_eta_pm_s`` (± half the 95 % interval); ``{}`` until the run's total is known.
-    Three significant digits, whole seconds from 100 s on (bars print ``1234.0``, not
+    ``ailens_eta_pm_s`` (± half the 95 % interval), with ``total``: ``ailens_total_s`` (the
+    predicted total, seconds from the Lens start) first; ``{}`` until the run's total is
+    known. Three significant digits, whole seconds from 100 s on (bars print ``1234.0``, not
     ``1.23e+03``)."""
     forecast = _forecast(lens)
     if forecast is None or forecast.eta_s is None:
         return {}
-    out = {"ailens_eta_s": _short(forecast.eta_s)}
+    out = {"ailens_total_s": _short(forecast.predicted_total_s)} if total else {}
+    out["ailens_eta_s"] = _short(forecast.eta_s)
     if forecast.interval_s is not None:
         lo, hi = forecast.interval_s
         out["ailens_eta_pm_s"] = _short((hi - lo) / 2)
