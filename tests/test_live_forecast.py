@@ -88,3 +88,36 @@ def test_a_short_run_has_its_forecast_on_disk_and_in_the_history_from_its_first_
     history = lens.online.history
     assert history[0][0] <= 4, history
     lens.close()
+
+
+# --------------------------------------------------------------------------- 11. epoch end
+
+
+def _feed(f, durations):
+    t, out = 0, []
+    for d in durations:
+        t += int(round(d * 1e9))
+        f.on_step(t)
+        out.append(f.predict())
+    return out, t / 1e9
+
+
+def test_an_evaluation_inside_a_young_regime_does_not_turn_the_long_run_level_negative():
+    """Issue 30, 11 (a DDP script with an evaluation after each epoch, on a busy machine):
+    the long-run step time took the evaluation's seconds out at the young regime's scale
+    (its few steps) while the all-run mean held them at the run's: the mean went negative,
+    and so did the forecast (-230 % at the first epoch end)."""
+    from ailens.model.forecast import Forecaster
+
+    # Speeds that went up and down (a shared machine): the expected level mixes in the
+    # long-run mean. Then a young regime, and the first evaluation inside one step.
+    d = [1.0] * 40 + [1.5] * 30 + [1.0] * 30 + [1.5] * 30 + [1.0] * 8 + [30.0] + [1.0] * 20
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 600})
+    preds, _ = _feed(f, d)
+    for p in preds[150:]:
+        remaining = 600 - p.steps_done
+        # At least the remaining steps at the fastest speed seen, at most at the slowest.
+        assert p.elapsed_s + 0.9 * remaining <= p.predicted_total_s
+        assert p.predicted_total_s <= p.elapsed_s + 1.6 * remaining + 60
+
