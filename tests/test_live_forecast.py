@@ -121,3 +121,19 @@ def test_an_evaluation_inside_a_young_regime_does_not_turn_the_long_run_level_ne
         assert p.elapsed_s + 0.9 * remaining <= p.predicted_total_s
         assert p.predicted_total_s <= p.elapsed_s + 1.6 * remaining + 60
 
+
+def test_a_regime_that_begins_before_an_evaluation_keeps_it_out_of_its_level():
+    """Issue 30, 11: a slow-down caught by the drift test restarts the regime from where the
+    drift began; when that reaches back over the evaluation's step, its seconds became a
+    step of the new level (+250 % here), and left it again at the next change."""
+    from ailens.model.forecast import Forecaster
+
+    d = [0.98, 1.02] * 50 + [1.03, 20.0] + [1.06] * 40
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 1000})
+    preds, _ = _feed(f, d)
+    p = preds[-1]
+    assert p.step_time_s == pytest.approx(1.06, rel=0.02)
+    totals = [p.predicted_total_s for p in preds[102:]]
+    # No jump: within the slow-down's 6 % (and the evaluation's 20 s spent once).
+    assert max(totals) / min(totals) < 1.08, totals
