@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=640, help="training samples (all ranks)")
     ap.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
     ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
     args = ap.parse_args()
     notices: list[str] = []  # what ailens says (the user's logging shows INFO)
     handler = logging.Handler(logging.INFO)
@@ -40,9 +41,16 @@ def main() -> None:
     data = TensorDataset(
         torch.randn(args.samples, 16, generator=g), torch.randn(args.samples, 4, generator=g)
     )
-    train = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+    train = DataLoader(
+        data, batch_size=8, sampler=DistributedSampler(data), num_workers=args.workers
+    )
     held = TensorDataset(torch.randn(64, 16, generator=g), torch.randn(64, 4, generator=g))
-    test = DataLoader(held, batch_size=8, sampler=DistributedSampler(held, shuffle=False))
+    test = DataLoader(
+        held,
+        batch_size=8,
+        sampler=DistributedSampler(held, shuffle=False),
+        num_workers=args.workers,
+    )
     model = DDP(
         torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
     )
