@@ -42,13 +42,9 @@ What is recorded, on every rank:
   given; otherwise they are inferred from the repeating collectives (``ailens.record.steps``)
   until the script calls ``lens.step_end()`` itself.
 - **Run facts**: threads, parameter count, and the batch size of the model's first forward.
-- **Steps per epoch**, when not given: the training loader is the ``DataLoader`` during whose
-  iteration the first optimizer step ends (``DataLoader.__iter__`` is wrapped while
-  attached); its ``len()`` is taken as the steps per epoch (one step a batch), and the steps
-  between its first two iterations replace that at the first epoch boundary (gradient
-  accumulation, a loop that stops early). The forecast then shows when the current epoch
-  ends, and the run's total once ``epochs=`` is known too. A schedule the script or a
-  framework gave (``steps_per_epoch=``, Lightning's, the Trainer's) is left as it is.
+- **Steps per epoch**, when not given: from the ``DataLoader`` that trains (its ``len()``,
+  corrected at the first epoch boundary; see ``ailens.integrations._epochs``), so the
+  forecast shows when the current epoch ends, and the run's total once ``epochs=`` is known.
 
 The cross-rank exchange uses the original ``torch.distributed.all_reduce`` on the default
 group (an int64 CPU tensor; not recorded).
@@ -64,7 +60,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ._base import Attachment, named_like, open_lens, quiet
+from ._base import Attachment, open_lens, quiet
+from ._epochs import EpochWatch
 
 __all__ = ["attach", "TorchLens"]
 
@@ -143,7 +140,7 @@ def _timed(result: Any, end: Callable[[], None]) -> _TimedWork | None:
     return _TimedWork(result, end) if result is not None and hasattr(result, "wait") else None
 
 
-class TorchLens(Attachment):
+class TorchLens(EpochWatch, Attachment):
     """What ``attach`` returns: ``.lens`` plus ``should_stop``, ``step_end``, ``close``,
     ``detach``. Usable as a context manager (closes on exit). The DDP comm hook, which DDP
     cannot unregister, stays after ``detach()`` and runs the inner hook without recording."""
@@ -158,64 +155,6 @@ class TorchLens(Attachment):
                 self.patches.set(dist, name, wrapper)
         teardown = self.teardown(dist.destroy_process_group, _whole_world)
         self.patches.set(dist, "destroy_process_group", teardown)
-
-    # ------------------------------------------------------------ steps per epoch
-
-    _pending_loader: tuple[int, int, int | None] | None = None  # (id, steps at its start, len)
-    _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
-    _spe_guess: int | None = None  # the steps per epoch this handle set from len(loader)
-    _spe_learned = False
-
-    def _watch_loaders(self) -> None:
-        """Wrap ``DataLoader.__iter__`` to find the training loader (see module doc)."""
-        from torch.utils.data import DataLoader
-
-        real = DataLoader.__iter__
-
-        def __iter__(loader):
-            it = real(loader)
-            if self.attached and not self._spe_learned:
-                try:
-                    self._loader_began(loader)
-                except Exception as e:  # noqa: BLE001 - fail open
-                    self.lens.disable(e)
-            return it
-
-        self.patches.set(DataLoader, "__iter__", named_like(__iter__, real))
-
-    def _loader_began(self, loader) -> None:
-        steps = self.lens.steps
-        train = self._train_loader
-        if train is None:
-            try:
-                n = len(loader)
-            except TypeError:  # an iterable dataset: no length
-                n = None
-            self._pending_loader = (id(loader), steps, n)
-            return
-        if train[0] != id(loader) or steps <= train[1]:
-            return  # another loader (an evaluation), or the same epoch begun again (a peek)
-        # The training loader's second epoch: the steps of the first one.
-        self._spe_learned = True
-        n = steps - train[1]
-        if self.lens.steps_per_epoch in (None, self._spe_guess) and n != self._spe_guess:
-            self.lens.set_schedule(steps_per_epoch=n)
-            self.lens.describe(steps_per_epoch_from="the first epoch boundary")
-
-    def _step_end(self) -> None:
-        super()._step_end()
-        if self._pending_loader is not None:
-            self._loader_trains()
-
-    def _loader_trains(self) -> None:
-        """The first step ended during the iteration of the pending loader: it trains."""
-        key, start, n = self._pending_loader
-        self._pending_loader = None
-        self._train_loader = (key, start)
-        if n and self.lens.steps_per_epoch is None:
-            self._spe_guess = n
-            self.lens.set_schedule(steps_per_epoch=n)
-            self.lens.describe(steps_per_epoch_from="len(DataLoader)")
 
     def _register_ddp_hook(self, model, comm_hook, state) -> None:
         if getattr(model, "_comm_hooks", None):
@@ -336,7 +275,7 @@ def attach(
             handle._register_ddp_hook(model, comm_hook, state)
         if isinstance(model, torch.nn.Module):
             handle._learn_batch_size(model)
-        handle._watch_loaders()
+        handle.watch_torch_loaders()
         if optimizer is not None:
             hook = optimizer.register_step_post_hook(
                 lambda *_: handle._step_end() if handle.attached else None
