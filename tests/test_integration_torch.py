@@ -192,3 +192,30 @@ def test_accumulating_tutorial_learns_the_steps_per_epoch_at_the_first_boundary(
         assert r["steps_per_epoch"] == 20
         second = [s for s in r["seen"] if s["at"] is not None and s["at"] > 20]
         assert second and all(s["epoch"] == 2 and s["epoch_end_step"] == 40 for s in second)
+
+
+def test_epochs_given_without_steps_per_epoch_give_the_total_from_the_loader(tmp_path):
+    """Issue 30, 9: "the total as soon as anything says the length": ``epochs=`` on the
+    attach line and the training loader's length make the run's total from its first step."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ailens.integrations.torch import attach
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.ones(20, 4)), batch_size=4)  # 5 batches
+    handle = attach(model, opt, run_dir=tmp_path / "run", epochs=2)
+    assert handle.lens.total_steps is None
+    totals = []
+    for _ in range(2):
+        for (x,) in loader:
+            model(x).sum().backward()
+            opt.step()
+            totals.append(handle.lens.total_steps)
+    handle.close()
+    assert totals == [10] * 10
+    assert handle.lens.steps == 10
+    # Detached: the loader is the framework's own again.
+    from torch.utils.data import DataLoader as Plain
+
+    assert Plain.__iter__.__name__ == "__iter__" and not hasattr(Plain.__iter__, "__wrapped__")
