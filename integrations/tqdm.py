@@ -14,8 +14,10 @@
 ``forecast_postfix`` returns ``{}`` until the forecast exists (two step times after warm-up),
 then ``{"ailens_eta": "12:03±0:25"}``: the time still to go for the whole run, ± half its 95 %
 interval (``h:mm:ss``). Until the run's total steps are known it shows the mean step time
-instead, ``{"ailens_step": "41.2ms"}``. ``refresh=False`` leaves redrawing to tqdm's own
-``mininterval``; reading ``lens.forecast`` costs some tens of microseconds.
+instead, ``{"ailens_step": "41.2ms"}``, and, once the steps per epoch are known, the time to
+the end of the running epoch, ``{"ailens_epoch": "2:0:41"}`` (epoch 2, 41 s to go).
+``refresh=False`` leaves redrawing to tqdm's own ``mininterval``; reading ``lens.forecast``
+costs some tens of microseconds.
 
 This module does not import tqdm: it only builds the dict, so any bar with ``set_postfix``
 takes it. Plain loops can also read ``lens.forecast`` directly (a ``LiveForecast``: ``step``,
@@ -46,7 +48,11 @@ def forecast_postfix(lens: Any) -> dict[str, str]:
         return {"ailens_eta": text}
     if forecast.step_time_s is None:
         return {}
-    return {"ailens_step": format_duration(forecast.step_time_s)}
+    out = {"ailens_step": format_duration(forecast.step_time_s)}
+    epoch = getattr(forecast, "epoch", None)
+    if epoch is not None:  # the steps per epoch known: when the running epoch ends
+        out["ailens_epoch"] = f"{epoch.epoch}:" + format_duration(epoch.eta_s)
+    return out
 
 
 def forecast_numbers(lens: Any, *, total: bool = False) -> dict[str, float]:

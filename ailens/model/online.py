@@ -165,6 +165,7 @@ class OnlineAnalysis:
         kind = mark.get("kind")
         if kind == "schedule":
             self.forecaster.on_schedule(mark)
+            self._live_cache = None  # what the run will do changed: so does its forecast
         elif kind == "section":
             self.forecaster.on_section(
                 str(mark["name"]), int(mark["step"]), int(mark["t_begin_ns"]), int(mark["t_end_ns"])
