@@ -29,6 +29,11 @@ Steps: ``optimizer=`` (torch): each ``optimizer.step()`` call on that object. Ot
 are inferred from the repeating collectives (``ailens.record.steps``; TensorFlow graphs: the
 calls of the function) until the script calls ``lens.step_end()`` itself.
 
+Steps per epoch, when not given: from the data that trains (the torch ``DataLoader``'s
+``len()``, the ``tf.data`` dataset's cardinality, e.g. ``dataset.take(n)``), corrected at the
+first epoch boundary (``ailens.integrations._epochs``): the forecast shows when the current
+epoch (a single pass: the run) ends though nothing said the run's length.
+
 What is recorded, once per call, on every rank:
 
 - every allreduce, allgather, broadcast, alltoall and reducescatter, sync or async, plain or
@@ -74,6 +79,7 @@ from ailens import detect_rank_world
 from . import tfgraph
 from ._base import Attachment, log, named_like, open_lens, quiet
 from ._base import _local as _base_local
+from ._epochs import EpochWatch
 
 __all__ = ["HorovodLens", "attach"]
 
@@ -124,7 +130,7 @@ def attach(
     return HorovodLens(kind, optimizer, steps, meta, config)
 
 
-class HorovodLens(Attachment):
+class HorovodLens(EpochWatch, Attachment):
     """A Lens attached to Horovod: ``.lens``, ``step_end()``, ``should_stop``, ``close()``,
     ``detach()``; also a context manager that closes on exit."""
 
@@ -153,6 +159,10 @@ class HorovodLens(Attachment):
             self._install()
             if optimizer is not None:
                 self._count_steps(optimizer)
+            if kind == "torch":
+                self.watch_torch_loaders()
+            else:
+                self.watch_tf_datasets()
         except Exception as e:  # noqa: BLE001 - never break training; uninstall what went in
             self.patches.restore()
             lens.disable(e)

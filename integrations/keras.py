@@ -15,16 +15,23 @@ What the callback does:
 - ``on_train_begin`` builds the Lens: rank and world size from ``horovod.tensorflow`` when it
   is imported and initialised, else from the model's ``tf.distribute`` strategy, else from the
   launcher's environment. The schedule comes from what Keras knows (``lens.set_schedule``:
-  steps per epoch, epochs, and ``validation_freq`` when ``fit`` validates); the run facts
-  (threads, parameter count, batch size) from TF and the model. ``validation_freq`` and
-  ``batch_size`` are read from ``fit``'s arguments when its frame is reachable (Keras does
-  not pass them to callbacks).
+  steps per epoch, epochs, ``validation_freq`` when ``fit`` validates, and the validation's
+  batches: ``validation_steps``, else the validation data's size over its batch size, so an
+  evaluation not run yet is priced from the step time); the run facts (threads, parameter
+  count, batch size) from TF and the model. ``validation_freq``, ``validation_steps``, the
+  validation data and ``batch_size`` are read from ``fit``'s arguments when its frame is
+  reachable (Keras does not pass them to callbacks).
 - ``on_train_batch_end`` marks a step boundary (one per ``train_function`` call, so one per
   ``steps_per_execution`` batches), sets ``model.stop_training`` once ``lens.should_stop``
   (``early_stop=True``): every rank stops at the same step. With ``verbose=1`` it adds the
   forecast to the batch logs, so Keras' own progress bar shows it: ``ailens_total_s``
   (predicted total run time, s) and ``ailens_eta_s`` (time still to go, s), once predicted,
-  refreshed twice a second.
+  read at every step end (``lens.forecast`` recomputes at most every 0.1 s or a quarter
+  more steps).
+- ``on_epoch_end`` adds ``ailens_total_s``, ``ailens_eta_s`` and ``ailens_eta_pm_s`` (± half
+  the 95 % interval) to the epoch's logs, once predicted: ``History.history`` keeps them,
+  and so do the callbacks after this one (``TensorBoard``, ``CSVLogger``, W&B, MLflow): put
+  ``LensCallback`` first in ``callbacks``.
 - validation during ``fit`` (``on_test_begin``/``on_test_end``) is an ``"eval"`` section.
 - ``on_train_end`` closes the Lens (collective on every rank) and detaches Horovod.
 
@@ -51,7 +58,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from typing import Any
 
 from ailens import Lens, LensConfig
@@ -62,7 +68,8 @@ from ._base import Attachment, disabled_lens, goes_on_without, open_lens
 __all__ = ["LensCallback"]
 
 PROGBAR_KEYS = ("ailens_total_s", "ailens_eta_s")
-PROGBAR_REFRESH_S = 0.5
+# In the epoch logs (History, TensorBoard, ...): the progress bar's and the interval's half.
+EPOCH_KEYS = (*PROGBAR_KEYS, "ailens_eta_pm_s")
 
 
 def _callback_base() -> type:
@@ -91,8 +98,6 @@ class LensCallback(_callback_base()):
         self._att: Attachment | None = None
         self._hvd = False
         self._progbar = False
-        self._refresh_at = 0.0
-        self._shown_step = 1  # the step of the forecast shown
         self._shown: dict[str, float] = {}
         self._in_fit = False
         # tf-keras: logs may stay tensors for us (we only add to them), so this callback
@@ -128,17 +133,25 @@ class LensCallback(_callback_base()):
             self.model.stop_training = True
 
     def _show_forecast(self, logs: dict) -> None:
-        # Reading the forecast costs ~40 us: refresh it twice a second, not every batch, and
-        # whenever the steps doubled (a run shorter than the refresh time still gets the
-        # forecast of its later steps, not of its first, slow ones).
-        now = time.monotonic()
-        if now >= self._refresh_at or self.lens.steps >= 2 * self._shown_step:
-            f = self.lens.forecast
-            if f is not None and f.predicted_total_s is not None:
-                self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}
-                self._refresh_at = now + PROGBAR_REFRESH_S
-                self._shown_step = max(f.step, 1)
+        # Every step end, as the other adapters: lens.forecast is the cache (it recomputes
+        # at most every 0.1 s or after a quarter more steps).
+        f = self.lens.forecast
+        if f is not None and f.predicted_total_s is not None:
+            self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}
         logs.update(self._shown)
+
+    def on_epoch_end(self, epoch, logs=None) -> None:
+        lens = self.lens
+        if logs is None or lens is None or lens.disabled is not None or lens.rank != 0:
+            return
+        try:
+            f = lens.forecast
+            if f is None or f.predicted_total_s is None:
+                return
+            lo, hi = f.interval_s
+            logs.update(zip(EPOCH_KEYS, (f.predicted_total_s, f.eta_s, (hi - lo) / 2), strict=True))
+        except Exception as e:  # noqa: BLE001 - never break training
+            lens.disable(e)
 
     def on_test_begin(self, logs=None) -> None:
         if self._in_fit and self.lens is not None:
@@ -175,12 +188,16 @@ class LensCallback(_callback_base()):
             config.setdefault("framework", "keras")
             self._att = Attachment(open_lens(meta=meta, **config))
         self.lens = lens = self._att.lens
-        freq = fit.get("validation_freq") if fit.get("validates") else None
+        validates = fit.get("validates")
+        freq = fit.get("validation_freq") if validates else None
         lens.set_schedule(
             total_steps=config.get("total_steps"),
             steps_per_epoch=params.get("steps"),
             epochs=params.get("epochs"),
             eval_every_epochs=freq if isinstance(freq, int) else None,
+            # tf-keras: a list of the epochs after which to validate (1-based).
+            eval_at_epochs=list(freq) if isinstance(freq, (list, tuple)) else None,
+            eval_steps=fit.get("validation_batches") if validates else None,
         )
         self._progbar = params.get("verbose") == 1 and _progbar_shows_values(caller)
 
@@ -195,13 +212,45 @@ def _fit_arguments(frame) -> dict:
         if frame.f_code.co_name == "fit" and "validation_freq" in args:
             split = args.get("validation_split") or 0
             batch = args.get("batch_size")
+            batch = batch if isinstance(batch, int) else None
             return {
                 "validation_freq": args.get("validation_freq"),
                 "validates": args.get("validation_data") is not None or split > 0,
-                "batch_size": batch if isinstance(batch, int) else None,
+                "batch_size": batch,
+                "validation_batches": _validation_batches(args, batch),
             }
         frame = frame.f_back
     return {}
+
+
+def _validation_batches(args: dict, batch_size: int | None) -> int | None:
+    """Batches of one validation: ``validation_steps``, else a ``tf.data`` dataset's
+    cardinality or a ``PyDataset``'s length, else the arrays' samples over the validation
+    batch size (Keras' default 32). By the time callbacks start, ``fit`` has already split
+    ``validation_split`` off into ``validation_data``. None when not known."""
+    steps = args.get("validation_steps")
+    if isinstance(steps, int) and steps > 0:
+        return steps
+    data = args.get("validation_data")
+    if data is None:
+        return None
+    card = getattr(data, "cardinality", None)
+    if callable(card):  # tf.data: -1 infinite, -2 unknown
+        n = int(card())
+        return n if n > 0 else None
+    if not isinstance(data, (tuple, list)):
+        try:
+            return len(data) or None  # keras.utils.PyDataset, Sequence: batches
+        except TypeError:
+            return None
+    first = data[0] if data else None
+    while isinstance(first, (tuple, list, dict)) and first:  # several inputs
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    samples = getattr(first, "shape", None)
+    if not samples:
+        return None
+    per = args.get("validation_batch_size") or batch_size or 32
+    return -(-int(samples[0]) // int(per))
 
 
 def _progbar_shows_values(caller) -> bool:

@@ -29,9 +29,10 @@ What the callback does:
   without an optimizer, a step ends at each training batch after which
   ``trainer.global_step`` advanced.
 - ``on_train_start``: the schedule the trainer knows: total steps
-  (``estimated_stepping_batches``), steps per epoch, epochs, and how often validation runs
+  (``estimated_stepping_batches``), steps per epoch, epochs, how often validation runs
   (``check_val_every_n_epoch``, or ``val_check_interval`` in steps; a time-based interval
-  stays unknown).
+  stays unknown) and its batches (``num_val_batches``, after ``limit_val_batches``), so a
+  validation not run yet is priced from the step time.
 - **Validation** is a section of its own: ``"eval"`` (the sanity check before training:
   ``"sanity_check"``), which the forecast times and schedules apart from the steps.
 - **Early stop** (``early_stop=True``): once the signature is ready every rank sets
@@ -42,6 +43,11 @@ What the callback does:
   ``pl_module.log(..., prog_bar=True, logger=False)``, about once a second, so they appear in
   the postfix of Lightning's progress bar (TQDM or Rich) beside its own time for the epoch
   (see :func:`ailens.integrations.tqdm.forecast_numbers`).
+- **Loggers**: rank 0 hands ``ailens_total_s`` (the predicted total, s from the Lens
+  start), ``ailens_eta_s`` and ``ailens_eta_pm_s`` to every logger of the trainer
+  (``trainer.loggers``: CSV, TensorBoard, W&B, MLflow, as configured) with
+  ``log_metrics(..., step=trainer.global_step)``, at the trainer's own logging cadence
+  (``log_every_n_steps``) and only when the forecast changed since the last values.
 - ``on_fit_end`` closes the Lens (collective on every rank). After an exception the hooks are
   detached and the trace is flushed at interpreter exit, without any collective.
 
@@ -61,7 +67,7 @@ import torch
 from ailens import Lens
 
 from ._callbacks import TorchCallback
-from .tqdm import forecast_numbers
+from .tqdm import forecast_metrics, forecast_numbers
 
 __all__ = ["LensCallback"]
 
@@ -94,6 +100,7 @@ class LensCallback(_callback_base(), TorchCallback):
         self._progress_bar = progress_bar
         self._global_step = 0
         self._bar_at = -math.inf
+        self._logged_step = -1  # the step of the forecast last handed to the loggers
 
     # ------------------------------------------------------------ fit
 
@@ -128,8 +135,12 @@ class LensCallback(_callback_base(), TorchCallback):
         self._global_step = step
         if self._step_ended(lens):
             trainer.should_stop = True
-        if self._progress_bar and trainer.is_global_zero:
-            self._show_forecast(pl_module, lens)
+        if trainer.is_global_zero:
+            if self._progress_bar:
+                self._show_forecast(pl_module, lens)
+            every = trainer.log_every_n_steps
+            if trainer.loggers and every and step % every == 0:
+                self._log_forecast(trainer, lens)
 
     def on_sanity_check_start(self, trainer, pl_module) -> None:
         if self._open is not None:
@@ -175,6 +186,20 @@ class LensCallback(_callback_base(), TorchCallback):
         except Exception as e:  # noqa: BLE001
             lens.disable(e)
 
+    def _log_forecast(self, trainer, lens: Lens) -> None:
+        try:
+            f = lens.forecast
+            if f is None or f.step == self._logged_step:
+                return
+            metrics = forecast_metrics(f)
+            if not metrics:
+                return
+            self._logged_step = f.step
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=trainer.global_step)
+        except Exception as e:  # noqa: BLE001
+            lens.disable(e)
+
 
 def _schedule(trainer) -> dict[str, int]:
     """What the trainer knows of the run ahead, in optimizer steps; unknown keys left out."""
@@ -190,6 +215,9 @@ def _schedule(trainer) -> dict[str, int]:
             out["epochs"] = int(trainer.max_epochs)
     if not trainer.enable_validation:
         return out
+    val = [n for n in (trainer.num_val_batches or []) if _finite(n) and n > 0]
+    if val:  # each validation dataloader's batches, after limit_val_batches
+        out["eval_steps"] = int(sum(val))
     every_epochs = trainer.check_val_every_n_epoch
     val_batch = trainer.val_check_batch
     if getattr(trainer, "_val_check_time_interval", None) is not None or not _finite(val_batch):

@@ -42,6 +42,9 @@ What is recorded, on every rank:
   given; otherwise they are inferred from the repeating collectives (``ailens.record.steps``)
   until the script calls ``lens.step_end()`` itself.
 - **Run facts**: threads, parameter count, and the batch size of the model's first forward.
+- **Steps per epoch**, when not given: from the ``DataLoader`` that trains (its ``len()``,
+  corrected at the first epoch boundary; see ``ailens.integrations._epochs``), so the
+  forecast shows when the current epoch ends, and the run's total once ``epochs=`` is known.
 
 - **On a CUDA device** (the model's parameters on a GPU), device time as well
   (``ailens.record.device``): each bucket's ready point is a CUDA timing event on the stream
@@ -72,6 +75,7 @@ import torch
 import torch.distributed as dist
 
 from ._base import Attachment, open_lens, quiet
+from ._epochs import EpochWatch
 
 __all__ = ["attach", "TorchLens"]
 
@@ -187,7 +191,7 @@ def _timed(result: Any, end: Callable[[], None]) -> _TimedWork | None:
     return _TimedWork(result, end) if result is not None and hasattr(result, "wait") else None
 
 
-class TorchLens(Attachment):
+class TorchLens(EpochWatch, Attachment):
     """What ``attach`` returns: ``.lens`` plus ``should_stop``, ``step_end``, ``close``,
     ``detach``. Usable as a context manager (closes on exit). The DDP comm hook, which DDP
     cannot unregister, stays after ``detach()`` and runs the inner hook without recording."""
@@ -375,6 +379,7 @@ def attach(
             handle._register_ddp_hook(model, comm_hook, state)
         if isinstance(model, torch.nn.Module):
             handle._learn_batch_size(model)
+        handle.watch_torch_loaders()
         if optimizer is not None:
             hook = optimizer.register_step_post_hook(
                 lambda *_: handle._step_end() if handle.attached else None

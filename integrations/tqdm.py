@@ -14,8 +14,10 @@
 ``forecast_postfix`` returns ``{}`` until the forecast exists (two step times after warm-up),
 then ``{"ailens_eta": "12:03±0:25"}``: the time still to go for the whole run, ± half its 95 %
 interval (``h:mm:ss``). Until the run's total steps are known it shows the mean step time
-instead, ``{"ailens_step": "41.2ms"}``. ``refresh=False`` leaves redrawing to tqdm's own
-``mininterval``; reading ``lens.forecast`` costs some tens of microseconds.
+instead, ``{"ailens_step": "41.2ms"}``, and, once the steps per epoch are known, the time to
+the end of the running epoch, ``{"ailens_epoch": "2:0:41"}`` (epoch 2, 41 s to go).
+``refresh=False`` leaves redrawing to tqdm's own ``mininterval``; reading ``lens.forecast``
+costs some tens of microseconds.
 
 This module does not import tqdm: it only builds the dict, so any bar with ``set_postfix``
 takes it. Plain loops can also read ``lens.forecast`` directly (a ``LiveForecast``: ``step``,
@@ -29,7 +31,7 @@ from typing import Any
 
 from ailens._io import fmt_s
 
-__all__ = ["forecast_postfix", "forecast_numbers", "format_duration"]
+__all__ = ["forecast_postfix", "forecast_numbers", "forecast_metrics", "format_duration"]
 
 
 def forecast_postfix(lens: Any) -> dict[str, str]:
@@ -46,22 +48,44 @@ def forecast_postfix(lens: Any) -> dict[str, str]:
         return {"ailens_eta": text}
     if forecast.step_time_s is None:
         return {}
-    return {"ailens_step": format_duration(forecast.step_time_s)}
+    out = {"ailens_step": format_duration(forecast.step_time_s)}
+    epoch = getattr(forecast, "epoch", None)
+    if epoch is not None:  # the steps per epoch known: when the running epoch ends
+        out["ailens_epoch"] = f"{epoch.epoch}:" + format_duration(epoch.eta_s)
+    return out
 
 
-def forecast_numbers(lens: Any) -> dict[str, float]:
+def forecast_numbers(lens: Any, *, total: bool = False) -> dict[str, float]:
     """The same forecast as numbers, for bars and logs that take numbers only (Lightning's
     ``self.log``, the Hugging Face Trainer's logs): ``ailens_eta_s`` (seconds still to go) and
-    ``ailens_eta_pm_s`` (± half the 95 % interval); ``{}`` until the run's total is known.
-    Three significant digits, whole seconds from 100 s on (bars print ``1234.0``, not
+    ``ailens_eta_pm_s`` (± half the 95 % interval), with ``total``: ``ailens_total_s`` (the
+    predicted total, seconds from the Lens start) first; ``{}`` until the run's total is
+    known. Three significant digits, whole seconds from 100 s on (bars print ``1234.0``, not
     ``1.23e+03``)."""
     forecast = _forecast(lens)
     if forecast is None or forecast.eta_s is None:
         return {}
-    out = {"ailens_eta_s": _short(forecast.eta_s)}
+    out = {"ailens_total_s": _short(forecast.predicted_total_s)} if total else {}
+    out["ailens_eta_s"] = _short(forecast.eta_s)
     if forecast.interval_s is not None:
         lo, hi = forecast.interval_s
         out["ailens_eta_pm_s"] = _short((hi - lo) / 2)
+    return out
+
+
+def forecast_metrics(lens: Any) -> dict[str, float]:
+    """The forecast as metrics for the framework's own logging (Lightning's loggers, the
+    Hugging Face Trainer's logs, Keras' epoch logs: TensorBoard, W&B, MLflow, CSV):
+    ``ailens_total_s`` (the predicted total, seconds from the Lens start), ``ailens_eta_s``
+    (seconds still to go) and ``ailens_eta_pm_s`` (± half the 95 % interval), unrounded;
+    ``{}`` until the run's total is known."""
+    forecast = _forecast(lens)
+    if forecast is None or forecast.eta_s is None or forecast.predicted_total_s is None:
+        return {}
+    out = {"ailens_total_s": forecast.predicted_total_s, "ailens_eta_s": forecast.eta_s}
+    if forecast.interval_s is not None:
+        lo, hi = forecast.interval_s
+        out["ailens_eta_pm_s"] = (hi - lo) / 2
     return out
 
 

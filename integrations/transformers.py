@@ -29,16 +29,21 @@ What the callback does, on every rank:
   ``step()``, which also keeps it from inferring steps from the collectives (without an
   optimizer: at each ``on_step_end``). The schedule from the trainer's state:
   total steps (``state.max_steps``), epochs, evaluation every ``state.eval_steps`` steps or
-  every epoch, checkpoints every ``state.save_steps`` steps.
+  every epoch (from ``eval_delay`` on), checkpoints every ``state.save_steps`` steps or every
+  epoch, and, with ``attach``, the batches of one evaluation (the evaluation set's size over
+  ``eval_batch_size`` x world size, as the evaluation loop splits it), so an evaluation not
+  run yet is priced from the step time.
 - **Evaluation** during training is a section of its own (``"eval"``): from the step end that
   asked for it (after that step's logging) to ``on_evaluate``.
 - **Early stop** (``early_stop=True``): once the signature is ready every rank sets
   ``control.should_training_stop`` at the same step.
-- **Logs**: rank 0 adds ``ailens_eta_s`` (seconds still to go for the whole run, by the ailens
-  forecast) and ``ailens_eta_pm_s`` (± half its 95 % interval) to the logs the progress
-  callback prints every ``logging_steps``. Only the printed line gets them: the Trainer
-  stores ``log_history`` (and the reporting integrations run) before this callback.
-  ``attach`` moves the printing callback after this one so it sees them.
+- **Logs**: rank 0 adds ``ailens_total_s`` (the predicted total, s from the Lens start),
+  ``ailens_eta_s`` (seconds still to go for the whole run, by the ailens forecast) and
+  ``ailens_eta_pm_s`` (± half its 95 % interval) to the logs of every ``logging_steps``
+  (``on_log``), and to the entry the Trainer stored for them in ``state.log_history``
+  (kept in ``trainer_state.json``). ``attach`` moves the printing callback and the reporting
+  ones (``report_to``: TensorBoard, W&B, MLflow, ...) after this one so they see them; with
+  ``callbacks=[LensCallback()]`` the reporting callbacks run first and miss them.
 - ``on_train_end`` closes the Lens (collective on every rank). A run that dies is flushed at
   interpreter exit, without any collective.
 
@@ -48,6 +53,7 @@ goes on.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -95,7 +101,8 @@ class LensCallback(TrainerCallback, TorchCallback):
                 else f"the trainer's model is a {type(wrapped).__name__}, not DDP",
             )
         try:
-            lens.set_schedule(**_schedule(args, state, kwargs.get("train_dataloader")))
+            loader = kwargs.get("train_dataloader")
+            lens.set_schedule(**_schedule(args, state, loader, self._trainer))
             lens.describe(
                 threads=torch.get_num_threads(),
                 batch_size=int(args.per_device_train_batch_size),
@@ -129,7 +136,7 @@ class LensCallback(TrainerCallback, TorchCallback):
             return
         if logs is not None and state.is_world_process_zero:
             try:
-                logs.update(forecast_numbers(lens))
+                _add_forecast(logs, state, forecast_numbers(lens, total=True))
             except Exception as e:  # noqa: BLE001
                 lens.disable(e)
         if self._eval_pending:
@@ -181,13 +188,14 @@ def attach(trainer: Any, **config: Any) -> LensCallback:
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     callback = LensCallback(trainer, **config)
-    # The callback that prints the logs (in a notebook: its own) goes after this one, so the
-    # printed line has the ETA.
-    printers = (
+    # The callbacks that print the logs (in a notebook: its own) and report them (report_to)
+    # go after this one, so the printed line and the reports have the forecast.
+    printers = [
         ProgressCallback,
         PrinterCallback,
         getattr(hf_trainer, "DEFAULT_PROGRESS_CALLBACK", None),
-    )
+        *_reporting_callbacks(trainer.args),
+    ]
     shown = [c for c in (trainer.pop_callback(p) for p in printers if p) if c is not None]
     trainer.add_callback(callback)
     for c in shown:
@@ -195,7 +203,51 @@ def attach(trainer: Any, **config: Any) -> LensCallback:
     return callback
 
 
-def _schedule(args, state, train_dataloader) -> dict[str, int]:
+def _add_forecast(logs: dict, state, numbers: dict[str, float]) -> None:
+    """The forecast into ``logs`` and into the ``log_history`` entry the Trainer stored for
+    them just before (``{**logs, "step": global_step}``)."""
+    if not numbers:
+        return
+    entry = state.log_history[-1] if state.log_history else None
+    stored = (
+        isinstance(entry, dict)
+        and entry.get("step") == state.global_step
+        and all(entry.get(k) == v for k, v in logs.items())
+    )
+    logs.update(numbers)
+    if stored:
+        entry.update(numbers)
+
+
+def _reporting_callbacks(args) -> list[type]:
+    """The classes of the callbacks ``report_to`` added (none when it cannot be read)."""
+    try:
+        from transformers.integrations import get_reporting_integration_callbacks
+
+        return list(get_reporting_integration_callbacks(args.report_to))
+    except Exception:  # noqa: BLE001 - an older or newer transformers: leave them in place
+        return []
+
+
+def _eval_batches(trainer: Any, args) -> int | None:
+    """Batches of one evaluation on this rank: each evaluation set's size over
+    ``eval_batch_size`` x world size (the evaluation loop shards it across ranks), summed
+    over the sets of a dict; None when a size is not known."""
+    data = getattr(trainer, "eval_dataset", None)
+    if data is None:
+        return None
+    sets = data.values() if isinstance(data, dict) else [data]
+    per = max(int(args.eval_batch_size), 1) * max(int(args.world_size), 1)
+    total = 0
+    for d in sets:
+        try:
+            total += -(-len(d) // per)
+        except TypeError:  # an iterable dataset: no length
+            return None
+    return total or None
+
+
+def _schedule(args, state, train_dataloader, trainer: Any = None) -> dict[str, int]:
     """What the trainer knows of the run ahead, in optimizer steps; unknown keys left out."""
     out: dict[str, int] = {}
     if state.max_steps and state.max_steps > 0:
@@ -211,12 +263,25 @@ def _schedule(args, state, train_dataloader) -> dict[str, int]:
         out["steps_per_epoch"] = -(-batches // accumulate)  # as the Trainer counts them
     # eval_strategy was evaluation_strategy before transformers 4.41.
     evaluate = _strategy(args, "eval_strategy", "evaluation_strategy")
+    delay = getattr(args, "eval_delay", 0) or 0  # no evaluation before (steps or epochs)
     if evaluate == "steps" and state.eval_steps:
-        out["eval_every_steps"] = int(state.eval_steps)
+        every = int(state.eval_steps)
+        out["eval_every_steps"] = every
+        if delay > every:
+            out["eval_start_step"] = math.ceil(delay / every) * every
     elif evaluate == "epoch":
         out["eval_every_epochs"] = 1
-    if _strategy(args, "save_strategy") == "steps" and state.save_steps:
+        if delay > 1:
+            out["eval_start_epoch"] = math.ceil(delay)
+    if evaluate in ("steps", "epoch") and trainer is not None:
+        batches = _eval_batches(trainer, args)
+        if batches:
+            out["eval_steps"] = batches
+    save = _strategy(args, "save_strategy")
+    if save == "steps" and state.save_steps:
         out["checkpoint_every_steps"] = int(state.save_steps)
+    elif save == "epoch" and out.get("steps_per_epoch"):
+        out["checkpoint_every_steps"] = out["steps_per_epoch"]
     return out
 
 

@@ -233,3 +233,31 @@ def test_horovod_tensorflow_custom_loop_needs_only_the_attach_line(tf_runs):
     )
     assert report.returncode == 0, report.stderr
     assert "Actual total time" in report.stdout and "has not finished" not in report.stdout
+
+
+def test_tf_custom_loop_told_nothing_forecasts_the_end_of_its_pass(tmp_path):
+    """Issue 30, 9: Horovod's TF2 example with only the attach line (a loop over
+    ``dataset.take(n)``, steps inferred) ended with "no early forecast": the dataset that
+    trains says its length (its cardinality), so the end of the pass is forecast from the
+    first steps, and one line says how to give the run's length."""
+    tool = venv_tool("horovodrun")
+    if tool is None:
+        pytest.skip("horovodrun is not installed")
+    pytest.importorskip("horovod.tensorflow")
+    steps = 40
+    script = REPO / "tests/parallel/hvd_tf_loop.py"
+    cmd = [tool, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
+           str(script), str(tmp_path / "run"), str(steps)]  # fmt: skip
+    out = run_ranks(cmd, timeout=150, env=QUIET)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    docs = {d["rank"]: d for d in map(json.loads, re.findall(r"RESULT (\{.*\})", out.stdout))}
+    assert sorted(docs) == [0, 1], out.stdout[-3000:]
+    for r in docs.values():
+        assert r["disabled"] is None and r["steps"] == steps
+        # The steps per epoch from dataset.take(40): the pass is the epoch.
+        assert r["steps_per_epoch"] == steps
+        shown = [(done, end) for done, _, end in r["seen"] if end is not None]
+        assert shown and shown[0][0] <= 5, r["seen"][:8]
+        assert {end for _, end in shown} == {steps}
+    hints = [n for n in docs[0]["notices"] if "total_steps=N" in n]
+    assert len(hints) == 1 and "epoch 1 ends in" in hints[0], docs[0]["notices"]

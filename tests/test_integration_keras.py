@@ -46,6 +46,15 @@ def test_plain_keras_marks_every_step_and_keeps_the_weights(tmp_path, flavour):
     sched = [m for m in marks if m["kind"] == "schedule"]
     assert len(sched) == 1 and sched[0]["steps_per_epoch"] == 8 and sched[0]["epochs"] == 3
     assert sched[0]["eval_every_epochs"] == 2 and sched[0]["total_steps"] == 24
+    # Issue 30, 10: the validation's batches (16 samples at fit's batch 8), so an evaluation
+    # not run yet is priced from the step time.
+    assert sched[0]["eval_steps"] == 2
+    # Issue 31, 3: the forecast in the epoch logs, so History keeps it (and TensorBoard,
+    # CSVLogger, W&B after the callback): every epoch, the time still to go shrinking.
+    hist = r["history"]
+    assert len(hist["ailens_eta_s"]) == len(hist["ailens_total_s"]) == 3, hist
+    assert len(hist["ailens_eta_pm_s"]) == 3 and all(v > 0 for v in hist["ailens_eta_pm_s"])
+    assert hist["ailens_eta_s"][0] > hist["ailens_eta_s"][-1] >= 0
     evals = [m for m in marks if m["kind"] == "section"]
     assert [(m["name"], m["step"]) for m in evals] == [("eval", 16)]
     assert evals[0]["t_end_ns"] > evals[0]["t_begin_ns"]
@@ -70,6 +79,11 @@ def test_the_forecast_shows_in_keras_progress_bar(tmp_path, flavour):
     assert bars, out.stdout[-2000:]
     last_total, last_eta = map(float, bars[-1])
     assert last_eta <= last_total and last_eta < 1.0  # the last bar: the run about done
+    # Issue 30, 12: the bar's forecast is the Lens's at every step end, not one made steps
+    # earlier (it was refreshed twice a second or when the steps doubled).
+    watched = [(s, shown, live) for s, shown, live in r["watched"] if live is not None]
+    assert len(watched) >= 20, r["watched"]
+    assert all(shown == pytest.approx(live) for _, shown, live in watched), watched
 
 
 def test_keras_stops_training_when_the_lens_says_so(tmp_path):

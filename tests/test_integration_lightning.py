@@ -65,6 +65,8 @@ def test_ddp_fit_records_buckets_steps_and_validation_on_both_ranks(tmp_path):
         (schedule,) = s["schedule"]
         assert schedule["total_steps"] == 40 and schedule["steps_per_epoch"] == 20
         assert schedule["epochs"] == 2 and schedule["eval_every_epochs"] == 1
+        # Issue 30, 10: the validation's batches (32 samples, 2 ranks, batch 8).
+        assert schedule["eval_steps"] == 2
         summaries.append(s)
     assert summaries[0]["events"] == summaries[1]["events"], "ranks recorded different ticks"
     # The forecast is in the postfix of Lightning's own bar on rank 0.
@@ -173,3 +175,27 @@ def test_the_standalone_pytorch_lightning_package_gets_its_own_callback_class():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parallel
+@pytest.mark.timeout(120)
+def test_the_forecast_reaches_the_trainers_loggers(tmp_path):
+    """Issue 31, 3: the forecast's end, interval and time to go in the user's own loggers
+    (here a CSVLogger: metrics.csv), at the trainer's logging cadence (log_every_n_steps=5),
+    from rank 0 only."""
+    import csv
+
+    fit_ddp(tmp_path, "--samples", "640", "--epochs", "2", "--csv", str(tmp_path / "logs"))
+    (path,) = (tmp_path / "logs").rglob("metrics.csv")
+    rows = [r for r in csv.DictReader(path.open()) if r.get("ailens_eta_s")]
+    assert len(rows) >= 4, path.read_text()[:2000]
+    steps = [int(r["step"]) for r in rows]
+    assert all(s % 5 == 0 for s in steps) and steps == sorted(set(steps))
+    for r in rows:
+        total, eta, pm = (
+            float(r["ailens_total_s"]),
+            float(r["ailens_eta_s"]),
+            float(r["ailens_eta_pm_s"]),
+        )
+        assert 0 <= eta <= total and pm > 0
+    assert float(rows[-1]["ailens_eta_s"]) < float(rows[0]["ailens_eta_s"])

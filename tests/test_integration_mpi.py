@@ -179,5 +179,9 @@ def test_run_without_close_ends_at_exit(tmp_path, total):
     assert all(r.info.get("closed") for r in run.ranks)
     forecast = json.loads((tmp_path / "run" / "forecast.json").read_text())
     assert forecast["total_steps"] == 40 and forecast["actual_total_s"] > 0
+    if total:
+        # Issue 30, 12: a forecast from the first steps (it was step 5, the exchange
+        # cadence's first evaluation): at 10 % of the steps there is one.
+        assert forecast["history"][0][0] <= 4, forecast["history"]
     text = report_text(tmp_path / "run")
     assert "Actual total time" in text and "has not finished" not in text

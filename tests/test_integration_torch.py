@@ -139,3 +139,83 @@ def test_without_process_group_steps_come_from_the_optimizer(tmp_path):
     handle.close()
     opt.step()  # detached: no more steps recorded
     assert handle.lens.closed and handle.lens.steps == 3
+
+
+TUTORIAL = Path(__file__).parent / "parallel" / "torch_tutorial.py"
+
+
+def run_tutorial(tmp_path: Path, *args: str) -> list[dict]:
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun not found next to the interpreter")
+    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(TUTORIAL),
+           "--run-dir", str(tmp_path / "run"), *args]  # fmt: skip
+    return rank_results(cmd, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"}, timeout=TIMEOUT)
+
+
+@pytest.mark.parallel
+def test_tutorial_script_told_nothing_shows_the_epoch_end_and_how_to_give_the_length(tmp_path):
+    """Issue 30, 9: the DDP tutorial's shape with only ``attach(model, optimizer)`` (epochs in
+    the script's own range) ended with "no early forecast" and showed nothing live: the steps
+    per epoch come from len(loader) of the loader that trains, the epoch's end is forecast
+    from the first steps after warm-up, and one line says how to give the length."""
+    results = run_tutorial(tmp_path, "--epochs", "3", "--eval")
+    for r in results:
+        assert r["disabled"] is None
+        spe = r["batches"]  # 640 samples / 2 ranks / batch 8 = 40
+        assert spe == 40 and r["steps"] == 3 * spe and r["steps_per_epoch"] == spe
+        seen = r["seen"]
+        assert all(s["total_steps"] is None for s in seen)  # nobody said the length
+        # The epoch-level forecast from the first steps after warm-up (2), every step on,
+        # for the epoch running at the step it was made.
+        shown = [s for s in seen if s["epoch"] is not None]
+        assert shown and shown[0]["steps"] <= 3, seen[:5]
+        for s in shown:
+            assert s["epoch"] == s["at"] // spe + 1
+            assert s["epoch_end_step"] == s["epoch"] * spe
+    hints = [n for n in results[0]["notices"] if "total_steps=N" in n]
+    assert len(hints) == 1 and "epoch 1 ends in" in hints[0], results[0]["notices"]
+    assert not any("total_steps=N" in n for n in results[1]["notices"])  # rank 0 only
+    run = load_run(tmp_path / "run")
+    for rank in run.ranks:
+        (sched,) = [m for m in rank.marks if m["kind"] == "schedule"]
+        assert sched["steps_per_epoch"] == 40
+    doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
+    assert doc["total_steps"] == 120  # learned at the close: the steps done
+
+
+@pytest.mark.parallel
+def test_accumulating_tutorial_learns_the_steps_per_epoch_at_the_first_boundary(tmp_path):
+    """One optimizer step per 2 batches: len(loader) says 40, the first epoch had 20 steps."""
+    results = run_tutorial(tmp_path, "--epochs", "2", "--accumulate", "2")
+    for r in results:
+        assert r["disabled"] is None and r["steps"] == 40
+        assert r["steps_per_epoch"] == 20
+        second = [s for s in r["seen"] if s["at"] is not None and s["at"] > 20]
+        assert second and all(s["epoch"] == 2 and s["epoch_end_step"] == 40 for s in second)
+
+
+def test_epochs_given_without_steps_per_epoch_give_the_total_from_the_loader(tmp_path):
+    """Issue 30, 9: "the total as soon as anything says the length": ``epochs=`` on the
+    attach line and the training loader's length make the run's total from its first step."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from ailens.integrations.torch import attach
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.ones(20, 4)), batch_size=4)  # 5 batches
+    handle = attach(model, opt, run_dir=tmp_path / "run", epochs=2)
+    assert handle.lens.total_steps is None
+    totals = []
+    for _ in range(2):
+        for (x,) in loader:
+            model(x).sum().backward()
+            opt.step()
+            totals.append(handle.lens.total_steps)
+    handle.close()
+    assert totals == [10] * 10
+    assert handle.lens.steps == 10
+    # Detached: the loader is the framework's own again.
+    from torch.utils.data import DataLoader as Plain
+
+    assert Plain.__iter__.__name__ == "__iter__" and not hasattr(Plain.__iter__, "__wrapped__")

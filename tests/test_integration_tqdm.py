@@ -53,6 +53,13 @@ def test_without_total_steps_the_postfix_shows_the_step_time(tmp_path):
         assert lens.forecast.eta_s is None
         assert set(forecast_postfix(lens)) == {"ailens_step"}
         assert forecast_numbers(lens) == {}
+        # Issue 30, 9: with the steps per epoch (what len(loader) says), the running epoch's
+        # end beside the step time.
+        lens.set_schedule(steps_per_epoch=20)
+        run_steps(lens, 5)
+        post = forecast_postfix(lens)
+        assert set(post) == {"ailens_step", "ailens_epoch"}
+        assert post["ailens_epoch"].startswith("2:")
 
 
 def test_a_real_tqdm_bar_shows_the_forecast_beside_the_users_postfix(tmp_path):

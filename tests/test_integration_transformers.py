@@ -64,6 +64,8 @@ def test_attach_records_buckets_steps_and_evaluation_on_both_ranks(tmp_path):
         (schedule,) = s["schedule"]
         assert schedule["total_steps"] == 12 and schedule["steps_per_epoch"] == 6
         assert schedule["epochs"] == 2 and schedule["eval_every_steps"] == 4
+        # Issue 30, 10: one evaluation's batches on a rank (16 samples, batch 4, 2 ranks).
+        assert schedule["eval_steps"] == 2
         summaries.append(s)
     assert summaries[0]["events"] == summaries[1]["events"], "ranks recorded different ticks"
     # Rank 0's printed training logs carry the forecast once it has one (from then on), rank
@@ -71,6 +73,15 @@ def test_attach_records_buckets_steps_and_evaluation_on_both_ranks(tmp_path):
     shown = ["ailens_eta_s" in log for log in results[0]["printed"] if "loss" in log]
     assert any(shown) and all(shown[shown.index(True) :]), results[0]["printed"]
     assert not any("ailens_eta_s" in log for log in results[1]["printed"])
+    # Issue 31, 3: and the Trainer's own record of them (log_history, trainer_state.json),
+    # which the reporting integrations read: the forecast's end, interval and time to go.
+    stored = [log for log in results[0]["log_history"] if "loss" in log]
+    with_forecast = ["ailens_eta_s" in log for log in stored]
+    assert any(with_forecast) and all(with_forecast[with_forecast.index(True) :]), stored
+    for log in stored[with_forecast.index(True) :]:
+        assert log["ailens_total_s"] > 0 and log["ailens_eta_pm_s"] > 0
+        assert 0 <= log["ailens_eta_s"] <= log["ailens_total_s"]
+    assert not any("ailens_eta_s" in log for log in results[1]["log_history"])
 
 
 @pytest.mark.parallel

@@ -193,6 +193,11 @@ class Lens:
         return None if self.online is None else self.online.total_steps
 
     @property
+    def steps_per_epoch(self) -> int | None:
+        """The steps per epoch as known now (the schedule), or None."""
+        return None if self.online is None else self.online.forecaster.schedule.steps_per_epoch
+
+    @property
     def flushed_ticks(self) -> int:
         """Ticks handed to the writer so far: once it has written them, a rank killed with
         SIGKILL keeps at least these in its trace."""

@@ -1,15 +1,19 @@
 """Rank 0's live outputs of the run model: progress lines (``progress_every``), the live
-``forecast.json`` (rewritten at most every ``_WRITE_EVERY_STEPS`` steps and
-``_WRITE_EVERY_NS``, at the signature, at close and at the process's exit) and, at close,
+``forecast.json`` (rewritten at the first forecast and then at steps ``_WRITE_GROWTH`` apart,
+so a short run has one at its first steps; past that at most every ``_WRITE_EVERY_STEPS``
+steps and ``_WRITE_EVERY_NS``; at the signature, at close and at the process's exit), one
+line saying how to give the run's length when nothing said it, and, at close,
 ``phases-online.json``. A subscriber of ``OnlineAnalysis``: the model itself writes nothing."""
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from pathlib import Path
 
 from .._io import fmt_s, write_json
+from ..model.forecast.epoch import LENGTH_HINT
 from ..model.online import OnlineAnalysis
 
 log = logging.getLogger("ailens")
@@ -18,6 +22,9 @@ log = logging.getLogger("ailens")
 # signature and finish), so the file costs the training loop nothing measurable.
 _WRITE_EVERY_STEPS = 100
 _WRITE_EVERY_NS = 2_000_000_000
+# Before that, forecast.json is rewritten at steps this factor apart (from the first forecast
+# on): a run of tens of steps has its forecast on disk at its first steps.
+_WRITE_GROWTH = 1.25
 
 
 class LiveOutput:
@@ -42,6 +49,8 @@ class LiveOutput:
         self.io_failed = False
         self._last_write_step = 0
         self._last_write_ns = 0  # the Lens's clock, like every time here
+        self._next_write_step = 1  # the next geometric rewrite of forecast.json
+        self._hinted = False  # the length hint was shown
         oa.subscribe(self)
 
     @classmethod
@@ -62,14 +71,32 @@ class LiveOutput:
         s = oa.steps
         every = self.flush_every
         line = bool(every) and s % every == 0
-        due = s - self._last_write_step >= _WRITE_EVERY_STEPS and (
-            oa.now_ns - self._last_write_ns >= _WRITE_EVERY_NS
+        due = s >= self._next_write_step or (
+            s - self._last_write_step >= _WRITE_EVERY_STEPS
+            and oa.now_ns - self._last_write_ns >= _WRITE_EVERY_NS
         )
+        if not self._hinted and s > self.cfg.warmup_steps and oa.total_steps is None:
+            self._hint()
         if not (line or due):
             return
         if line:
             _progress(self.progress_line())
         self._write_forecast(final=False)
+
+    def _hint(self) -> None:
+        """Once, when the step time is known and nothing said the run's length: the step
+        time, the end of the current epoch when the steps per epoch are known, and how to
+        give the length."""
+        p = self.oa.predict()
+        if p.step_time_s is None:
+            return
+        self._hinted = True
+        known = f"step time {fmt_s(p.step_time_s, 'compact')}"
+        ep = self.oa.epoch_forecast()
+        if ep is not None:
+            known += f", epoch {ep.epoch} ends in {fmt_s(ep.eta_s, 'compact')}"
+            known += f" (step {ep.epoch_end_step})"
+        _progress(f"ailens: {known}; {LENGTH_HINT}")
 
     def on_signature(self, oa: OnlineAnalysis) -> None:
         n = oa.total_steps
@@ -130,6 +157,9 @@ class LiveOutput:
                 body += f" (a progress bar would say {fmt_s(p.naive_total_s, 'compact')})"
         else:
             body = f"step time {fmt_s(p.step_time_s, 'compact')} (total steps unknown)"
+        ep = oa.epoch_forecast()
+        if ep is not None:
+            body += f"  epoch {ep.epoch} ends in {fmt_s(ep.eta_s, 'compact')}"
         return f"{head}  {body}  {sig}"
 
     def forecast_doc(self, *, final: bool) -> dict | None:
@@ -166,6 +196,10 @@ class LiveOutput:
                 "naive_total_s": latest.naive_total_s,
                 "step_time_s": latest.step_time_s,
             },
+            # When the current epoch ends (null until the steps per epoch are known), and,
+            # while nothing said the run's length, how to give it.
+            "epoch": None if (ep := oa.epoch_forecast()) is None else ep.to_dict(),
+            **({"length_hint": LENGTH_HINT} if oa.total_steps is None else {}),
             **({"closed_s": oa.end_ns / 1e9} if final and oa.end_ns is not None else {}),
             **({"exit_wall_ns": self.exit_wall_ns} if self.exit_wall_ns else {}),
         }
@@ -173,8 +207,9 @@ class LiveOutput:
     def _write_forecast(self, *, final: bool) -> None:
         if self.io_failed:
             return
-        self._last_write_step = self.oa.steps
+        s = self._last_write_step = self.oa.steps
         self._last_write_ns = self.oa.now_ns
+        self._next_write_step = max(s + 1, math.ceil(s * _WRITE_GROWTH))
         doc = self.forecast_doc(final=final)
         if doc is None:
             return

@@ -14,6 +14,7 @@ itself can be read at any step (``predict``, ``live_forecast``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +24,7 @@ from ..phases import SIZE_KEY_FACTOR, OnlinePhases
 from ..record.config import LensConfig
 from ..record.exchange import Summed
 from .forecast import Forecast, Forecaster, Prediction, Snapshot
+from .forecast.epoch import EpochForecast, epoch_forecast
 from .forecast.policy import ForecastPolicy
 
 # Forecast history kept for plots: thinned by half whenever it reaches this length.
@@ -34,6 +36,10 @@ _LIVE_REFRESH_NS = 100_000_000
 # forecast's work runs in one warm loop instead of once after every (cache-cold) step.
 _STEP_BATCH = 64
 _STEP_BATCH_NS = 250_000_000
+# Between exchanges the forecast history also gets points on a geometric grid of steps (each
+# step at first, then this factor apart): a short run's first forecasts are kept, at a cost
+# that grows with the log of the steps.
+_POINT_GROWTH = 1.25
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,9 @@ class LiveForecast:
     elapsed_s: float
     step_time_s: float | None
     signature_ready: bool
+    # When the current epoch ends (the steps per epoch known): shown whether or not the
+    # run's total is known.
+    epoch: EpochForecast | None = None
 
 
 class Subscriber(Protocol):
@@ -88,6 +97,7 @@ class OnlineAnalysis:
         self._queued: list[int] = []  # step end times (ns) not yet in the forecast
         self._subscribers: list[Subscriber] = []
         self._flush_every = 0
+        self._next_point = 1  # steps at which the next geometric history point is due
 
     def subscribe(self, subscriber: Subscriber) -> None:
         """``subscriber`` sees every step end fed to the forecast and the signature."""
@@ -134,6 +144,8 @@ class OnlineAnalysis:
             forecaster.on_step(t_ns)
             if policy.early is None:
                 policy.on_step(forecaster)
+            if forecaster.steps >= self._next_point:
+                self._point()
             for sub in subscribers:
                 sub.on_step(self)
 
@@ -153,6 +165,7 @@ class OnlineAnalysis:
         kind = mark.get("kind")
         if kind == "schedule":
             self.forecaster.on_schedule(mark)
+            self._live_cache = None  # what the run will do changed: so does its forecast
         elif kind == "section":
             self.forecaster.on_section(
                 str(mark["name"]), int(mark["step"]), int(mark["t_begin_ns"]), int(mark["t_end_ns"])
@@ -184,6 +197,14 @@ class OnlineAnalysis:
             for sub in self._subscribers:
                 sub.on_signature(self)
 
+    def _point(self) -> None:
+        """A geometric history point (see ``_POINT_GROWTH``)."""
+        s = self.forecaster.steps
+        self._next_point = max(s + 1, math.ceil(s * _POINT_GROWTH))
+        p = self.forecaster.predict()
+        if p.predicted_total_s is not None:
+            self._record(p.steps_done, p.predicted_total_s)
+
     def _record(self, steps_done: int, predicted_total_s: float) -> None:
         """The forecast history: at most once per step, thinned to stay under the cap."""
         self._evaluations += 1
@@ -214,7 +235,8 @@ class OnlineAnalysis:
             if step == self.steps or fresh:
                 return cached[1]
         self._catch_up()
-        p = self.forecaster.predict()
+        snap = self.forecaster.snapshot()
+        p = snap.evaluate()
         if p.step_time_s is None:
             return None
         total = p.predicted_total_s
@@ -228,6 +250,7 @@ class OnlineAnalysis:
             elapsed_s=p.elapsed_s,
             step_time_s=p.step_time_s,
             signature_ready=self.signature_ready,
+            epoch=epoch_forecast(snap, self.forecaster.schedule.steps_per_epoch),
         )
         self._live_cache = (now, live)
         return live
@@ -254,6 +277,11 @@ class OnlineAnalysis:
             job_offset_s=job_offset_s,
             actual_job_total_s=actual_job_total_s,
         )
+
+    def epoch_forecast(self) -> EpochForecast | None:
+        """When the current epoch ends, once the steps per epoch and a step time are known."""
+        self._catch_up()
+        return epoch_forecast(self.forecaster.snapshot(), self.forecaster.schedule.steps_per_epoch)
 
     @property
     def actual_total_s(self) -> float | None:

@@ -265,7 +265,8 @@ def run_forecast_section(f, *, warned: bool = False, json=None) -> Section:
         lines.append(
             (
                 "Predicted total time",
-                "no early forecast: the total number of steps was not known during the run",
+                "no early forecast: the total number of steps was not known during the run "
+                "(give it: total_steps=N on the attach line, or lens.set_schedule(total_steps=N))",
             )
         )
     else:

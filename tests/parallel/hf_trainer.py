@@ -106,6 +106,7 @@ def main() -> None:
                 "closed": lens.closed,
                 "disabled": lens.disabled,
                 "printed": printed.logs,
+                "log_history": trainer.state.log_history,
                 "warnings": warnings,
             }
         ),

@@ -53,7 +53,28 @@ def fit(callbacks, verbose=0):
         validation_freq=2,
     )
     params = np.concatenate([w.ravel() for w in model.get_weights()]).astype(np.float32)
+    global history
+    history = {k: [float(v) for v in vs] for k, vs in hist.history.items()}
     return zlib.crc32(params.tobytes()), len(hist.history["loss"])
+
+
+class Watch(keras.callbacks.Callback):
+    """After LensCallback: what the batch logs show against the Lens's forecast then."""
+
+    def __init__(self, lens_cb):
+        super().__init__()
+        self.lens_cb, self.seen = lens_cb, []
+
+    def on_train_batch_end(self, batch, logs=None):
+        f = self.lens_cb.lens.forecast
+        shown = (logs or {}).get("ailens_total_s")
+        self.seen.append(
+            [
+                self.lens_cb.lens.steps,
+                None if shown is None else float(shown),
+                None if f is None else f.predicted_total_s,
+            ]
+        )
 
 
 class ForceStop(keras.callbacks.Callback):
@@ -71,7 +92,8 @@ class ForceStop(keras.callbacks.Callback):
 
 plain, _ = fit([])
 cb = LensCallback(run_dir=run_dir)
-callbacks = [ForceStop(cb), cb] if stop_at else [cb]
+watch = Watch(cb)
+callbacks = [ForceStop(cb), cb] if stop_at else [cb, watch]
 lensed, epochs_run = fit(callbacks, verbose)
 lens = cb.lens
 print(
@@ -89,6 +111,8 @@ print(
             "framework": lens.config.framework,
             "world_size": lens.world_size,
             "epochs_run": epochs_run,
+            "history": history,
+            "watched": watch.seen,
         }
     ),
     flush=True,

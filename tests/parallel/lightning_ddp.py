@@ -11,6 +11,7 @@ from ailens.integrations.lightning import LensCallback
 from inject_fault import inject
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 
@@ -63,6 +64,7 @@ def main() -> None:
     ap.add_argument("--accumulate", type=int, default=1)
     ap.add_argument("--config", default="{}", help="LensCallback keywords as JSON")
     ap.add_argument("--fault", default="", help='"<rank>:<tick>": ailens fails there')
+    ap.add_argument("--csv", default="", help="a CSVLogger into this directory")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -77,7 +79,8 @@ def main() -> None:
         accumulate_grad_batches=args.accumulate,
         callbacks=[callback, InjectFault(callback, args.fault), bar],
         num_sanity_val_steps=1,
-        logger=False,
+        logger=CSVLogger(args.csv, name="csv") if args.csv else False,
+        log_every_n_steps=5,
         enable_checkpointing=False,
         enable_model_summary=False,
     )

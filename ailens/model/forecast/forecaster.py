@@ -205,8 +205,10 @@ class Forecaster:
             parts=(*extras, *self._sections(s, level, units, extras)),
             unannounced=self._unannounced(),
             trend=slope,
-            # Over all regimes, with the same parts taken out as from the regime's mean.
-            longrun=level + lv.all_sum / lv.all_n - lv.sum / lv.n,
+            # Over all regimes, with the same parts taken out as from the regime's mean: their
+            # seconds spread over all the steps (spread over the regime's few steps, a first
+            # evaluation inside a young regime once made this mean negative: -230 %).
+            longrun=(lv.all_sum - taken - one_off) / lv.all_n,
             reversals=sum(
                 (b1 - a1) * (b2 - a2) < 0
                 for (_, a1, b1), (_, a2, b2) in zip(changes, changes[1:], strict=False)

@@ -71,8 +71,21 @@ class StepLevel:
             self.regime_start = values[0][0]
             xs = sorted(x for _, x in values)
             mid = xs[len(xs) // 2]
-            self.dev = max(sum(abs(x - mid) for x in xs) / len(xs), 0.002 * mid)
+            dev = max(sum(abs(x - mid) for x in xs) / len(xs), 0.002 * mid)
+            # A regime restarted from where its change began may reach back over an outlier
+            # (the first evaluation inside a step, just after an epoch end): it stays a spike,
+            # as it was, not a step of the new regime's level (that made the forecast jump
+            # by tens of percent twice: in when the regime began, out when the next did).
+            limit = self.Z_OUT * max(1.2533 * dev, self.MIN_SCALE * mid)
+            keep = [x for _, x in values if abs(x - mid) <= limit]
+            if len(keep) < self.START:
+                keep, limit = xs, math.inf
+            self.dev = max(sum(abs(x - mid) for x in keep) / len(keep), 0.002 * mid)
             for i, x in values:
+                if abs(x - mid) > limit:
+                    self.spikes[i] = x - mid
+                    self._add_to_sums(i, x, mid + math.copysign(limit, x - mid))
+                    continue
                 self._add_to_sums(i, x, x)
                 self.acc_n += 1
                 self.acc_sum += x

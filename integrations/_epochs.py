@@ -1,0 +1,94 @@
+"""The steps per epoch of a script that never said them: the data it trains from says them.
+
+The training data is the loader (a torch ``DataLoader``, a ``tf.data`` dataset iterated
+eagerly) during whose iteration the first training step ends; its length (``len(loader)``,
+the dataset's cardinality) is taken as the steps per epoch (one step a batch), and the steps
+between its first two iterations replace that at the first epoch boundary (gradient
+accumulation, a loop that stops early). The loaders' ``__iter__`` is wrapped while attached
+(one call per epoch, nothing per batch). A schedule the script or a framework gave is left as
+it is. The forecast then shows when the current epoch ends (``lens.forecast.epoch``), and the
+run's total once the epochs are known too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import named_like
+
+
+class EpochWatch:
+    """Mixin of an :class:`~ailens.integrations._base.Attachment` (before it in the bases)."""
+
+    _pending_loader: tuple[int, int, int | None] | None = None  # (id, steps at its start, len)
+    _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
+    _spe_guess: int | None = None  # the steps per epoch this watch set from a length
+    _spe_learned = False
+
+    def watch_torch_loaders(self) -> None:
+        """Wrap ``torch.utils.data.DataLoader.__iter__`` while attached."""
+        from torch.utils.data import DataLoader
+
+        self._watch(DataLoader, _torch_length)
+
+    def watch_tf_datasets(self) -> None:
+        """Wrap ``tf.data.Dataset.__iter__`` (eager iteration) while attached."""
+        import tensorflow as tf
+
+        self._watch(tf.data.Dataset, _tf_length)
+
+    def _watch(self, cls: type, length) -> None:
+        real = cls.__iter__
+
+        def __iter__(loader):
+            it = real(loader)
+            if self.attached and not self._spe_learned:
+                try:
+                    self._loader_began(id(loader), lambda: length(loader))
+                except Exception as e:  # noqa: BLE001 - fail open
+                    self.lens.disable(e)
+            return it
+
+        self.patches.set(cls, "__iter__", named_like(__iter__, real))
+
+    def _loader_began(self, key: int, length) -> None:
+        steps = self.lens.steps
+        train = self._train_loader
+        if train is None:
+            self._pending_loader = (key, steps, length())
+            return
+        if train[0] != key or steps <= train[1]:
+            return  # another loader (an evaluation), or the same epoch begun again (a peek)
+        # The training loader's second epoch: the steps of the first one.
+        self._spe_learned = True
+        n = steps - train[1]
+        if self.lens.steps_per_epoch in (None, self._spe_guess) and n != self._spe_guess:
+            self.lens.set_schedule(steps_per_epoch=n)
+            self.lens.describe(steps_per_epoch_from="the first epoch boundary")
+
+    def _step_end(self) -> None:
+        super()._step_end()
+        if self._pending_loader is not None:
+            self._loader_trains()
+
+    def _loader_trains(self) -> None:
+        """The first step ended during the pending loader's iteration: it trains."""
+        key, start, n = self._pending_loader
+        self._pending_loader = None
+        self._train_loader = (key, start)
+        if n and self.lens.steps_per_epoch is None:
+            self._spe_guess = n
+            self.lens.set_schedule(steps_per_epoch=n)
+            self.lens.describe(steps_per_epoch_from="the training data's length")
+
+
+def _torch_length(loader: Any) -> int | None:
+    try:
+        return len(loader)
+    except TypeError:  # an iterable dataset: no length
+        return None
+
+
+def _tf_length(dataset: Any) -> int | None:
+    n = int(dataset.cardinality())  # -1: infinite, -2: unknown
+    return n if n > 0 else None
