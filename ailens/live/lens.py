@@ -124,6 +124,7 @@ class Lens:
                 process_start_wall_ns=self.meta["process_start_wall_ns"],
             )
             self.fail_open.on_disk_trouble = lambda: setattr(live, "io_failed", True)
+            live.on_io_error = self.fail_open.disk_trouble  # one disk warning, whoever meets it
         rec.open(writer, lambda e: self.fail_open.writer_fault(e, rec.writer.path),
                  self.fail_open.disk_trouble)  # fmt: skip
         self._install_live_methods()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from .._io import fmt_s, write_json
@@ -47,6 +48,8 @@ class LiveOutput:
         self.process_start_wall_ns = process_start_wall_ns
         self.exit_wall_ns: int | None = None
         self.io_failed = False
+        # Told of a failed write (the Lens routes it to its one disk warning); None: logged here.
+        self.on_io_error: Callable[[str], None] | None = None
         self._last_write_step = 0
         self._last_write_ns = 0  # the Lens's clock, like every time here
         self._next_write_step = 1  # the next geometric rewrite of forecast.json
@@ -218,7 +221,11 @@ class LiveOutput:
         except OSError as e:
             # The forecast file is a convenience: note it once, keep training and tracing.
             self.io_failed = True
-            log.warning("ailens: cannot write forecast.json (%s); live forecast off", e)
+            message = f"cannot write forecast.json ({e}); live forecast off"
+            if self.on_io_error is not None:
+                self.on_io_error(message)
+            else:
+                log.warning("ailens: %s", message)
 
 
 def _progress(line: str) -> None:
