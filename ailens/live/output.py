@@ -221,7 +221,7 @@ class LiveOutput:
         except OSError as e:
             # The forecast file is a convenience: note it once, keep training and tracing.
             self.io_failed = True
-            message = f"cannot write forecast.json ({e}); live forecast off"
+            message = f"cannot write forecast.json ({e}); live forecast off, training continues"
             if self.on_io_error is not None:
                 self.on_io_error(message)
             else:
