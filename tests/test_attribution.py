@@ -157,24 +157,34 @@ def test_a_background_exchange_stays_in_the_background_and_is_timed(tmp_path):
 
 def test_ailens_threads_cpu_from_their_thread_clocks():
     prof = attribution.Profiler()
-    go = threading.Event()
-    writer = threading.Thread(target=lambda: (go.wait(), _burn(0.05)), name="ailens-writer")
-    other = threading.Thread(target=lambda: (go.wait(), _burn(0.02)), name="ailens-helper")
-    bystander = threading.Thread(target=lambda: (go.wait(), _burn(0.05)), name="framework")
-    for t in (writer, other, bystander):
+    go, release = threading.Event(), threading.Event()
+    burned = {name: threading.Event() for name in ("ailens-writer", "ailens-helper", "framework")}
+
+    def work(name: str, seconds: float) -> None:
+        go.wait()
+        _burn(seconds)
+        burned[name].set()
+        release.wait()  # alive until read: a thread's clock ends with it
+
+    threads = [
+        threading.Thread(target=work, args=(name, s), name=name)
+        for name, s in (("ailens-writer", 0.05), ("ailens-helper", 0.02), ("framework", 0.05))
+    ]
+    for t in threads:
         t.start()
     prof.start_threads()
     go.set()
-    while writer.is_alive() or other.is_alive():
-        prof.read_threads()  # read while they run: a thread's clock ends with it
-        time.sleep(0.005)
-    for t in (writer, other, bystander):
+    for e in burned.values():
+        assert e.wait(30)
+    prof.read_threads()
+    release.set()
+    for t in threads:
         t.join()
     comps = prof.report(steps=1)["components"]
-    # Read every 5 ms until each ended: nearly all their CPU time, none of the bystander's.
-    assert 30_000 <= comps["writer_thread"]["cpu_us_per_step"] <= 80_000
+    # All of the ailens threads' CPU time, none of the bystander's.
+    assert 45_000 <= comps["writer_thread"]["cpu_us_per_step"] <= 80_000
     assert comps["writer_thread"]["wall_us_per_step"] is None
-    assert 5_000 <= comps["other_threads"]["cpu_us_per_step"] <= 40_000
+    assert 15_000 <= comps["other_threads"]["cpu_us_per_step"] <= 40_000
 
 
 def test_attach_lens_times_a_real_lens_and_restore_puts_it_back(tmp_path):
