@@ -21,7 +21,6 @@ time, and between collectives the device time of the work, the counter ``gpu-ns`
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -72,7 +71,6 @@ class DeviceTimes:
         self._collectives: deque[list] = deque()  # [tick, ready_event, end_event | None]
         self._steps: deque[tuple[int, Any]] = deque()
         self._rows: dict[str, list[int]] = _empty_rows()
-        self._lock = threading.Lock()
         self.resolved_collectives = self.resolved_steps = 0
 
     # ------------------------------------------------------------ marking (hot path)
@@ -99,22 +97,23 @@ class DeviceTimes:
         waits for the device: close only)."""
         if final:
             self.clock.wait()
-        with self._lock:  # step ends and close may race with nothing else, but stay simple
-            self._resolve_collectives()
-            self._resolve_steps()
-            waiting = len(self._rows["tick"]) + len(self._rows["step"])
-            if waiting and (final or waiting >= _ROWS_PER_MARK):
-                rows, self._rows = self._rows, _empty_rows()
-                self._log(
-                    {
-                        "kind": "device",
-                        "clock": self.clock.name,
-                        "counter": DEVICE_COUNTER,
-                        "queued": self.queued,
-                        "origin_ns": self.origin_ns,
-                        **rows,
-                    }
-                )
+        # Only the training thread resolves (step ends, close); the framework's threads only
+        # fill a pending entry's end slot, which is read here once set.
+        self._resolve_collectives()
+        self._resolve_steps()
+        waiting = len(self._rows["tick"]) + len(self._rows["step"])
+        if waiting and (final or waiting >= _ROWS_PER_MARK):
+            rows, self._rows = self._rows, _empty_rows()
+            self._log(
+                {
+                    "kind": "device",
+                    "clock": self.clock.name,
+                    "counter": DEVICE_COUNTER,
+                    "queued": self.queued,
+                    "origin_ns": self.origin_ns,
+                    **rows,
+                }
+            )
 
     def _resolve_collectives(self) -> None:
         clock, pending, rows = self.clock, self._collectives, self._rows
