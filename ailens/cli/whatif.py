@@ -331,6 +331,8 @@ def _refuse_cpu_flags(args) -> None:
 
 
 def _format_cluster(job, rows, measured=None) -> str:
+    from ..predict.cluster import TERM_NAMES
+
     r0 = rows[0]
     b = f"{job.batch_per_device:g}" if job.batch_per_device else "?"
     measured = measured or [(job.ranks, job.step_s)]
@@ -355,7 +357,8 @@ def _format_cluster(job, rows, measured=None) -> str:
     if wide:
         r = max(wide, key=lambda r: (r.step_high_s - r.step_low_s) / r.step_time_s)
         lines.append(
-            f"Widest interval at {r.ranks} devices: {r.wide_term} (assumed); to narrow it, "
+            f"Widest interval at {r.ranks} devices: {TERM_NAMES.get(r.wide_term, r.wide_term)} "
+            "(assumed); to narrow it, "
             f"measure {r.narrow_by}."
         )
     lines.append("Step = " + " + ".join(t.name for t in r0.terms) + ". Assumptions:")

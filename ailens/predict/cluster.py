@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .device_speed import DeviceRatio, load_device_speed
 from .job import JobDescription
 from .nccl import nccl_collective_s
 from .platforms import Platform, load_platform
@@ -65,6 +66,8 @@ NARROW_BY = {
     "extrapolation": "a run of the job at a scale nearer the target",
     "device": "a run of the job on the target platform",
 }
+# What each ``wide_term`` is called in a report (the JSON keeps the short key).
+TERM_NAMES = {"device": "device speed"}
 # The job's precision -> the peak that bounds its compute (Platform.peak_tflops).
 _PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
@@ -474,13 +477,18 @@ def predict(
     b0 = job.batch_per_device
     gb = global_batch or job.global_batch or (b0 * job.ranks if b0 else None)
     notes = list(job.assumptions) + src_notes
-    if src_p is not tgt_p and src_p.name != tgt_p.name:
-        notes.append(
-            f"compute measured on {src_p.name} carried to {tgt_p.name} unchanged "
-            "(same device speed assumed)"
-        )
-    notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
     device_ratio = _device_ratio(job, src_p, tgt_p, notes)
+    if device_ratio is not None:
+        notes.append(
+            f"compute measured on {src_p.name} carried to {tgt_p.name} "
+            + (
+                f"x{device_ratio.ratio:.3g} (learned device speed)"
+                if device_ratio.learned
+                else "unchanged (same device speed assumed)"
+            )
+        )
+        c_src = c_src * device_ratio.ratio
+    notes.append(f"platform {tgt_p.name}: {tgt_p.description}")
 
     def one(q: int) -> _Context:
         target = ClusterTarget(q, tgt_p, ranks_per_node, scaling, gb)
@@ -551,36 +559,37 @@ def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) 
     )
 
 
-def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> float | None:
-    """Compute time on ``tgt_p`` over ``src_p`` if it went as the devices' peak throughput at
-    the job's precision (None: same platform, or a peak not known)."""
+def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> DeviceRatio | None:
+    """Compute time on ``tgt_p`` over ``src_p`` at the job's precision, with its interval:
+    the learned device-speed model (``device_speed.py``), or for a device it does not know
+    "same speed" with a wide interval (None: same platform)."""
     if src_p is tgt_p or src_p.name == tgt_p.name:
         return None
     key = _PEAK_OF.get(job.precision, "fp32")
-    a, b = src_p.peak_tflops.get(key), tgt_p.peak_tflops.get(key)
-    if not a or not b:
-        notes.append(
-            f"device speed: the {key} peak of {src_p.name if not a else tgt_p.name} is not "
-            "known: the interval does not cover another device speed"
-        )
-        return None
-    notes.append(
-        f"device speed: interval from the same speed to the ratio of {key} peaks "
-        f"({src_p.name} {a:g}, {tgt_p.name} {b:g} TFLOP/s)"
+    r = load_device_speed().ratio(
+        src_p.device or src_p.name,
+        tgt_p.device or tgt_p.name,
+        job.precision,
+        src_peak=src_p.peak_tflops.get(key),
+        tgt_peak=tgt_p.peak_tflops.get(key),
     )
-    return a / b
+    notes.append(f"device speed: {r.basis}")
+    return r
 
 
-def _interval(job, target: ClusterTarget, terms, c_src: float, device_ratio: float | None):
+def _interval(job, target: ClusterTarget, terms, c_src: float, device_ratio: DeviceRatio | None):
     """(low, high, widest term) of the step: the compute's band, an unmeasured link anywhere
     in UNMEASURED_BANDWIDTH_RANGE of its datasheet bandwidth, and on another platform the
-    compute between the same speed and the ratio of the devices' peaks."""
+    compute over the device-speed interval (``device_ratio``, around its point)."""
     step = float(sum(t.seconds for t in terms))
     comp = terms[0]
     width = {"compute": (comp.detail["low_s"] - comp.seconds, comp.detail["high_s"] - comp.seconds)}
     if device_ratio is not None:
-        moved = comp.seconds * device_ratio - comp.seconds
-        width["device"] = (min(moved, 0.0), max(moved, 0.0))
+        k = device_ratio
+        width["device"] = (
+            comp.seconds * (k.low / k.ratio - 1.0),
+            comp.seconds * (k.high / k.ratio - 1.0),
+        )
     if target.ranks > 1 and not measured_links(target.platform, target.nodes):
         lo_k, hi_k = UNMEASURED_BANDWIDTH_RANGE
         ends = []

@@ -1,0 +1,239 @@
+"""Device speed across platforms: how much longer (or shorter) a job's compute takes on
+another device type, learned from public measurements of the same jobs on several devices.
+
+The model (fitted offline by ``benchmarks/bench_devices.py --write``, shipped as
+``device_speed.json`` beside this module) is additive in log time per sample per device::
+
+    log t(job, cell, n) = a_job + b_cell + beta * log2(n)
+
+A *cell* is a device at a precision class (``"V100|fp32"``, ``"A100-SXM|mixed"``); ``n`` the
+devices the measurement ran on (MLPerf's large systems lose per-device speed to scale). The
+job effect cancels in a ratio, so the ratio of two cells is ``exp(b_B - b_A)``. Each cell's
+effect is pulled towards a line in the device's features (log peak TFLOP/s at the precision,
+log memory bandwidth), which is also what prices a cell no measurement covers. The interval
+is the 95 % quantile of held-out residuals: leave-one-job-out where both cells were
+measured, leave-one-device-out where one comes from the features. A device the table does
+not know keeps "same speed" as its point, with an interval from that to the ratio of the
+platforms' peaks widened by the features' held-out factor.
+
+Runtime: stdlib + numpy only; ``fit`` (numpy least squares) is what the script runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "DEVICE_SPEED_FILE",
+    "DeviceRatio",
+    "DeviceSpeedModel",
+    "device_key",
+    "fit",
+    "load_device_speed",
+    "precision_class",
+]
+
+DEVICE_SPEED_FILE = Path(__file__).with_name("device_speed.json")
+_PRECISION_CLASS = {"fp32": "fp32", "fp64": "fp32", "tf32": "tf32"}
+# The peak that bounds a precision class (keys of the features' ``peak_tflops``).
+PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16"}
+
+
+def precision_class(precision: str) -> str:
+    """``fp32``, ``tf32`` or ``mixed`` (fp16, bf16 and autocast all run on the half-precision
+    units)."""
+    return _PRECISION_CLASS.get(str(precision).lower(), "mixed")
+
+
+def device_key(device: str) -> str | None:
+    """The model's device name in a free-text description (``Platform.device``: "A100 SXM4
+    (vendor datasheet ...)" -> ``A100-SXM``), None when it names none the model knows."""
+    s = str(device or "")
+    m = re.search(r"\b(P100|V100|A100|H100|A30|TPU[- ]?v3|Gaudi ?2)\b", s, re.I)
+    if not m:
+        return None
+    name = m.group(1).upper().replace(" ", "")
+    if name.startswith("TPU"):
+        return "TPU-v3"
+    if name.startswith("GAUDI"):
+        return "Gaudi2"
+    if name in ("A100", "H100"):
+        return name + ("-PCIE" if re.search(r"pci", s, re.I) else "-SXM")
+    return name
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceRatio:
+    """Compute time on the target over the source: ``ratio`` (the point), ``low``-``high``
+    (its 95 % interval) and ``basis`` (how it was priced, one line for the report)."""
+
+    ratio: float
+    low: float
+    high: float
+    basis: str
+    learned: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceSpeedModel:
+    """The fitted model (``device_speed.json``): cell effects, the feature line, the scale
+    slope and the held-out half-widths (log units) of the 95 % interval."""
+
+    effects: dict  # cell -> b (log time per sample per device)
+    counts: dict  # cell -> measurements behind it
+    features: dict  # device -> {"peak_tflops": {...}, "mem_GBps": x, "source": str}
+    coef: tuple  # (c0, c_peak, c_mem): b ~ c0 + c_peak log(peak) + c_mem log(mem)
+    scale_slope: float  # beta per doubling of devices
+    half_width_measured: float
+    half_width_features: float
+    source: str = ""
+    evaluation: dict = field(default_factory=dict)
+
+    def feature_effect(self, cell: str) -> float | None:
+        dev, prec = cell.split("|")
+        f = self.features.get(dev)
+        peak = (f or {}).get("peak_tflops", {}).get(PEAK_KEY[prec])
+        if not f or not peak or not f.get("mem_GBps"):
+            return None
+        c0, cp, cm = self.coef
+        return c0 + cp * math.log(peak) + cm * math.log(f["mem_GBps"])
+
+    def effect(self, cell: str) -> tuple[float, bool] | None:
+        """(b, measured): the fitted effect, else the features' line, else None."""
+        if cell in self.effects:
+            return float(self.effects[cell]), True
+        b = self.feature_effect(cell)
+        return None if b is None else (b, False)
+
+    def ratio(
+        self,
+        src_device: str,
+        tgt_device: str,
+        precision: str,
+        *,
+        src_peak: float | None = None,
+        tgt_peak: float | None = None,
+    ) -> DeviceRatio:
+        """Compute time on ``tgt_device`` over ``src_device`` at ``precision`` (free-text
+        device names; ``*_peak``: the platforms' peak TFLOP/s, used when a device is not in
+        the model)."""
+        prec = precision_class(precision)
+        ka, kb = device_key(src_device), device_key(tgt_device)
+        ea = self.effect(f"{ka}|{prec}") if ka else None
+        eb = self.effect(f"{kb}|{prec}") if kb else None
+        if ea is None or eb is None:
+            # Not in the model: the point stays "same speed" (as without the model); the
+            # interval spans it and the ratio of the peaks where both are known, widened by
+            # the factor the features missed by on held-out devices.
+            unknown = src_device if ea is None else tgt_device
+            f = math.exp(self.half_width_features)
+            ends = [1.0] + ([src_peak / tgt_peak] if src_peak and tgt_peak else [])
+            how = "same speed to the ratio of the peaks" if len(ends) > 1 else "same speed"
+            return DeviceRatio(
+                ratio=1.0,
+                low=min(ends) / f,
+                high=max(ends) * f,
+                learned=False,
+                basis=f"device {unknown or '(none named)'!r} is not in the device-speed model "
+                f"at {prec}: {how}, widened x/ {f:.3g} (wide: {min(ends) / f:.3g}-"
+                f"{max(ends) * f:.3g})",
+            )
+        k = math.exp(eb[0] - ea[0])
+        both = ea[1] and eb[1]
+        h = self.half_width_measured if both else self.half_width_features
+        how = (
+            "both measured on public jobs"
+            if both
+            else "from the device features (peak at the precision, memory bandwidth)"
+        )
+        return DeviceRatio(
+            ratio=k,
+            low=k * math.exp(-h),
+            high=k * math.exp(h),
+            learned=True,
+            basis=f"learned device speed {ka} -> {kb} at {prec}: x{k:.3g} "
+            f"(95 % {k * math.exp(-h):.3g}-{k * math.exp(h):.3g}; {how})",
+        )
+
+
+def load_device_speed(path: str | Path | None = None) -> DeviceSpeedModel:
+    """The shipped model (or one written by ``bench_devices.py --write PATH``)."""
+    doc = json.loads(Path(path or DEVICE_SPEED_FILE).read_text())
+    return model_from_dict(doc)
+
+
+def model_from_dict(doc: dict) -> DeviceSpeedModel:
+    return DeviceSpeedModel(
+        effects={str(k): float(v) for k, v in doc["effects"].items()},
+        counts={str(k): int(v) for k, v in doc.get("counts", {}).items()},
+        features=dict(doc["features"]),
+        coef=tuple(float(x) for x in doc["coef"]),
+        scale_slope=float(doc["scale_slope"]),
+        half_width_measured=float(doc["half_width_measured"]),
+        half_width_features=float(doc["half_width_features"]),
+        source=str(doc.get("source", "")),
+        evaluation=dict(doc.get("evaluation", {})),
+    )
+
+
+def _feature_row(features: dict, cell: str) -> list[float] | None:
+    dev, prec = cell.split("|")
+    f = features.get(dev) or {}
+    peak = f.get("peak_tflops", {}).get(PEAK_KEY[prec])
+    if not peak or not f.get("mem_GBps"):
+        return None
+    return [1.0, math.log(peak), math.log(f["mem_GBps"])]
+
+
+def fit(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
+    """Least squares of ``log t = a_job + b_cell + beta log2 n`` with every cell's ``b``
+    pulled (weight ``pull``, log units) towards ``c . [1, log peak, log mem]``, solved
+    jointly. ``observations``: dicts with ``job``, ``cell``, ``log_t``, ``devices``."""
+    jobs = sorted({o["job"] for o in observations})
+    cells = sorted({o["cell"] for o in observations})
+    feat = {c: _feature_row(features, c) for c in cells}
+    nj, nc = len(jobs), len(cells)
+    ji = {j: i for i, j in enumerate(jobs)}
+    ci = {c: nj + i for i, c in enumerate(cells)}
+    beta_i, c_i = nj + nc, nj + nc + 1
+    n_par = c_i + 3
+    rows, ys = [], []
+    for o in observations:
+        r = np.zeros(n_par)
+        r[ji[o["job"]]] = 1.0
+        r[ci[o["cell"]]] = 1.0
+        r[beta_i] = math.log2(max(o["devices"], 1))
+        rows.append(r)
+        ys.append(o["log_t"])
+    for c in cells:  # the pull towards the feature line (none for a cell without features)
+        x = feat[c]
+        r = np.zeros(n_par)
+        r[ci[c]] = pull
+        if x is not None:
+            r[c_i : c_i + 3] = -pull * np.asarray(x)
+        rows.append(r)
+        ys.append(0.0)
+    # Job and cell effects are defined up to a constant: a tiny ridge on the job effects.
+    for j in jobs:
+        r = np.zeros(n_par)
+        r[ji[j]] = 1e-3
+        rows.append(r)
+        ys.append(0.0)
+    theta = np.linalg.lstsq(np.asarray(rows), np.asarray(ys), rcond=None)[0]
+    counts: dict = {}
+    for o in observations:
+        counts[o["cell"]] = counts.get(o["cell"], 0) + 1
+    return {
+        "effects": {c: float(theta[ci[c]]) for c in cells},
+        "counts": counts,
+        "features": features,
+        "coef": [float(x) for x in theta[c_i : c_i + 3]],
+        "scale_slope": float(theta[beta_i]),
+        "jobs": {j: float(theta[ji[j]]) for j in jobs},
+    }

@@ -1,0 +1,442 @@
+"""Device speed across platforms: fit the learned relative-performance model on public
+development data and evaluate it held out, beside the baselines "same speed" and "ratio of
+peak FLOP/s" (issue 32 item 3; the model is ``ailens/predict/device_speed.py``).
+
+Data (development parts only; the READMEs there name what is held out and is never read):
+
+* ``$AILENS_SCALING_DATA/scaling/gavel_dp_throughputs.csv``: 19 PyTorch jobs on one P100
+  and one V100 (fp32);
+* ``.../dle_training_perf_dgx1_dgx2.csv``: NVIDIA DeepLearningExamples at 1 GPU, V100 at
+  fp32 and mixed precision (DGX-1 and DGX-2 both as V100);
+* ``$AILENS_MLPERF_DATA`` (default ``/work/shared/mlperf-dev``): MLPerf Training logs, a job
+  being one benchmark in one round; the time per unit of training (epoch, or sample where
+  the benchmark counts samples) per device: (run_stop - run_start - evaluation) x devices /
+  units. Devices per system come from the system's name (``MLPERF_SYSTEMS``; systems whose
+  name does not say are left out).
+
+``tensorflow_benchmarks_dgx1_p100_nccl.csv`` has one device type only and adds no pair.
+
+Evaluation: every ordered pair (A, B) of cells measured for one job: predict t_B from t_A.
+Leave-one-job-out (the model refitted without the job) and leave-one-device-out (without
+any measurement on B's device: B priced from its features). All methods get the same
+scale correction (the fold's ``beta``) so only the device part differs.
+
+    python benchmarks/bench_devices.py [--json OUT] [--write [PATH]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from ailens.analysis.logformats.mlperf import parse_mlperf, read_mlperf  # noqa: E402
+from ailens.predict.device_speed import (  # noqa: E402
+    DEVICE_SPEED_FILE,
+    PEAK_KEY,
+    fit,
+)
+
+# Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
+FEATURES = {
+    "P100": {"peak_tflops": {"fp32": 9.3, "tf32": 9.3, "fp16": 18.7}, "mem_GBps": 732},
+    "V100": {"peak_tflops": {"fp32": 15.7, "tf32": 15.7, "fp16": 125.0}, "mem_GBps": 900},
+    "A100-SXM": {"peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0}, "mem_GBps": 2039},
+    "A100-PCIE": {"peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0}, "mem_GBps": 1935},
+    "H100-SXM": {"peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4}, "mem_GBps": 3350},
+    "H100-PCIE": {"peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0}, "mem_GBps": 2000},
+    "A30": {"peak_tflops": {"fp32": 10.3, "tf32": 82.0, "fp16": 165.0}, "mem_GBps": 933},
+    "TPU-v3": {"peak_tflops": {"fp16": 61.5}, "mem_GBps": 450},
+    "Gaudi2": {"peak_tflops": {"fp16": 432.0}, "mem_GBps": 2450},
+}
+
+# MLPerf system -> (device, devices), from the system's name (nodes x devices per node as
+# the name states; the submitter's server model where the name gives only that).
+MLPERF_SYSTEMS = {
+    "dgx1_n48_ngc19.05_pytorch": ("V100", 384),
+    "dgx1_n24_ngc19.05_pytorch": ("V100", 192),
+    "dgx1_ngc19.05_pytorch": ("V100", 8),
+    "dgx2_ngc19.05_pytorch": ("V100", 16),
+    "dgx2h_n12_ngc19.05_pytorch": ("V100", 192),
+    "dgx1_n130_ngc19.05_mxnet": ("V100", 1040),
+    "abci_2048xV100_mxnet": ("V100", 2048),
+    "dgx1_n30_ngc19.05_pytorch": ("V100", 240),
+    "dgx1_n60_ngc19.05_pytorch": ("V100", 480),
+    "tpu-v3-32": ("TPU-v3", 32),
+    "tpu-v3-128": ("TPU-v3", 128),
+    "tpu-v3-256": ("TPU-v3", 256),
+    "tpu-v3-1024": ("TPU-v3", 1024),
+    "tpu-v3-2048": ("TPU-v3", 2048),
+    "2xXE8545x4A100-SXM-80GB": ("A100-SXM", 8),
+    "G492-ID0_A100_20211013.pytorch": ("A100-SXM", 8),
+    "G492-ID0_A100_20211013.mxnet": ("A100-SXM", 8),
+    "gx_A100x4_pytorch_NGC_21.09": ("A100-SXM", 4),
+    "gx_A100x4_mxnet_NGC_21.09": ("A100-SXM", 4),
+    "nd96amsr_a100_v4_n128_ngc21.09_pytorch": ("A100-SXM", 1024),
+    "nd96amsr_a100_v4_n34_ngc21.09_pytorch": ("A100-SXM", 272),
+    "nd96amsr_a100_v4_n8_ngc21.09_mxnet": ("A100-SXM", 64),
+    "nd96amsr_a100_v4_n16_ngc21.09_pytorch": ("A100-SXM", 128),
+    "nd96amsr_a100_v4_n128_ngc21.09_mxnet": ("A100-SXM", 1024),
+    "nd96amsr_a100_v4_n96_ngc21.09_mxnet": ("A100-SXM", 768),
+    "HPE-ProLiant-XL675d-Gen10-Plus_A100-SXM4-80GB_pytorch": ("A100-SXM", 8),
+    "1_node_8_A100_NGC21.05_MXNet": ("A100-SXM", 8),
+    "2xR750xax4A100-PCIE-80GB": ("A100-PCIE", 8),
+    "DSS8440x8A100-PCIE-80GB": ("A100-PCIE", 8),
+    "8_node_64_A100_PaddlePaddle": ("A100-SXM", 64),
+    "ESC8000A-E11-8xA100-PCIE-80GB-NVBridge": ("A100-PCIE", 8),
+    "NC96ads_A100_v4_pytorch_2209": ("A100-PCIE", 4),
+    "ND96amsr_A100_v4_n16_pytorch": ("A100-SXM", 128),
+    "XE8545x4A100-SXM-40GB": ("A100-SXM", 4),
+    "gx_A100-SXMx8_pytorch_NGC_22.09": ("A100-SXM", 8),
+    "gx_A100-SXMx8_pytorch_NGC_22.04": ("A100-SXM", 8),
+    "G492-ZD2_mxnet": ("A100-SXM", 8),
+    "G492-ZD2_pytorch": ("A100-SXM", 8),
+    "rx_A100-PCIex2_mxnet_NGC_22.04": ("A100-PCIE", 2),
+    "HPE-ProLiant-XL675d-Gen10-Plus_A100-SXM-80GB_16N_pytorch": ("A100-SXM", 128),
+    "HPE-ProLiant-XL675d-Gen10-Plus_A100-SXM-80GB_9N_mxnet": ("A100-SXM", 72),
+    "dgxh100_n4_preview": ("H100-SXM", 32),
+    "dgxh100_n3_preview": ("H100-SXM", 24),
+    "AS-4124GS-TNR_8_A100-PCIe-80GB-300W": ("A100-PCIE", 8),
+    "2xR750xax4A100-PCIE-80GB-1opa": ("A100-PCIE", 8),
+    "ESC4000-E11-4xA100-PCIE-80GB": ("A100-PCIE", 4),
+    "G593-SD0_pytorch": ("H100-SXM", 8),
+    "G593-SD0_mxnet": ("H100-SXM", 8),
+    "HLS-Gaudi2-N32-PT": ("Gaudi2", 256),
+    "HLS-Gaudi2-N48-PT": ("Gaudi2", 384),
+    "dgxh100_n64_nemo": ("H100-SXM", 512),
+    "R750xax4A100-PCIE-80GB": ("A100-PCIE", 4),
+    "ND_H100_v5_pytorch": ("H100-SXM", 8),
+    "2xXE9680x8A100-SXM-80GB": ("A100-SXM", 16),
+    "R5300G6x8A30-PCIE-24GB": ("A30", 8),
+}
+# Benchmarks whose progress is counted in samples (the last train_samples/trained_samples);
+# the others in epochs. DLRM trains under one epoch and logs no usable amount; minigo is
+# reinforcement learning (self-play on the hosts): both left out.
+_SAMPLE_BENCHMARKS = {"bert", "gpt3"}
+_SKIP_BENCHMARKS = {"dlrm", "dlrm_dcnv2", "minigo"}
+
+
+def scaling_dir() -> Path:
+    base = Path(os.environ.get("AILENS_SCALING_DATA", "/work/shared/scaling-dev"))
+    return base / "scaling" if (base / "scaling").is_dir() else base
+
+
+def gavel_observations(d: Path) -> list[dict]:
+    out = []
+    with open(d / "gavel_dp_throughputs.csv") as f:
+        for r in csv.DictReader(f):
+            if r["workers"] != "1" or r["placement"] != "consolidated":
+                continue
+            t = float(r["per_step_s_derived"]) / float(r["batch_per_worker"])
+            out.append(
+                {
+                    "source": "gavel",
+                    "job": f"gavel:{r['job_type']}",
+                    "cell": f"{r['worker_type']}|fp32",
+                    "log_t": math.log(t),
+                    "devices": 1,
+                }
+            )
+    return out
+
+
+def dle_observations(d: Path) -> list[dict]:
+    rows: dict = {}
+    with open(d / "dle_training_perf_dgx1_dgx2.csv") as f:
+        for r in csv.DictReader(f):
+            if r["gpus"] != "1" or r["precision"] not in ("fp32", "mixed") or r["flag"]:
+                continue
+            thr = float(r["throughput"])
+            if thr <= 0:
+                continue
+            # One job per README and batch (the two precisions at the same batch).
+            key = (f"dle:{r['readme']}:{r['sub_heading']}:{r['batch_per_gpu']}", r["precision"])
+            rows.setdefault(key, []).append(-math.log(thr))
+    return [
+        {
+            "source": "dle",
+            "job": job,
+            "cell": f"V100|{prec}",
+            "log_t": float(np.mean(v)),
+            "devices": 1,
+        }
+        for (job, prec), v in rows.items()
+    ]
+
+
+def mlperf_observations(root: Path) -> list[dict]:
+    index = json.loads((root / "index.json").read_text())
+    per: dict = {}
+    for e in index:
+        bench, system = e["benchmark"], e["system"]
+        if bench in _SKIP_BENCHMARKS or system not in MLPERF_SYSTEMS:
+            continue
+        text = gzip.open(root / e["file"], "rt", errors="replace").read()
+        ev = parse_mlperf(text)
+        starts = [t for t, k, _, _ in ev if k == "run_start"]
+        stops = [t for t, k, _, _ in ev if k == "run_stop"]
+        if not starts or not stops:
+            continue
+        t0, t1 = starts[0], stops[-1]
+        tl = read_mlperf(root / e["file"], text=text, include_init=False)
+        eval_s = sum(s.end_s - s.begin_s for s in tl.sections if s.name == "eval")
+        if bench in _SAMPLE_BENCHMARKS:
+            amounts = [
+                v
+                for _, k, v, _ in ev
+                if k in ("trained_samples", "train_samples") and isinstance(v, (int, float))
+            ]
+            amount = float(amounts[-1]) if amounts else 0.0
+        else:
+            amount = 0.0
+            for t, k, _, m in ev:
+                if not (t0 - 2 <= t <= t1 + 2):
+                    continue
+                if k == "epoch_stop" and isinstance(m.get("epoch_num"), (int, float)):
+                    amount = max(amount, float(m["epoch_num"]))
+                fe, ec = m.get("first_epoch_num"), m.get("epoch_count")
+                if (
+                    k == "block_start"
+                    and isinstance(fe, (int, float))
+                    and isinstance(ec, (int, float))
+                ):
+                    amount = max(amount, float(fe + ec - 1))
+        train_s = t1 - t0 - eval_s
+        if amount <= 0 or train_s <= 0:
+            continue
+        device, n = MLPERF_SYSTEMS[system]
+        job = f"mlperf:{e['round']}:{'maskrcnn' if bench == 'mask' else bench}"
+        per.setdefault((job, system), []).append((math.log(train_s * n / amount), device, n))
+    return [
+        {
+            "source": "mlperf",
+            "job": job,
+            "cell": f"{v[0][1]}|mixed",
+            "log_t": float(np.mean([x[0] for x in v])),
+            "devices": v[0][2],
+            "system": system,
+        }
+        for (job, system), v in per.items()
+    ]
+
+
+def observations() -> list[dict]:
+    d = scaling_dir()
+    mlperf = Path(os.environ.get("AILENS_MLPERF_DATA", "/work/shared/mlperf-dev"))
+    return gavel_observations(d) + dle_observations(d) + mlperf_observations(mlperf)
+
+
+def _peak(cell: str) -> float | None:
+    dev, prec = cell.split("|")
+    return FEATURES.get(dev, {}).get("peak_tflops", {}).get(PEAK_KEY[prec])
+
+
+def _effect(fitted: dict, cell: str) -> tuple[float, bool] | None:
+    if cell in fitted["effects"]:
+        return fitted["effects"][cell], True
+    dev, prec = cell.split("|")
+    f = FEATURES.get(dev)
+    peak = _peak(cell)
+    if not f or not peak:
+        return None
+    c0, cp, cm = fitted["coef"]
+    return c0 + cp * math.log(peak) + cm * math.log(f["mem_GBps"]), False
+
+
+def _pairs(obs: list[dict], job: str) -> list[tuple[dict, dict]]:
+    mine = [o for o in obs if o["job"] == job]
+    return [(a, b) for a in mine for b in mine if a is not b and a["cell"] != b["cell"]]
+
+
+def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
+    ea, eb = _effect(fitted, a["cell"]), _effect(fitted, b["cell"])
+    if ea is None or eb is None:
+        return None
+    scale = fitted["scale_slope"] * (math.log2(b["devices"]) - math.log2(a["devices"]))
+    truth = b["log_t"] - a["log_t"]
+    pa, pb = _peak(a["cell"]), _peak(b["cell"])
+    return {
+        "fold": fold,
+        "job": a["job"],
+        "source": a["source"],
+        "from": a["cell"],
+        "to": b["cell"],
+        "from_devices": a["devices"],
+        "to_devices": b["devices"],
+        "same_device_type": a["cell"].split("|")[0] == b["cell"].split("|")[0],
+        "both_measured": ea[1] and eb[1],
+        "true_log_ratio": truth,
+        "model_log_ratio": eb[0] - ea[0] + scale,
+        "same_speed_log_ratio": scale,
+        "peak_log_ratio": (math.log(pa / pb) if pa and pb else 0.0) + scale,
+    }
+
+
+def evaluate(obs: list[dict]) -> list[dict]:
+    cases = []
+    for job in sorted({o["job"] for o in obs}):
+        pairs = _pairs(obs, job)
+        if not pairs:
+            continue
+        fitted = fit([o for o in obs if o["job"] != job], FEATURES)
+        cases += [c for a, b in pairs if (c := _case(fitted, a, b, "leave-one-job-out"))]
+    devices = sorted({o["cell"].split("|")[0] for o in obs})
+    for dev in devices:
+        train = [o for o in obs if o["cell"].split("|")[0] != dev]
+        if len({o["cell"] for o in train}) < 2:
+            continue
+        fitted = fit(train, FEATURES)
+        for job in sorted({o["job"] for o in obs}):
+            for a, b in _pairs(obs, job):
+                if b["cell"].split("|")[0] == dev and a["cell"].split("|")[0] != dev:
+                    c = _case(fitted, a, b, "leave-one-device-out")
+                    if c:
+                        cases.append(c)
+    return cases
+
+
+def _err(log_pred: float, log_true: float) -> float:
+    return 100.0 * abs(math.exp(log_pred - log_true) - 1.0)
+
+
+def half_widths(cases: list[dict]) -> tuple[float, float]:
+    """95 % quantiles of |log residual|: jobs held out with both cells measured, devices
+    held out (one cell from the features)."""
+    lojo = [
+        abs(c["model_log_ratio"] - c["true_log_ratio"])
+        for c in cases
+        if c["fold"] == "leave-one-job-out" and c["both_measured"]
+    ]
+    lodo = [
+        abs(c["model_log_ratio"] - c["true_log_ratio"])
+        for c in cases
+        if c["fold"] == "leave-one-device-out"
+    ]
+    return float(np.quantile(lojo, 0.95)), float(np.quantile(lodo, 0.95))
+
+
+def summarise(cases: list[dict], hw: tuple[float, float]) -> dict:
+    out: dict = {}
+    subsets = {
+        "all": lambda c: True,
+        "across device types": lambda c: not c["same_device_type"],
+        "same device, other precision (DLE)": lambda c: c["same_device_type"],
+        "gavel P100<->V100": lambda c: c["source"] == "gavel",
+        "mlperf": lambda c: c["source"] == "mlperf",
+    }
+    for fold in ("leave-one-job-out", "leave-one-device-out"):
+        for name, keep in subsets.items():
+            sel = [c for c in cases if c["fold"] == fold and keep(c)]
+            if not sel:
+                continue
+            row = {"cases": len(sel)}
+            for m in ("model", "same_speed", "peak"):
+                e = [_err(c[f"{m}_log_ratio"], c["true_log_ratio"]) for c in sel]
+                row[m] = {
+                    "median_pct": float(np.median(e)),
+                    "p90_pct": float(np.quantile(e, 0.9)),
+                    "worst_pct": float(max(e)),
+                }
+            cov = []
+            for c in sel:
+                h = hw[0] if (fold == "leave-one-job-out" and c["both_measured"]) else hw[1]
+                cov.append(abs(c["model_log_ratio"] - c["true_log_ratio"]) <= h)
+            row["model"]["coverage_95"] = float(np.mean(cov))
+            old = [
+                min(c["same_speed_log_ratio"], c["peak_log_ratio"]) - 1e-12
+                <= c["true_log_ratio"]
+                <= max(c["same_speed_log_ratio"], c["peak_log_ratio"]) + 1e-12
+                for c in sel
+            ]
+            row["same_speed"]["coverage_same_to_peak"] = float(np.mean(old))
+            row["model_closer_than_both"] = float(
+                np.mean(
+                    [
+                        _err(c["model_log_ratio"], c["true_log_ratio"])
+                        < min(
+                            _err(c["same_speed_log_ratio"], c["true_log_ratio"]),
+                            _err(c["peak_log_ratio"], c["true_log_ratio"]),
+                        )
+                        for c in sel
+                    ]
+                )
+            )
+            out[f"{fold} / {name}"] = row
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", help="write the summary and every case here")
+    ap.add_argument(
+        "--write",
+        nargs="?",
+        const=str(DEVICE_SPEED_FILE),
+        help=f"write the fitted model (default {DEVICE_SPEED_FILE})",
+    )
+    args = ap.parse_args(argv)
+    obs = observations()
+    cases = evaluate(obs)
+    hw = half_widths(cases)
+    summary = summarise(cases, hw)
+    print(
+        f"{len(obs)} measurements, {len({o['job'] for o in obs})} jobs, cells: "
+        + ", ".join(sorted({o["cell"] for o in obs}))
+    )
+    print(
+        f"interval half-widths (log): measured {hw[0]:.3f} (x{math.exp(hw[0]):.2f}), "
+        f"from features {hw[1]:.3f} (x{math.exp(hw[1]):.2f})"
+    )
+    print(
+        f"{'fold / subset':58} {'n':>4}  {'model med/p90/worst %':>24} {'cov':>5}  "
+        f"{'same-speed med/worst':>20}  {'peak-ratio med/worst':>20}  closer"
+    )
+    for k, r in summary.items():
+        m, s, p = r["model"], r["same_speed"], r["peak"]
+        print(
+            f"{k:58} {r['cases']:4d}  {m['median_pct']:7.1f} {m['p90_pct']:7.1f} "
+            f"{m['worst_pct']:8.1f} {100 * m['coverage_95']:4.0f}%  "
+            f"{s['median_pct']:8.1f} {s['worst_pct']:10.1f}  {p['median_pct']:8.1f} "
+            f"{p['worst_pct']:10.1f}  {100 * r['model_closer_than_both']:4.0f}%"
+        )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"summary": summary, "half_widths_log": hw, "cases": cases}, indent=1)
+        )
+    if args.write:
+        fitted = fit(obs, FEATURES)
+        fitted.pop("jobs")
+        doc = {
+            "version": 1,
+            "kind": "ailens.device_speed",
+            "source": "benchmarks/bench_devices.py --write: Gavel (P100/V100), NVIDIA "
+            "DeepLearningExamples (V100 fp32/mixed, 1 GPU), MLPerf Training v0.6/v1.1/v2.1/v3.0 "
+            "development logs; features from vendor datasheets",
+            **fitted,
+            "half_width_measured": hw[0],
+            "half_width_features": hw[1],
+            "evaluation": {
+                k: {
+                    "cases": v["cases"],
+                    "median_pct": round(v["model"]["median_pct"], 2),
+                    "coverage_95": round(v["model"]["coverage_95"], 3),
+                }
+                for k, v in summary.items()
+            },
+        }
+        Path(args.write).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        print(f"wrote {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
