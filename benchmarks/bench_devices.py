@@ -8,8 +8,8 @@ Data (development parts only; the READMEs there name what is held out and is nev
   and one V100 (fp32);
 * ``.../dle_training_perf_dgx1_dgx2.csv``: NVIDIA DeepLearningExamples at 1 GPU, V100 at
   fp32 and mixed precision (DGX-1 and DGX-2 both as V100);
-* ``$AILENS_MLPERF_DATA`` (default ``/work/shared/mlperf-dev``): MLPerf Training logs, a job
-  being one benchmark in one round; the time per unit of training (epoch, or sample where
+* ``$AILENS_MLPERF_DATA`` (default ``shared/mlperf-dev`` beside the checkout): MLPerf
+  Training logs, a job being one benchmark in one round; the time per unit of training (epoch, or sample where
   the benchmark counts samples) per device: (run_stop - run_start - evaluation) x devices /
   units. Devices per system come from the system's name (``MLPERF_SYSTEMS``; systems whose
   name does not say are left out).
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's ailens
 
 from ailens.analysis.logformats.mlperf import parse_mlperf, read_mlperf  # noqa: E402
 from ailens.predict.device_speed import (  # noqa: E402
@@ -125,9 +125,27 @@ _SAMPLE_BENCHMARKS = {"bert", "gpt3"}
 _SKIP_BENCHMARKS = {"dlrm", "dlrm_dcnv2", "minigo"}
 
 
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _shared(name: str, env: str) -> Path:
+    """``$env``, else ``shared/name`` beside the checkout (or beside the main checkout for a
+    worktree under ``wt/``)."""
+    if os.environ.get(env):
+        return Path(os.environ[env])
+    for base in (REPO.parent, REPO.parent.parent):
+        if (base / "shared" / name).is_dir():
+            return base / "shared" / name
+    return REPO.parent / "shared" / name
+
+
 def scaling_dir() -> Path:
-    base = Path(os.environ.get("AILENS_SCALING_DATA", "/work/shared/scaling-dev"))
+    base = _shared("scaling-dev", "AILENS_SCALING_DATA")
     return base / "scaling" if (base / "scaling").is_dir() else base
+
+
+def mlperf_dir() -> Path:
+    return _shared("mlperf-dev", "AILENS_MLPERF_DATA")
 
 
 def gavel_observations(d: Path) -> list[dict]:
@@ -231,8 +249,7 @@ def mlperf_observations(root: Path) -> list[dict]:
 
 def observations() -> list[dict]:
     d = scaling_dir()
-    mlperf = Path(os.environ.get("AILENS_MLPERF_DATA", "/work/shared/mlperf-dev"))
-    return gavel_observations(d) + dle_observations(d) + mlperf_observations(mlperf)
+    return gavel_observations(d) + dle_observations(d) + mlperf_observations(mlperf_dir())
 
 
 def _peak(cell: str) -> float | None:

@@ -100,7 +100,7 @@ def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
     assert r.step_low_s == pytest.approx(r.step_time_s) == pytest.approx(r.step_high_s)
     assert r.wide_term == ""
     # Strong scaling without a compute curve: the compute's floor band makes it wide.
-    r = predict(job, [8], "ndv4-echo", scaling="strong", ranks_per_node=8)[0]
+    r = predict(replace(job, platform=None), [8], fitted, scaling="strong", ranks_per_node=8)[0]
     assert r.step_low_s < r.step_time_s < r.step_high_s and r.wide_term == "compute"
 
 
@@ -196,19 +196,25 @@ def test_weak_scaling_step_is_not_below_the_largest_measured_scale_under_the_tar
 
 
 def test_another_platform_puts_the_device_speed_in_the_interval():
-    """A job measured on a DGX-1 (V100) predicted on a DGX A100: the compute spans "same
-    speed" to the ratio of the two devices' fp32 peaks (15.7 / 19.5 TFLOP/s, datasheets);
-    where a peak is not known (pcie-node) the row says the interval leaves it out."""
+    """A job measured on a DGX-1 (V100) predicted on a DGX A100: the compute moves by the
+    learned device speed (``device_speed.py``) and the interval is its held-out band; where
+    the model knows no device (pcie-node names none) the point stays "same speed" and the
+    interval is wide and says so."""
     from ailens.predict import platform_from_dict, platform_to_dict
+    from ailens.predict.device_speed import load_device_speed
 
     job = _job(platform="dgx1-v100")
+    same = predict(job, [1], "dgx1-v100")[0]
     r = predict(job, [1], "dgx-a100")[0]
-    c = r.terms[0].seconds
-    assert r.step_high_s == pytest.approx(r.step_time_s)
-    assert r.step_low_s == pytest.approx(r.step_time_s - c * (1 - 15.7 / 19.5))
+    k = load_device_speed().ratio("V100", "A100 SXM4", "fp32")
+    assert k.learned and k.low < k.ratio < k.high
+    assert r.step_time_s == pytest.approx(same.step_time_s * k.ratio)
+    assert r.step_low_s == pytest.approx(same.step_time_s * k.low)
+    assert r.step_high_s == pytest.approx(same.step_time_s * k.high)
     assert r.wide_term == "device" and "target platform" in r.narrow_by
     a100 = DEFAULT_PLATFORMS["dgx-a100"]
     assert platform_from_dict(platform_to_dict(a100)).peak_tflops == a100.peak_tflops
     r = predict(job, [1], "pcie-node")[0]
-    assert r.step_low_s == pytest.approx(r.step_high_s)
-    assert any("peak of pcie-node is not known" in a for a in r.assumptions)
+    assert r.step_time_s == pytest.approx(same.step_time_s)
+    assert r.step_low_s < r.step_time_s < r.step_high_s and r.wide_term == "device"
+    assert any("not in the device-speed model" in a for a in r.assumptions)

@@ -567,8 +567,9 @@ def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> DeviceR
         return None
     key = _PEAK_OF.get(job.precision, "fp32")
     r = load_device_speed().ratio(
-        src_p.device or src_p.name,
-        tgt_p.device or tgt_p.name,
+        # Fitted platforms name their device in the description only.
+        src_p.device or src_p.description or src_p.name,
+        tgt_p.device or tgt_p.description or tgt_p.name,
         job.precision,
         src_peak=src_p.peak_tflops.get(key),
         tgt_peak=tgt_p.peak_tflops.get(key),

@@ -125,6 +125,14 @@ class DeviceSpeedModel:
         the model)."""
         prec = precision_class(precision)
         ka, kb = device_key(src_device), device_key(tgt_device)
+        if ka is not None and ka == kb:
+            return DeviceRatio(
+                ratio=1.0,
+                low=1.0,
+                high=1.0,
+                learned=True,
+                basis=f"same device type ({ka}) on both platforms",
+            )
         ea = self.effect(f"{ka}|{prec}") if ka else None
         eb = self.effect(f"{kb}|{prec}") if kb else None
         if ea is None or eb is None:

@@ -1,0 +1,141 @@
+"""Device speed across platforms (``ailens/predict/device_speed.py``): the shipped model,
+its held-out accuracy on public pairs, the fallback for a device it does not know, and the
+cluster what-if that prices Compute with it."""
+
+import importlib.util
+import json
+import math
+
+import pytest
+from conftest import REPO
+from test_cli import cli
+
+from ailens.predict.cluster import predict
+from ailens.predict.device_speed import (
+    DEVICE_SPEED_FILE,
+    device_key,
+    fit,
+    load_device_speed,
+    precision_class,
+)
+from ailens.predict.job import load_job
+
+EXAMPLE = REPO / "docs" / "examples" / "resnet50_ddp_dgx1.json"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_devices", REPO / "benchmarks" / "bench_devices.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _gavel_or_skip(bench):
+    f = bench.scaling_dir() / "gavel_dp_throughputs.csv"
+    if not f.exists():
+        pytest.skip(f"public development data not here ({f}; set AILENS_SCALING_DATA)")
+    return bench.gavel_observations(bench.scaling_dir())
+
+
+def test_device_names_and_precisions_map_to_the_models_cells():
+    assert device_key("A100 SXM4 (vendor datasheet: 19.5 TFLOP/s FP32)") == "A100-SXM"
+    assert device_key("8 x A100-PCIE-80GB") == "A100-PCIE"
+    assert device_key("Azure ND A100 v4 as NetX-lab/Echo measured it") == "A100-SXM"
+    assert device_key("V100 SXM2") == "V100" and device_key("tpu-v3-128") == "TPU-v3"
+    assert device_key("8 GPUs on PCIe gen3 x16 (no NVLink)") is None
+    assert [precision_class(p) for p in ("fp32", "tf32", "mixed", "bf16", "fp16")] == [
+        "fp32",
+        "tf32",
+        "mixed",
+        "mixed",
+        "mixed",
+    ]
+
+
+def test_the_shipped_model_is_what_the_script_fits_on_the_public_data():
+    """``device_speed.json`` is reproducible: the script's fit on the development data gives
+    the shipped effects, feature line and scale slope."""
+    bench = _bench()
+    _gavel_or_skip(bench)
+    if not (bench.mlperf_dir() / "index.json").exists():
+        pytest.skip("MLPerf development logs not here (set AILENS_MLPERF_DATA)")
+    shipped = json.loads(DEVICE_SPEED_FILE.read_text())
+    fitted = fit(bench.observations(), bench.FEATURES)
+    assert set(fitted["effects"]) == set(shipped["effects"])
+    for cell, b in fitted["effects"].items():
+        assert b == pytest.approx(shipped["effects"][cell], abs=1e-9), cell
+    assert fitted["coef"] == pytest.approx(shipped["coef"], abs=1e-9)
+    assert fitted["scale_slope"] == pytest.approx(shipped["scale_slope"], abs=1e-9)
+    model = load_device_speed()
+    # Intervals are 95 % bands in log time: a factor between 1 and 10 either way.
+    assert 0 < model.half_width_measured < math.log(10)
+    assert 0 < model.half_width_features < math.log(10)
+
+
+def test_held_out_jobs_relative_speed_falls_in_the_interval_and_beats_the_baselines():
+    """Every Gavel job held out in turn (the model refitted without it): its V100 time per
+    sample predicted from its P100 one lies in the shipped 95 % interval, and the median
+    error is below both "same speed" and "ratio of fp32 peaks"."""
+    bench = _bench()
+    gavel = _gavel_or_skip(bench)
+    others = bench.dle_observations(bench.scaling_dir())
+    model = load_device_speed()
+    errs = {"model": [], "same": [], "peak": []}
+    inside = []
+    for job in sorted({o["job"] for o in gavel}):
+        train = [o for o in gavel + others if o["job"] != job]
+        held = {o["cell"]: o["log_t"] for o in gavel if o["job"] == job}
+        f = fit(train, bench.FEATURES)
+        k = math.exp(f["effects"]["V100|fp32"] - f["effects"]["P100|fp32"])
+        truth = math.exp(held["V100|fp32"] - held["P100|fp32"])
+        h = model.half_width_measured
+        inside.append(k * math.exp(-h) <= truth <= k * math.exp(h))
+        errs["model"].append(abs(k / truth - 1))
+        errs["same"].append(abs(1 / truth - 1))
+        errs["peak"].append(abs(9.3 / 15.7 / truth - 1))
+    assert len(inside) == 19 and all(inside)
+    med = {m: sorted(e)[len(e) // 2] for m, e in errs.items()}
+    assert med["model"] < med["same"] and med["model"] < med["peak"], med
+
+
+def test_an_unknown_device_keeps_same_speed_with_a_stated_wide_interval():
+    model = load_device_speed()
+    wide = math.exp(model.half_width_features)
+    r = model.ratio("MI250X", "V100 SXM2", "fp32", src_peak=47.9, tgt_peak=15.7)
+    assert not r.learned and r.ratio == 1.0
+    assert r.low == pytest.approx(1 / wide) and r.high == pytest.approx(47.9 / 15.7 * wide)
+    assert "not in the device-speed model" in r.basis and "MI250X" in r.basis
+    r = model.ratio("V100", "some-npu", "mixed")
+    assert not r.learned and r.low == pytest.approx(1 / wide) and r.high == pytest.approx(wide)
+    # A learned pair: a point inside its band; the same device type: exactly 1.
+    r = model.ratio("V100 SXM2", "H100 SXM5", "mixed")
+    assert r.learned and r.low < r.ratio < r.high and r.ratio < 1
+    assert model.ratio("V100 SXM2", "V100 SXM3", "fp32").high == 1.0
+
+
+def test_cluster_whatif_prices_compute_on_another_device_and_names_the_term():
+    """A job measured on a DGX-1 predicted on a DGX H100: the compute moves by the learned
+    device speed, its interval is the model's, the report names "device speed" and what
+    narrows it; on the job's own platform nothing changes."""
+    job = load_job(EXAMPLE)
+    own = predict(job, [1], "dgx1-v100")[0]
+    assert own.wide_term == "" and own.step_low_s == own.step_high_s
+    k = load_device_speed().ratio("V100", "H100 SXM5", job.precision)
+    h100 = predict(job, [1], "dgx-h100")[0]
+    assert h100.step_time_s == pytest.approx(own.step_time_s * k.ratio)
+    assert h100.step_low_s == pytest.approx(own.step_time_s * k.low)
+    assert h100.step_high_s == pytest.approx(own.step_time_s * k.high)
+    assert h100.wide_term == "device"
+    assert any("learned device speed" in a for a in h100.assumptions)
+    out = cli("whatif", EXAMPLE, "--cluster", "dgx-h100", "--ranks", "1")
+    assert out.returncode == 0, out.stderr
+    assert "Widest interval at 1 devices: device speed (assumed)" in out.stdout
+    assert "a run of the job on the target platform" in out.stdout
+    rows = json.loads(
+        cli("whatif", EXAMPLE, "--cluster", "dgx-h100", "--ranks", "1", "--json").stdout
+    )
+    assert rows[0]["wide_term"] == "device" and rows[0]["step_time_s"] == pytest.approx(
+        h100.step_time_s
+    )
