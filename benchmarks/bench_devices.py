@@ -9,10 +9,10 @@ Data (development parts only; the READMEs there name what is held out and is nev
 * ``.../dle_training_perf_dgx1_dgx2.csv``: NVIDIA DeepLearningExamples at 1 GPU, V100 at
   fp32 and mixed precision (DGX-1 and DGX-2 both as V100);
 * ``$AILENS_MLPERF_DATA`` (default ``shared/mlperf-dev`` beside the checkout): MLPerf
-  Training logs, a job being one benchmark in one round; the time per unit of training (epoch, or sample where
-  the benchmark counts samples) per device: (run_stop - run_start - evaluation) x devices /
-  units. Devices per system come from the system's name (``MLPERF_SYSTEMS``; systems whose
-  name does not say are left out).
+  Training logs, a job being one benchmark in one round; the time per unit of training
+  (epoch, or sample where the benchmark counts samples) per device: (run_stop - run_start
+  - evaluation) x devices / units. Devices per system come from the system's name
+  (``MLPERF_SYSTEMS``; systems whose name does not say are left out).
 
 ``tensorflow_benchmarks_dgx1_p100_nccl.csv`` has one device type only and adds no pair.
 
