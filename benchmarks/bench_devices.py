@@ -48,15 +48,43 @@ from ailens.predict.device_speed import (  # noqa: E402
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
 FEATURES = {
-    "P100": {"peak_tflops": {"fp32": 9.3, "tf32": 9.3, "fp16": 18.7}, "mem_GBps": 732},
-    "V100": {"peak_tflops": {"fp32": 15.7, "tf32": 15.7, "fp16": 125.0}, "mem_GBps": 900},
-    "A100-SXM": {"peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0}, "mem_GBps": 2039},
-    "A100-PCIE": {"peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0}, "mem_GBps": 1935},
-    "H100-SXM": {"peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4}, "mem_GBps": 3350},
-    "H100-PCIE": {"peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0}, "mem_GBps": 2000},
-    "A30": {"peak_tflops": {"fp32": 10.3, "tf32": 82.0, "fp16": 165.0}, "mem_GBps": 933},
-    "TPU-v3": {"peak_tflops": {"fp16": 61.5}, "mem_GBps": 450},
-    "Gaudi2": {"peak_tflops": {"fp16": 432.0}, "mem_GBps": 2450},
+    "P100": {
+        "peak_tflops": {"fp32": 9.3, "tf32": 9.3, "fp16": 18.7},
+        "mem_GBps": 732,
+        "stack": "cuda",
+    },
+    "V100": {
+        "peak_tflops": {"fp32": 15.7, "tf32": 15.7, "fp16": 125.0},
+        "mem_GBps": 900,
+        "stack": "cuda",
+    },
+    "A100-SXM": {
+        "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
+        "mem_GBps": 2039,
+        "stack": "cuda",
+    },
+    "A100-PCIE": {
+        "peak_tflops": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
+        "mem_GBps": 1935,
+        "stack": "cuda",
+    },
+    "H100-SXM": {
+        "peak_tflops": {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4},
+        "mem_GBps": 3350,
+        "stack": "cuda",
+    },
+    "H100-PCIE": {
+        "peak_tflops": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.0},
+        "mem_GBps": 2000,
+        "stack": "cuda",
+    },
+    "A30": {
+        "peak_tflops": {"fp32": 10.3, "tf32": 82.0, "fp16": 165.0},
+        "mem_GBps": 933,
+        "stack": "cuda",
+    },
+    "TPU-v3": {"peak_tflops": {"fp16": 61.5}, "mem_GBps": 450, "stack": "xla"},
+    "Gaudi2": {"peak_tflops": {"fp16": 432.0}, "mem_GBps": 2450, "stack": "synapse"},
 }
 
 # MLPerf system -> (device, devices), from the system's name (nodes x devices per node as
@@ -269,6 +297,33 @@ def _effect(fitted: dict, cell: str) -> tuple[float, bool] | None:
     return c0 + cp * math.log(peak) + cm * math.log(f["mem_GBps"]), False
 
 
+def _stack(cell: str) -> str | None:
+    return FEATURES.get(cell.split("|")[0], {}).get("stack")
+
+
+def _width_key(c: dict) -> str:
+    measured = c["fold"] == "leave-one-job-out" and c["both_measured"]
+    return (
+        f"{'measured' if measured else 'features'}|"
+        f"{'same stack' if c['same_stack'] else 'across stacks'}"
+    )
+
+
+def _in_width_set(x: dict, key: str) -> bool:
+    """Whether case ``x`` informs the width ``key``: the held-out residuals of its kind
+    (jobs held out for "measured", devices held out for "features")."""
+    fold = "leave-one-job-out" if key.startswith("measured") else "leave-one-device-out"
+    return (
+        x["fold"] == fold
+        and (x["both_measured"] or fold != "leave-one-job-out")
+        and (x["same_stack"] == key.endswith("same stack"))
+    )
+
+
+WIDTH_KEYS = ("measured|same stack", "measured|across stacks", "features|same stack",
+              "features|across stacks")  # fmt: skip
+
+
 def _pairs(obs: list[dict], job: str) -> list[tuple[dict, dict]]:
     mine = [o for o in obs if o["job"] == job]
     return [(a, b) for a in mine for b in mine if a is not b and a["cell"] != b["cell"]]
@@ -291,6 +346,7 @@ def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
         "to_devices": b["devices"],
         "same_device_type": a["cell"].split("|")[0] == b["cell"].split("|")[0],
         "both_measured": ea[1] and eb[1],
+        "same_stack": _stack(a["cell"]) == _stack(b["cell"]),
         "true_log_ratio": truth,
         "model_log_ratio": eb[0] - ea[0] + scale,
         "same_speed_log_ratio": scale,
@@ -325,30 +381,50 @@ def _err(log_pred: float, log_true: float) -> float:
     return 100.0 * abs(math.exp(log_pred - log_true) - 1.0)
 
 
-def half_widths(cases: list[dict]) -> tuple[float, float]:
-    """95 % quantiles of |log residual|: jobs held out with both cells measured, devices
-    held out (one cell from the features)."""
-    lojo = [
-        abs(c["model_log_ratio"] - c["true_log_ratio"])
-        for c in cases
-        if c["fold"] == "leave-one-job-out" and c["both_measured"]
-    ]
-    lodo = [
-        abs(c["model_log_ratio"] - c["true_log_ratio"])
-        for c in cases
-        if c["fold"] == "leave-one-device-out"
-    ]
-    return float(np.quantile(lojo, 0.95)), float(np.quantile(lodo, 0.95))
+def half_widths(cases: list[dict]) -> dict:
+    """95 % quantiles of |log residual| per kind of pair (``WIDTH_KEYS``)."""
+    return {
+        k: float(
+            np.quantile(
+                [
+                    abs(x["model_log_ratio"] - x["true_log_ratio"])
+                    for x in cases
+                    if _in_width_set(x, k)
+                ],
+                0.95,
+            )
+        )  # fmt: skip
+        for k in WIDTH_KEYS
+    }
 
 
-def summarise(cases: list[dict], hw: tuple[float, float]) -> dict:
+def _cross_width(cases: list[dict], c: dict) -> float:
+    """The 95 % half-width for case ``c`` from the residuals of other jobs and target
+    devices (the shipped widths use every case)."""
+    key = _width_key(c)
+    res = [
+        abs(x["model_log_ratio"] - x["true_log_ratio"])
+        for x in cases
+        if x["job"] != c["job"]
+        and x["to"].split("|")[0] != c["to"].split("|")[0]
+        and _in_width_set(x, key)
+    ]
+    return float(np.quantile(res, 0.95))
+
+
+def summarise(cases: list[dict]) -> dict:
     out: dict = {}
     subsets = {
         "all": lambda c: True,
         "across device types": lambda c: not c["same_device_type"],
         "same device, other precision (DLE)": lambda c: c["same_device_type"],
+        "across CUDA GPU types": lambda c: not c["same_device_type"] and c["same_stack"],
+        "across software stacks (GPU<->TPU, Gaudi)": lambda c: not c["same_stack"],
         "gavel P100<->V100": lambda c: c["source"] == "gavel",
         "mlperf": lambda c: c["source"] == "mlperf",
+        "mlperf, device counts within 2x": lambda c: (
+            c["source"] == "mlperf" and abs(math.log2(c["from_devices"] / c["to_devices"])) <= 1
+        ),
     }
     for fold in ("leave-one-job-out", "leave-one-device-out"):
         for name, keep in subsets.items():
@@ -363,10 +439,12 @@ def summarise(cases: list[dict], hw: tuple[float, float]) -> dict:
                     "p90_pct": float(np.quantile(e, 0.9)),
                     "worst_pct": float(max(e)),
                 }
-            cov = []
-            for c in sel:
-                h = hw[0] if (fold == "leave-one-job-out" and c["both_measured"]) else hw[1]
-                cov.append(abs(c["model_log_ratio"] - c["true_log_ratio"]) <= h)
+            # Coverage of an interval whose width was learned without this case's job and
+            # target device (the shipped widths use every case).
+            cov = [
+                abs(c["model_log_ratio"] - c["true_log_ratio"]) <= _cross_width(cases, c)
+                for c in sel
+            ]
             row["model"]["coverage_95"] = float(np.mean(cov))
             old = [
                 min(c["same_speed_log_ratio"], c["peak_log_ratio"]) - 1e-12
@@ -404,23 +482,23 @@ def main(argv=None) -> int:
     obs = observations()
     cases = evaluate(obs)
     hw = half_widths(cases)
-    summary = summarise(cases, hw)
+    summary = summarise(cases)
     print(
         f"{len(obs)} measurements, {len({o['job'] for o in obs})} jobs, cells: "
         + ", ".join(sorted({o["cell"] for o in obs}))
     )
     print(
-        f"interval half-widths (log): measured {hw[0]:.3f} (x{math.exp(hw[0]):.2f}), "
-        f"from features {hw[1]:.3f} (x{math.exp(hw[1]):.2f})"
+        "95 % interval, factor either way: "
+        + ", ".join(f"{k} x{math.exp(v):.2f}" for k, v in hw.items())
     )
     print(
-        f"{'fold / subset':58} {'n':>4}  {'model med/p90/worst %':>24} {'cov':>5}  "
+        f"{'fold / subset':66} {'n':>4}  {'model med/p90/worst %':>24} {'cov':>5}  "
         f"{'same-speed med/worst':>20}  {'peak-ratio med/worst':>20}  closer"
     )
     for k, r in summary.items():
         m, s, p = r["model"], r["same_speed"], r["peak"]
         print(
-            f"{k:58} {r['cases']:4d}  {m['median_pct']:7.1f} {m['p90_pct']:7.1f} "
+            f"{k:66} {r['cases']:4d}  {m['median_pct']:7.1f} {m['p90_pct']:7.1f} "
             f"{m['worst_pct']:8.1f} {100 * m['coverage_95']:4.0f}%  "
             f"{s['median_pct']:8.1f} {s['worst_pct']:10.1f}  {p['median_pct']:8.1f} "
             f"{p['worst_pct']:10.1f}  {100 * r['model_closer_than_both']:4.0f}%"
@@ -439,8 +517,7 @@ def main(argv=None) -> int:
             "DeepLearningExamples (V100 fp32/mixed, 1 GPU), MLPerf Training v0.6/v1.1/v2.1/v3.0 "
             "development logs; features from vendor datasheets",
             **fitted,
-            "half_width_measured": hw[0],
-            "half_width_features": hw[1],
+            "half_widths": hw,
             "evaluation": {
                 k: {
                     "cases": v["cases"],

@@ -69,9 +69,12 @@ def test_the_shipped_model_is_what_the_script_fits_on_the_public_data():
     assert fitted["coef"] == pytest.approx(shipped["coef"], abs=1e-9)
     assert fitted["scale_slope"] == pytest.approx(shipped["scale_slope"], abs=1e-9)
     model = load_device_speed()
-    # Intervals are 95 % bands in log time: a factor between 1 and 10 either way.
-    assert 0 < model.half_width_measured < math.log(10)
-    assert 0 < model.half_width_features < math.log(10)
+    # Intervals are 95 % bands in log time: a factor between 1 and 10 either way, wider
+    # across software stacks than within one.
+    assert set(model.half_widths) == set(bench.WIDTH_KEYS)
+    assert all(0 < h < math.log(10) for h in model.half_widths.values())
+    for how in ("measured", "features"):
+        assert model.half_widths[f"{how}|same stack"] < model.half_widths[f"{how}|across stacks"]
 
 
 def test_held_out_jobs_relative_speed_falls_in_the_interval_and_beats_the_baselines():
@@ -90,7 +93,7 @@ def test_held_out_jobs_relative_speed_falls_in_the_interval_and_beats_the_baseli
         f = fit(train, bench.FEATURES)
         k = math.exp(f["effects"]["V100|fp32"] - f["effects"]["P100|fp32"])
         truth = math.exp(held["V100|fp32"] - held["P100|fp32"])
-        h = model.half_width_measured
+        h = model.half_width(measured=True, same_stack=True)
         inside.append(k * math.exp(-h) <= truth <= k * math.exp(h))
         errs["model"].append(abs(k / truth - 1))
         errs["same"].append(abs(1 / truth - 1))
@@ -102,7 +105,7 @@ def test_held_out_jobs_relative_speed_falls_in_the_interval_and_beats_the_baseli
 
 def test_an_unknown_device_keeps_same_speed_with_a_stated_wide_interval():
     model = load_device_speed()
-    wide = math.exp(model.half_width_features)
+    wide = math.exp(model.half_width(measured=False, same_stack=False))
     r = model.ratio("MI250X", "V100 SXM2", "fp32", src_peak=47.9, tgt_peak=15.7)
     assert not r.learned and r.ratio == 1.0
     assert r.low == pytest.approx(1 / wide) and r.high == pytest.approx(47.9 / 15.7 * wide)

@@ -90,8 +90,11 @@ class DeviceSpeedModel:
     features: dict  # device -> {"peak_tflops": {...}, "mem_GBps": x, "source": str}
     coef: tuple  # (c0, c_peak, c_mem): b ~ c0 + c_peak log(peak) + c_mem log(mem)
     scale_slope: float  # beta per doubling of devices
-    half_width_measured: float
-    half_width_features: float
+    # 95 % half-widths (log) by how the pair was priced: "measured" (both cells fitted) or
+    # "features" (one from the feature line), and "same stack" (both devices run the same
+    # software stack, e.g. CUDA) or "across stacks" (CUDA -> XLA on TPU: the job's kernels
+    # change, so its relative speed varies much more).
+    half_widths: dict
     source: str = ""
     evaluation: dict = field(default_factory=dict)
 
@@ -103,6 +106,17 @@ class DeviceSpeedModel:
             return None
         c0, cp, cm = self.coef
         return c0 + cp * math.log(peak) + cm * math.log(f["mem_GBps"])
+
+    def half_width(self, *, measured: bool, same_stack: bool) -> float:
+        return float(
+            self.half_widths[
+                f"{'measured' if measured else 'features'}|"
+                f"{'same stack' if same_stack else 'across stacks'}"
+            ]
+        )
+
+    def stack(self, device: str | None) -> str | None:
+        return (self.features.get(device) or {}).get("stack") if device else None
 
     def effect(self, cell: str) -> tuple[float, bool] | None:
         """(b, measured): the fitted effect, else the features' line, else None."""
@@ -140,7 +154,7 @@ class DeviceSpeedModel:
             # interval spans it and the ratio of the peaks where both are known, widened by
             # the factor the features missed by on held-out devices.
             unknown = src_device if ea is None else tgt_device
-            f = math.exp(self.half_width_features)
+            f = math.exp(self.half_width(measured=False, same_stack=False))
             ends = [1.0] + ([src_peak / tgt_peak] if src_peak and tgt_peak else [])
             how = "same speed to the ratio of the peaks" if len(ends) > 1 else "same speed"
             return DeviceRatio(
@@ -154,12 +168,14 @@ class DeviceSpeedModel:
             )
         k = math.exp(eb[0] - ea[0])
         both = ea[1] and eb[1]
-        h = self.half_width_measured if both else self.half_width_features
+        sa = self.stack(ka)
+        same_stack = sa is not None and sa == self.stack(kb)
+        h = self.half_width(measured=both, same_stack=same_stack)
         how = (
             "both measured on public jobs"
             if both
             else "from the device features (peak at the precision, memory bandwidth)"
-        )
+        ) + ("" if same_stack else "; across software stacks")
         return DeviceRatio(
             ratio=k,
             low=k * math.exp(-h),
@@ -183,8 +199,7 @@ def model_from_dict(doc: dict) -> DeviceSpeedModel:
         features=dict(doc["features"]),
         coef=tuple(float(x) for x in doc["coef"]),
         scale_slope=float(doc["scale_slope"]),
-        half_width_measured=float(doc["half_width_measured"]),
-        half_width_features=float(doc["half_width_features"]),
+        half_widths={str(k): float(v) for k, v in doc["half_widths"].items()},
         source=str(doc.get("source", "")),
         evaluation=dict(doc.get("evaluation", {})),
     )
