@@ -345,7 +345,9 @@ def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
         "from_devices": a["devices"],
         "to_devices": b["devices"],
         "same_device_type": a["cell"].split("|")[0] == b["cell"].split("|")[0],
-        "both_measured": ea[1] and eb[1],
+        "both_measured": ea[1]
+        and eb[1]
+        and fitted["groups"].get(a["cell"]) == fitted["groups"].get(b["cell"]),
         "same_stack": _stack(a["cell"]) == _stack(b["cell"]),
         "true_log_ratio": truth,
         "model_log_ratio": eb[0] - ea[0] + scale,

@@ -87,6 +87,10 @@ class DeviceSpeedModel:
 
     effects: dict  # cell -> b (log time per sample per device)
     counts: dict  # cell -> measurements behind it
+    # cell -> its group: cells linked by jobs measured on both (a chain of such jobs). Two
+    # cells of different groups were never compared on one job: their ratio rests on the
+    # feature line, and is priced with its width.
+    groups: dict
     features: dict  # device -> {"peak_tflops": {...}, "mem_GBps": x, "source": str}
     coef: tuple  # (c0, c_peak, c_mem): b ~ c0 + c_peak log(peak) + c_mem log(mem)
     scale_slope: float  # beta per doubling of devices
@@ -167,12 +171,14 @@ class DeviceSpeedModel:
                 f"{max(ends) * f:.3g})",
             )
         k = math.exp(eb[0] - ea[0])
-        both = ea[1] and eb[1]
+        both = (
+            ea[1] and eb[1] and self.groups.get(f"{ka}|{prec}") == self.groups.get(f"{kb}|{prec}")
+        )
         sa = self.stack(ka)
         same_stack = sa is not None and sa == self.stack(kb)
         h = self.half_width(measured=both, same_stack=same_stack)
         how = (
-            "both measured on public jobs"
+            "compared on the same public jobs"
             if both
             else "from the device features (peak at the precision, memory bandwidth)"
         ) + ("" if same_stack else "; across software stacks")
@@ -196,6 +202,7 @@ def model_from_dict(doc: dict) -> DeviceSpeedModel:
     return DeviceSpeedModel(
         effects={str(k): float(v) for k, v in doc["effects"].items()},
         counts={str(k): int(v) for k, v in doc.get("counts", {}).items()},
+        groups={str(k): int(v) for k, v in doc["groups"].items()},
         features=dict(doc["features"]),
         coef=tuple(float(x) for x in doc["coef"]),
         scale_slope=float(doc["scale_slope"]),
@@ -212,6 +219,21 @@ def _feature_row(features: dict, cell: str) -> list[float] | None:
     if not peak or not f.get("mem_GBps"):
         return None
     return [1.0, math.log(peak), math.log(f["mem_GBps"])]
+
+
+def linked_groups(observations: list[dict]) -> dict:
+    """cell -> group number: cells joined by a job measured on both, transitively."""
+    parent: dict = {}
+
+    def root(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for o in observations:
+        parent[root(("job", o["job"]))] = root(("cell", o["cell"]))
+    roots = sorted({root(("cell", o["cell"])) for o in observations})
+    return {o["cell"]: roots.index(root(("cell", o["cell"]))) for o in observations}
 
 
 def fit(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
@@ -253,6 +275,7 @@ def fit(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
     for o in observations:
         counts[o["cell"]] = counts.get(o["cell"], 0) + 1
     return {
+        "groups": linked_groups(observations),
         "effects": {c: float(theta[ci[c]]) for c in cells},
         "counts": counts,
         "features": features,
