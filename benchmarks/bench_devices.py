@@ -32,6 +32,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -39,12 +40,41 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's ailens
 
-from ailens.analysis.logformats.mlperf import parse_mlperf, read_mlperf  # noqa: E402
-from ailens.predict.device_speed import (  # noqa: E402
+from ailens import read_timeline  # noqa: E402
+from ailens.predict import (  # noqa: E402
     DEVICE_SPEED_FILE,
-    PEAK_KEY,
-    fit,
+    PRECISION_PEAK_KEY,
+    fit_device_speed,
 )
+
+# MLPerf's event lines: ``:::MLLOG {json}`` (v0.7 on) and ``:::MLL <time> key: {json}``
+# (v0.6); only what this script needs of them (times, keys, values, metadata).
+_MLLOG = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
+_MLL = re.compile(r":::MLL\s+([0-9.]+)\s+(\w+):\s*(.*?)\s*$")
+
+
+def mlperf_events(text: str) -> list[tuple[float, str, object, dict]]:
+    """(seconds, key, value, metadata) of each event line, in file order."""
+    out = []
+    for line in text.splitlines():
+        m = _MLLOG.search(line)
+        if m:
+            try:
+                d = json.loads(m.group(1))
+                out.append((d["time_ms"] / 1e3, d["key"], d.get("value"), d.get("metadata") or {}))
+            except (ValueError, KeyError, TypeError):
+                pass
+            continue
+        m = _MLL.search(line)
+        if m:
+            try:
+                d = json.loads(m.group(3)) if m.group(3) else {}
+            except ValueError:
+                d = {}
+            d = d if isinstance(d, dict) else {"value": d}
+            out.append((float(m.group(1)), m.group(2), d.get("value"), d.get("metadata") or {}))
+    return out
+
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
 FEATURES = {
@@ -227,13 +257,13 @@ def mlperf_observations(root: Path) -> list[dict]:
         if bench in _SKIP_BENCHMARKS or system not in MLPERF_SYSTEMS:
             continue
         text = gzip.open(root / e["file"], "rt", errors="replace").read()
-        ev = parse_mlperf(text)
+        ev = mlperf_events(text)
         starts = [t for t, k, _, _ in ev if k == "run_start"]
         stops = [t for t, k, _, _ in ev if k == "run_stop"]
         if not starts or not stops:
             continue
         t0, t1 = starts[0], stops[-1]
-        tl = read_mlperf(root / e["file"], text=text, include_init=False)
+        tl = read_timeline(root / e["file"], fmt="mlperf", include_init=False)
         eval_s = sum(s.end_s - s.begin_s for s in tl.sections if s.name == "eval")
         if bench in _SAMPLE_BENCHMARKS:
             amounts = [
@@ -282,7 +312,7 @@ def observations() -> list[dict]:
 
 def _peak(cell: str) -> float | None:
     dev, prec = cell.split("|")
-    return FEATURES.get(dev, {}).get("peak_tflops", {}).get(PEAK_KEY[prec])
+    return FEATURES.get(dev, {}).get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
 
 
 def _effect(fitted: dict, cell: str) -> tuple[float, bool] | None:
@@ -362,14 +392,14 @@ def evaluate(obs: list[dict]) -> list[dict]:
         pairs = _pairs(obs, job)
         if not pairs:
             continue
-        fitted = fit([o for o in obs if o["job"] != job], FEATURES)
+        fitted = fit_device_speed([o for o in obs if o["job"] != job], FEATURES)
         cases += [c for a, b in pairs if (c := _case(fitted, a, b, "leave-one-job-out"))]
     devices = sorted({o["cell"].split("|")[0] for o in obs})
     for dev in devices:
         train = [o for o in obs if o["cell"].split("|")[0] != dev]
         if len({o["cell"] for o in train}) < 2:
             continue
-        fitted = fit(train, FEATURES)
+        fitted = fit_device_speed(train, FEATURES)
         for job in sorted({o["job"] for o in obs}):
             for a, b in _pairs(obs, job):
                 if b["cell"].split("|")[0] == dev and a["cell"].split("|")[0] != dev:
@@ -510,7 +540,7 @@ def main(argv=None) -> int:
             json.dumps({"summary": summary, "half_widths_log": hw, "cases": cases}, indent=1)
         )
     if args.write:
-        fitted = fit(obs, FEATURES)
+        fitted = fit_device_speed(obs, FEATURES)
         fitted.pop("jobs")
         doc = {
             "version": 1,

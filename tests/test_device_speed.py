@@ -14,7 +14,7 @@ from ailens.predict.cluster import predict
 from ailens.predict.device_speed import (
     DEVICE_SPEED_FILE,
     device_key,
-    fit,
+    fit_device_speed,
     load_device_speed,
     precision_class,
 )
@@ -62,7 +62,7 @@ def test_the_shipped_model_is_what_the_script_fits_on_the_public_data():
     if not (bench.mlperf_dir() / "index.json").exists():
         pytest.skip("MLPerf development logs not here (set AILENS_MLPERF_DATA)")
     shipped = json.loads(DEVICE_SPEED_FILE.read_text())
-    fitted = fit(bench.observations(), bench.FEATURES)
+    fitted = fit_device_speed(bench.observations(), bench.FEATURES)
     assert set(fitted["effects"]) == set(shipped["effects"])
     for cell, b in fitted["effects"].items():
         assert b == pytest.approx(shipped["effects"][cell], abs=1e-9), cell
@@ -90,7 +90,7 @@ def test_held_out_jobs_relative_speed_falls_in_the_interval_and_beats_the_baseli
     for job in sorted({o["job"] for o in gavel}):
         train = [o for o in gavel + others if o["job"] != job]
         held = {o["cell"]: o["log_t"] for o in gavel if o["job"] == job}
-        f = fit(train, bench.FEATURES)
+        f = fit_device_speed(train, bench.FEATURES)
         k = math.exp(f["effects"]["V100|fp32"] - f["effects"]["P100|fp32"])
         truth = math.exp(held["V100|fp32"] - held["P100|fp32"])
         h = model.half_width(measured=True, same_stack=True)
@@ -116,6 +116,16 @@ def test_an_unknown_device_keeps_same_speed_with_a_stated_wide_interval():
     r = model.ratio("V100 SXM2", "H100 SXM5", "mixed")
     assert r.learned and r.low < r.ratio < r.high and r.ratio < 1
     assert model.ratio("V100 SXM2", "V100 SXM3", "fp32").high == 1.0
+    # No public job ran on both V100 and A100: that ratio rests on the feature line and
+    # carries its width; P100 -> V100 (Gavel's jobs) carries the narrower measured one.
+    r = model.ratio("V100 SXM2", "A100 SXM4", "mixed")
+    assert r.high / r.ratio == pytest.approx(
+        math.exp(model.half_width(measured=False, same_stack=True))
+    )
+    r = model.ratio("P100", "V100 SXM2", "fp32")
+    assert r.high / r.ratio == pytest.approx(
+        math.exp(model.half_width(measured=True, same_stack=True))
+    )
 
 
 def test_cluster_whatif_prices_compute_on_another_device_and_names_the_term():

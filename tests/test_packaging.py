@@ -46,3 +46,5 @@ def test_editable_install_declares_every_package_and_ships_platform_data(tmp_pat
     names = set(zipfile.ZipFile(wheel).namelist())
     fitted = sorted(os.listdir(os.path.join(REPO, "ailens", "predict", "platform_data")))
     assert fitted and all(f"ailens/predict/platform_data/{f}" in names for f in fitted), names
+    # The device-speed model the cluster what-if reads (ailens/predict/device_speed.py).
+    assert "ailens/predict/device_speed.json" in names, names

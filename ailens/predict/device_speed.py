@@ -1,8 +1,9 @@
 """Device speed across platforms: how much longer (or shorter) a job's compute takes on
 another device type, learned from public measurements of the same jobs on several devices.
 
-The model (fitted offline by ``benchmarks/bench_devices.py --write``, shipped as
-``device_speed.json`` beside this module) is additive in log time per sample per device::
+The model (fitted offline by ``benchmarks/bench_devices.py --write`` with
+``fit_device_speed``, shipped as ``device_speed.json`` beside this module) is additive in log
+time per sample per device::
 
     log t(job, cell, n) = a_job + b_cell + beta * log2(n)
 
@@ -16,7 +17,8 @@ measured, leave-one-device-out where one comes from the features. A device the t
 not know keeps "same speed" as its point, with an interval from that to the ratio of the
 platforms' peaks widened by the features' held-out factor.
 
-Runtime: stdlib + numpy only; ``fit`` (numpy least squares) is what the script runs.
+Runtime: stdlib + numpy only; ``fit_device_speed`` (numpy least squares) is what the script
+runs.
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ __all__ = [
     "DEVICE_SPEED_FILE",
     "DeviceRatio",
     "DeviceSpeedModel",
+    "PRECISION_PEAK_KEY",
     "device_key",
-    "fit",
+    "fit_device_speed",
     "load_device_speed",
     "precision_class",
 ]
@@ -42,7 +45,7 @@ __all__ = [
 DEVICE_SPEED_FILE = Path(__file__).with_name("device_speed.json")
 _PRECISION_CLASS = {"fp32": "fp32", "fp64": "fp32", "tf32": "tf32"}
 # The peak that bounds a precision class (keys of the features' ``peak_tflops``).
-PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16"}
+PRECISION_PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16"}
 
 
 def precision_class(precision: str) -> str:
@@ -105,7 +108,7 @@ class DeviceSpeedModel:
     def feature_effect(self, cell: str) -> float | None:
         dev, prec = cell.split("|")
         f = self.features.get(dev)
-        peak = (f or {}).get("peak_tflops", {}).get(PEAK_KEY[prec])
+        peak = (f or {}).get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
         if not f or not peak or not f.get("mem_GBps"):
             return None
         c0, cp, cm = self.coef
@@ -215,7 +218,7 @@ def model_from_dict(doc: dict) -> DeviceSpeedModel:
 def _feature_row(features: dict, cell: str) -> list[float] | None:
     dev, prec = cell.split("|")
     f = features.get(dev) or {}
-    peak = f.get("peak_tflops", {}).get(PEAK_KEY[prec])
+    peak = f.get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
     if not peak or not f.get("mem_GBps"):
         return None
     return [1.0, math.log(peak), math.log(f["mem_GBps"])]
@@ -236,7 +239,7 @@ def linked_groups(observations: list[dict]) -> dict:
     return {o["cell"]: roots.index(root(("cell", o["cell"]))) for o in observations}
 
 
-def fit(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
+def fit_device_speed(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
     """Least squares of ``log t = a_job + b_cell + beta log2 n`` with every cell's ``b``
     pulled (weight ``pull``, log units) towards ``c . [1, log peak, log mem]``, solved
     jointly. ``observations``: dicts with ``job``, ``cell``, ``log_t``, ``devices``."""
