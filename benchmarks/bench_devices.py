@@ -535,9 +535,28 @@ def main(argv=None) -> int:
             f"{s['median_pct']:8.1f} {s['worst_pct']:10.1f}  {p['median_pct']:8.1f} "
             f"{p['worst_pct']:10.1f}  {100 * r['model_closer_than_both']:4.0f}%"
         )
+    # The floor of any one-ratio-per-device model on this data: fitted on every job, the
+    # pair's own included (what the job x device interaction leaves).
+    everything = fit_device_speed(obs, FEATURES)
+    own = [
+        _err(c["model_log_ratio"], c["true_log_ratio"])
+        for job in sorted({o["job"] for o in obs})
+        for a, b in _pairs(obs, job)
+        if (c := _case(everything, a, b, "in-sample")) and not c["same_device_type"]
+    ]
+    floor = float(np.median(own))
+    print(f"in-sample (no job held out), across device types: median {floor:.1f} %")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"summary": summary, "half_widths_log": hw, "cases": cases}, indent=1)
+            json.dumps(
+                {
+                    "summary": summary,
+                    "in_sample_across_device_types_median_pct": floor,
+                    "half_widths_log": hw,
+                    "cases": cases,
+                },
+                indent=1,
+            )
         )
     if args.write:
         fitted = fit_device_speed(obs, FEATURES)
