@@ -47,6 +47,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ailens.predict import DEFAULT_PLATFORMS, JobDescription, Link, ddp_buckets, predict
+from ailens.predict.cluster import widen_unexplained
 
 MB = 1024 * 1024
 GB = 1e9
@@ -126,6 +127,8 @@ def _case(
         low = pred + comp.detail["low_s"] - comp.seconds
         high = pred + comp.detail["high_s"] - comp.seconds
         wide = "compute" if high > low else ""
+        # The communication is not modelled either: what no term prices still applies.
+        low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks], several=False)
     out = {
         "source": source,
         "kind": "scaling",
