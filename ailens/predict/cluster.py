@@ -85,9 +85,13 @@ UNEXPLAINED_SEVERAL_SCALES = (-0.11, 0.75)
 _PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
 # Strong scaling without a measured curve: the share of the step that does not shrink with
-# the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 20 %.
+# the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 30 %.
+# Measured on the development data's batch curves (Gavel's one-worker rows of 8 jobs at
+# 4-5 batches, ``bench_whatif.py --public``: ``compute_floor``): 10 % predicts the smaller
+# batches within 11.5 % (median; 38 % with no floor, 16 % with the median share of the other
+# jobs), and 27 of their 30 shares lie in 0-30 % (2.5-97.5 % quantiles: -18 %, 29 %).
 FLOOR_SHARE = 0.10
-FLOOR_BAND = (0.0, 0.20)
+FLOOR_BAND = (0.0, 0.30)
 
 
 @dataclass(frozen=True)
