@@ -128,7 +128,7 @@ def _case(
         high = pred + comp.detail["high_s"] - comp.seconds
         wide = "compute" if high > low else ""
         # The communication is not modelled either: what no term prices still applies.
-        low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks], several=False)
+        low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks])
     out = {
         "source": source,
         "kind": "scaling",

@@ -29,12 +29,11 @@ import public_scaling as ps
 
 from ailens.predict import predict_measured
 from ailens.predict.cluster import (
-    UNEXPLAINED_ONE_SCALE,
-    UNEXPLAINED_SEVERAL_SCALES,
+    UNEXPLAINED_PER_DOUBLING,
     unexplained_band,
 )
 
-# The quantiles of the needed widening the UNEXPLAINED_* ranges are fitted at (each side).
+# The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)
 
 
@@ -148,17 +147,18 @@ def _measured_ranks(c: dict) -> list[int]:
     return [int(x) for x in g] if isinstance(g, list) else [int(g)]
 
 
-def unexplained_check(cases: list[dict], several: bool) -> dict:
-    """The ``UNEXPLAINED_*`` range fitted again on ``cases``: per case, how far (log, per
-    doubling from the nearest measured scale) the measurement lies beyond the interval
-    without that band; its quantiles (``BAND_QUANTILES``) on all cases, and the coverage and
-    median width (high / low) when each source's cases get the range fitted on the OTHER
-    sources only (leave one source out)."""
+def unexplained_check(cases: list[dict]) -> dict:
+    """``UNEXPLAINED_PER_DOUBLING`` (fitted on the one-scale cases) fitted again on
+    ``cases``: per case, how far (log, per doubling from the nearest measured scale) the
+    measurement lies beyond the interval without that band; its quantiles
+    (``BAND_QUANTILES``) on all cases, the coverage and median width (high / low) without the
+    band, and when each source's cases get the range fitted on the OTHER sources only (leave
+    one source out)."""
     need = []
     for c in cases:
         q, ms = int(c["to"]["gpus"]), _measured_ranks(c)
         d = min((math.log2(q / p) for p in ms), key=abs)
-        f_lo, f_hi = unexplained_band(q, ms, several=several)
+        f_lo, f_hi = unexplained_band(q, ms)
         lo = c["step_low_s"] / min(f_lo, 1.0)
         hi = c["step_high_s"] / max(f_hi, 1.0)
         m = c["measured_s"]
@@ -184,7 +184,7 @@ def unexplained_check(cases: list[dict], several: bool) -> dict:
         hi2 = hi * max(math.exp(b * abs(d)), 1.0)
         return lo2 * (1 - 1e-9) <= m <= hi2 * (1 + 1e-9), (hi2 / lo2 if lo2 > 0 else math.inf)
 
-    shipped = UNEXPLAINED_SEVERAL_SCALES if several else UNEXPLAINED_ONE_SCALE
+    shipped = UNEXPLAINED_PER_DOUBLING
     held = []
     for src in sorted({r[0] for r in need}):
         rl, rh = rates([r for r in need if r[0] != src])
@@ -217,7 +217,7 @@ def goals(cases: list[dict]) -> dict:
             / len(one),
             "interval_coverage": sum(c["covered"] for c in one) / len(one),
             "interval_median_width": statistics.median(_width(c) for c in one),
-            "unexplained_band": unexplained_check(one, several=False),
+            "unexplained_band": unexplained_check(one),
             "goal": "median <= 8 %, closer than ideal on >= 90 % (on a calibrated platform)",
         }
     if two:
@@ -240,7 +240,7 @@ def goals(cases: list[dict]) -> dict:
             "closer_than_both_baselines_fraction": both / len(two),
             "interval_coverage": sum(c["covered"] for c in two) / len(two),
             "interval_median_width": statistics.median(_width(c) for c in two),
-            "unexplained_band": unexplained_check(two, several=True),
+            "unexplained_band": unexplained_check(two),
             "goal": "median <= 4 %, worst <= 15 %, closer than both baselines on >= 80 %, "
             "intervals cover 90-98 %",
         }

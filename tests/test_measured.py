@@ -19,8 +19,7 @@ from ailens.predict import (
     predict_measured,
 )
 from ailens.predict.cluster import (
-    UNEXPLAINED_ONE_SCALE,
-    UNEXPLAINED_SEVERAL_SCALES,
+    UNEXPLAINED_PER_DOUBLING,
     scale_bandwidth,
     unexplained_band,
 )
@@ -98,7 +97,7 @@ def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
     on links fitted on nccl-tests output the weak-scaling step is a point."""
     job = _job(ranks=8, rpn=8)
     r = predict(job, [16], "pcie-node", ranks_per_node=8)[0]
-    f_lo, f_hi = unexplained_band(16, [8], several=False)
+    f_lo, f_hi = unexplained_band(16, [8])
     assert r.step_low_s == pytest.approx(r.step_time_s * f_lo)
     assert r.step_high_s > r.step_time_s * f_hi
     assert r.wide_term == "network" and "nccl-tests" in r.narrow_by
@@ -106,7 +105,7 @@ def test_an_unmeasured_network_gives_an_interval_that_says_what_to_measure():
     assert {"step_low_s", "step_high_s", "wide_term", "narrow_by"} <= set(d)
     fitted = load_platform("ndv4-echo")
     r = predict(replace(job, platform=None), [16], fitted, ranks_per_node=8)[0]
-    # Fitted links: no network range; only what no term prices (UNEXPLAINED_ONE_SCALE).
+    # Fitted links: no network range; only what no term prices (UNEXPLAINED_PER_DOUBLING).
     assert r.step_low_s == pytest.approx(r.step_time_s * f_lo)
     assert r.step_high_s == pytest.approx(r.step_time_s * f_hi)
     assert r.wide_term == "unexplained" and "nccl-tests" not in r.narrow_by
@@ -231,14 +230,13 @@ def test_what_no_term_prices_widens_the_interval_with_each_doubling_from_a_measu
     runs' noise) by a range per doubling of the devices from the nearest measured scale:
     nothing at the measured scale, exp(range x doublings) beyond it, and taken off towards
     fewer devices; with several measured scales the nearest one counts."""
-    assert unexplained_band(4, [4], several=False) == (1.0, 1.0)
-    lo, hi = UNEXPLAINED_ONE_SCALE
-    f = unexplained_band(16, [2], several=False)
+    assert unexplained_band(4, [4]) == (1.0, 1.0)
+    lo, hi = UNEXPLAINED_PER_DOUBLING
+    f = unexplained_band(16, [2])
     assert f == pytest.approx((math.exp(3 * lo), math.exp(3 * hi)))
-    f = unexplained_band(1, [4], several=False)
+    f = unexplained_band(1, [4])
     assert f == pytest.approx((math.exp(-2 * hi), math.exp(-2 * lo)))
-    lo, hi = UNEXPLAINED_SEVERAL_SCALES
-    assert unexplained_band(8, [1, 4], several=True) == pytest.approx((math.exp(lo), math.exp(hi)))
+    assert unexplained_band(8, [1, 4]) == pytest.approx((math.exp(lo), math.exp(hi)))
     job = replace(_job(platform=None), grad_bytes=0, buckets=())
     rows = {r.ranks: r for r in predict(job, [1, 2, 8], load_platform("ndv4-echo"))}
     assert rows[1].step_low_s == rows[1].step_high_s == pytest.approx(0.100)
@@ -254,7 +252,7 @@ def test_measured_steps_that_fall_under_weak_scaling_are_noise_the_interval_span
     two = replace(_job(step_s=0.0200, ranks=2, rpn=2), grad_bytes=0, buckets=())
     r = predict_measured([one, two], [4])[0]
     assert r.step_time_s == pytest.approx(0.0200)
-    assert r.step_high_s >= 0.0309 * unexplained_band(4, [1, 2], several=True)[1] - 1e-12
+    assert r.step_high_s >= 0.0309 * unexplained_band(4, [1, 2])[1] - 1e-12
     assert any("measurement noise" in a for a in r.assumptions)
     rising = replace(two, step_s=0.0400)
     r = predict_measured([one, rising], [4])[0]

@@ -46,8 +46,7 @@ __all__ = [
     "SlowestRank",
     "TERMS",
     "TermValue",
-    "UNEXPLAINED_ONE_SCALE",
-    "UNEXPLAINED_SEVERAL_SCALES",
+    "UNEXPLAINED_PER_DOUBLING",
     "compute_at",
     "measured_links",
     "overlap_exposed",
@@ -74,13 +73,11 @@ NARROW_BY = {
 # shared by more processes, boards sharing a PCIe switch, the slowest rank beyond its
 # modelled spread, the measurement noise of the runs themselves): the step may move by
 # exp(low x d) .. exp(high x d) beyond the other terms' interval, d the doublings of the
-# devices from the nearest measured scale. The ranges are quantiles (2.5 % / 97.5 %) of
-# what the development data needed beyond the other terms, per doubling
-# (``bench_whatif.py --public``: ``goals.measured_scales`` fits them again, and its coverage
-# leaving each source out); from one measured scale, and from two or more (the growth the
-# runs measured is already in the point).
-UNEXPLAINED_ONE_SCALE = (-0.12, 0.145)
-UNEXPLAINED_SEVERAL_SCALES = (-0.11, 0.75)
+# devices from the nearest measured scale. The range is the 2.5 % / 97.5 % quantiles of
+# what the development data's one-scale cases needed beyond the other terms, per doubling;
+# the two-scale cases, which it was not fitted on, check it (``bench_whatif.py --public``:
+# ``goals.measured_scales.*.unexplained_band`` fits it again and leaves each source out).
+UNEXPLAINED_PER_DOUBLING = (-0.12, 0.145)
 # The job's precision -> the peak that bounds its compute (Platform.peak_tflops).
 _PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
@@ -520,7 +517,7 @@ def predict(
         term_notes = [f"{t.name}: {a}" for t in terms for a in t.assumptions]
         low, high, wide = _interval(job, target, terms, c_src, device_ratio)
         if not measured:  # several measured scales: measured.predict_measured widens it
-            low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks], several=False)
+            low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks])
         out.append(
             ClusterPrediction(
                 ranks=q,
@@ -548,12 +545,12 @@ def predict(
     return out
 
 
-def unexplained_band(q: int, measured_ranks: list[int], *, several: bool) -> tuple[float, float]:
-    """(low, high) factors on the step for what no term prices (``UNEXPLAINED_*``): 1 at a
-    measured scale, wider with each doubling of the devices away from the nearest one;
-    towards fewer devices the growth is taken off instead."""
+def unexplained_band(q: int, measured_ranks: list[int]) -> tuple[float, float]:
+    """(low, high) factors on the step for what no term prices
+    (``UNEXPLAINED_PER_DOUBLING``): 1 at a measured scale, wider with each doubling of the
+    devices away from the nearest one; towards fewer devices the growth is taken off."""
     d = min((math.log2(q / p) for p in measured_ranks), key=abs)
-    lo, hi = UNEXPLAINED_SEVERAL_SCALES if several else UNEXPLAINED_ONE_SCALE
+    lo, hi = UNEXPLAINED_PER_DOUBLING
     if d < 0:
         lo, hi = -hi, -lo
     d = abs(d)
@@ -561,11 +558,11 @@ def unexplained_band(q: int, measured_ranks: list[int], *, several: bool) -> tup
 
 
 def widen_unexplained(
-    low: float, high: float, wide: str, q: int, measured_ranks: list[int], *, several: bool
+    low: float, high: float, wide: str, q: int, measured_ranks: list[int]
 ) -> tuple[float, float, str]:
     """The interval ``(low, high)`` widened by ``unexplained_band``; its term is the widest
     when the band adds more than the other terms span together."""
-    f_lo, f_hi = unexplained_band(q, measured_ranks, several=several)
+    f_lo, f_hi = unexplained_band(q, measured_ranks)
     new_low, new_high = low * min(f_lo, 1.0), high * max(f_hi, 1.0)
     if (low - new_low) + (new_high - high) > high - low:
         wide = "unexplained"

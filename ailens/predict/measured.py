@@ -214,9 +214,7 @@ def predict_measured(
         if not wide:
             low, high, wide = r.step_low_s, r.step_high_s, r.wide_term
         low, high, noise = _disagreement(fit.scales, r.ranks, low, high, scaling)
-        low, high, wide = widen_unexplained(
-            low, high, wide, r.ranks, [m.ranks for m in fit.scales], several=True
-        )
+        low, high, wide = widen_unexplained(low, high, wide, r.ranks, [m.ranks for m in fit.scales])
         out.append(
             replace(
                 r,
