@@ -46,8 +46,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ailens.predict import DEFAULT_PLATFORMS, JobDescription, Link, ddp_buckets, predict
-from ailens.predict.cluster import widen_unexplained
+from ailens.predict import (
+    DEFAULT_PLATFORMS,
+    JobDescription,
+    Link,
+    ddp_buckets,
+    predict,
+    widen_unexplained,
+)
 
 MB = 1024 * 1024
 GB = 1e9
@@ -595,7 +601,7 @@ def compute_floor_check(data: Path) -> dict:
     out): median |error|, and how many fall inside the shipped band."""
     import statistics
 
-    from ailens.predict.cluster import FLOOR_BAND, FLOOR_SHARE
+    from ailens.predict import FLOOR_BAND, FLOOR_SHARE
 
     rows = _read(Path(data) / "scaling" / "gavel_dp_throughputs.csv")
     curves: dict[tuple, dict[float, float]] = {}

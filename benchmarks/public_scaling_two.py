@@ -27,11 +27,7 @@ from pathlib import Path
 
 import public_scaling as ps
 
-from ailens.predict import predict_measured
-from ailens.predict.cluster import (
-    UNEXPLAINED_PER_DOUBLING,
-    unexplained_band,
-)
+from ailens.predict import UNEXPLAINED_PER_DOUBLING, predict_measured, unexplained_band
 
 # The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)
