@@ -475,6 +475,7 @@ def public_main(args) -> int:
         **pc.goals(cases),
         **public_scaling_goals.scaling_goals(cases),
         "measured_scales": ps2.goals(cases),
+        "compute_floor": ps.compute_floor_check(data),
     }
     print(json.dumps(goals, indent=2))
     if args.json:

@@ -46,7 +46,14 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from ailens.predict import DEFAULT_PLATFORMS, JobDescription, Link, ddp_buckets, predict
+from ailens.predict import (
+    DEFAULT_PLATFORMS,
+    JobDescription,
+    Link,
+    ddp_buckets,
+    predict,
+    widen_unexplained,
+)
 
 MB = 1024 * 1024
 GB = 1e9
@@ -126,6 +133,8 @@ def _case(
         low = pred + comp.detail["low_s"] - comp.seconds
         high = pred + comp.detail["high_s"] - comp.seconds
         wide = "compute" if high > low else ""
+        # The communication is not modelled either: what no term prices still applies.
+        low, high, wide = widen_unexplained(low, high, wide, q, [job.ranks])
     out = {
         "source": source,
         "kind": "scaling",
@@ -580,3 +589,56 @@ def scaling_cases(data: Path, case=None) -> list[dict]:
     cases += _dle_cases(dle, case)
     cases += _dle_strong_cases(dle, case)
     return cases
+
+
+def compute_floor_check(data: Path) -> dict:
+    """The strong-scaling compute assumption (``cluster.FLOOR_SHARE``/``FLOOR_BAND``: the
+    share of one device's step that does not shrink with its batch) against the measured
+    batch curves of the development data: Gavel's one-worker rows of each job at every batch.
+    Per job and smaller batch b, the share s that t(b) = t(B) (s + (1 - s) b / B) needs from
+    the largest batch B; their quantiles (2.5 / 50 / 97.5 %), and each point predicted from
+    B with the shipped share and with the median share of the OTHER jobs (leave one job
+    out): median |error|, and how many fall inside the shipped band."""
+    import statistics
+
+    from ailens.predict import FLOOR_BAND, FLOOR_SHARE
+
+    rows = _read(Path(data) / "scaling" / "gavel_dp_throughputs.csv")
+    curves: dict[tuple, dict[float, float]] = {}
+    for r in rows:
+        if int(r["workers"]) == 1:
+            key = (r["worker_type"], r["model"])
+            curves.setdefault(key, {})[float(r["batch_per_worker"])] = float(
+                r["per_step_s_derived"]
+            )
+    points = []  # (job, b / B, t(b) / t(B), share)
+    for key, c in sorted(curves.items()):
+        big = max(c)
+        for b, t in sorted(c.items()):
+            if b < big:
+                x, y = b / big, t / c[big]
+                points.append((key, x, y, (y - x) / (1 - x)))
+    shares = sorted(p[3] for p in points)
+    qs = statistics.quantiles(shares, n=40, method="inclusive")
+
+    def err(s, x, y):
+        return abs(s + (1 - s) * x - y) / y * 100.0
+
+    held = []
+    for key in sorted(curves):
+        s = statistics.median(p[3] for p in points if p[0] != key)
+        held += [err(s, x, y) for k, x, y, _ in points if k == key]
+    lo, hi = FLOOR_BAND
+    return {
+        "points": len(points),
+        "jobs": len(curves),
+        "share_quantiles_2.5_50_97.5": [qs[0], statistics.median(shares), qs[-1]],
+        "shipped_share": FLOOR_SHARE,
+        "shipped_band": list(FLOOR_BAND),
+        "median_abs_error_pct_shipped": statistics.median(
+            err(FLOOR_SHARE, x, y) for _, x, y, _ in points
+        ),
+        "median_abs_error_pct_leave_one_job_out": statistics.median(held),
+        "median_abs_error_pct_no_floor": statistics.median(err(0.0, x, y) for _, x, y, _ in points),
+        "inside_shipped_band": sum(lo <= p[3] <= hi for p in points) / len(points),
+    }

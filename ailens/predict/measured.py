@@ -27,7 +27,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .cluster import NARROW_BY, ClusterPrediction, MeasuredScale, predict, scale_bandwidth
+from .cluster import (
+    NARROW_BY,
+    ClusterPrediction,
+    MeasuredScale,
+    predict,
+    scale_bandwidth,
+    widen_unexplained,
+)
 from .job import JobDescription
 from .platforms import Platform, load_platform
 
@@ -206,10 +213,12 @@ def predict_measured(
         low, high, wide = _extrapolation(fit.scales, r, r.step_time_s, scaling)
         if not wide:
             low, high, wide = r.step_low_s, r.step_high_s, r.wide_term
+        low, high, noise = _disagreement(fit.scales, r.ranks, low, high, scaling)
+        low, high, wide = widen_unexplained(low, high, wide, r.ranks, [m.ranks for m in fit.scales])
         out.append(
             replace(
                 r,
-                assumptions=tuple(fit.notes) + r.assumptions,
+                assumptions=tuple(fit.notes) + r.assumptions + noise,
                 step_low_s=low,
                 step_high_s=high,
                 wide_term=wide,
@@ -217,6 +226,24 @@ def predict_measured(
             )
         )
     return out
+
+
+def _disagreement(scales, q: int, low: float, high: float, scaling: str):
+    """Weak scaling keeps each device's work, so a step measured to FALL as devices were
+    added is the runs' own noise (other hosts, another moment), at least that large: the
+    interval then spans every step measured at or below the target's scale."""
+    pts = sorted((m for m in scales if m.ranks <= q), key=lambda m: m.ranks)
+    falls = [b for a, b in zip(pts[:-1], pts[1:], strict=True) if b.step_s < a.step_s]
+    if scaling != "weak" or not falls:
+        return low, high, ()
+    steps = [m.step_s for m in pts]
+    note = (
+        "the measured steps fall as devices are added ("
+        + ", ".join(f"{m.step_s * 1e3:.4g} ms at {m.ranks}" for m in pts)
+        + "): weak scaling keeps each device's work, so that is measurement noise; the "
+        "interval spans every measured step"
+    )
+    return min(low, *steps), max(high, *steps), (note,)
 
 
 def _extrapolation(scales, row, step: float, scaling: str) -> tuple[float, float, str]:
