@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from statistics import NormalDist
 
 from .forecaster import Forecaster
 from .level import StepLevel
@@ -34,6 +35,8 @@ PART_PRECISION = 0.10
 # The step level is not steady while this many of the latest steps in a row are outliers on
 # one side (``StepLevel.CHANGE_RUN`` of them start a new regime).
 UNSTEADY_RUN = 2
+# The 95 % normal quantile: a stated spread's half-width (the interval's own).
+NORMAL_95 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,25 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
         if c.remaining == 0 and c.name != "training steps":
             continue  # spent, or none of it in the run: nothing of it is still to come
         prec = c.precision
+        stated = prec is None and _priced_unseen(c)
+        if stated:
+            # Announced, not seen, priced from the schedule with a stated spread: its cost
+            # is known to that spread's 95 % half-width (the interval carries the same).
+            prec = NORMAL_95 * c.sd_s / c.per_occurrence_s
         cost_known = (
             prec is not None and total is not None and prec * c.remaining_s <= rel_tol * total
         )
-        ok = prec is not None and (prec <= PART_PRECISION or cost_known)
+        # A price that was not measured is no signature of the part unless what the part
+        # still costs is known within the tolerance: a prior narrower than PART_PRECISION
+        # does not make it seen.
+        ok = cost_known if stated else prec is not None and (prec <= PART_PRECISION or cost_known)
         why = ""
-        if prec is None:
+        if stated and not ok:
+            why = (
+                f"not seen yet: priced from the schedule to +/-{100 * prec:.0f} %, what it "
+                f"still costs is not known to {100 * rel_tol:g} % of the total"
+            )
+        elif prec is None:
             why = (
                 "not seen yet"
                 if c.seen == 0
@@ -81,6 +97,21 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
         # The total is unknown: the step level alone.
         out.append(CapturedPart("training steps", 0, 0, None, False, "no level yet"))
     return tuple(out)
+
+
+def _priced_unseen(c) -> bool:
+    """``c`` is a part the schedule announces and the run has not shown yet, priced from
+    what the schedule says of it (an evaluation's batches or samples, or the prior share of
+    the training) with a stated spread; not one whose count is a guess (a section seen once
+    with no period known)."""
+    return (
+        c.seen == 0
+        and c.name != "training steps"
+        and c.source.startswith("assumed:")
+        and not c.source.startswith("assumed: every")
+        and c.per_occurrence_s > 0
+        and c.sd_s > 0
+    )
 
 
 class ForecastPolicy:

@@ -1,0 +1,62 @@
+"""The signature rule (issue 30): when the run's structure counts as captured, through the
+public timeline API (the live Lens's model fed a timeline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ailens import Section, Timeline, forecast_timeline
+
+
+def _run(n: int, eval_batches: int, eval_batch_s: float, *, eval_from: int, every: int):
+    """``n`` steps of 0.1 s (2 % noise) with an evaluation of ``eval_batches`` batches of
+    ``eval_batch_s`` after every ``every`` steps from step ``eval_from``; its schedule
+    announces them and their batches (as the Hugging Face Trainer's ``eval_steps`` does)."""
+    d = np.random.default_rng(3).normal(0.1, 0.002, n).clip(0.05)
+    d[:2] += 0.3  # warm-up
+    t, ends, sections = 0.0, [], []
+    for k, x in enumerate(d, 1):
+        t += float(x)
+        ends.append(t)
+        if k >= eval_from and (k - eval_from) % every == 0:
+            e = eval_batches * eval_batch_s
+            sections.append(Section("eval", t, t + e))
+            t += e
+    sched = {
+        "total_steps": n,
+        "eval_every_steps": every,
+        "eval_start_step": eval_from,
+        "eval_steps": eval_batches,
+    }
+    return forecast_timeline(Timeline(tuple(ends), tuple(sections), sched, end_s=t))
+
+
+def test_a_cheap_announced_evaluation_priced_from_the_schedule_need_not_be_seen_first():
+    """Three evaluations of 5 batches from step 200 of 400 cost ~1 % of the run: priced
+    from the schedule (5 batches at a third of a step, +/- 50 %), what they still cost is
+    known within the 2 % tolerance, so the signature does not wait half the run for the
+    first one (it did: step 201). The forecast there is within 1 % and its interval holds
+    the end."""
+    r = _run(400, 5, 0.035, eval_from=200, every=100)
+    sig = r.signature_step
+    assert sig is not None and sig <= 40
+    f = r.forecast
+    ev = next(c for c in f.signature_parts if c.name.startswith("section eval"))
+    assert ev.seen == 0 and ev.captured
+    assert ev.precision == pytest.approx(1.96 * 0.5, rel=0.01)
+    assert abs(f.error_pct) < 1.0 and f.covered
+
+
+def test_an_expensive_announced_evaluation_is_still_waited_for():
+    """The same schedule with evaluations of 100 batches (a quarter of the run): a prior
+    of +/- 50 % is not a price within 2 % of the total, so the signature waits for the
+    first evaluation and says so before."""
+    r = _run(400, 100, 0.035, eval_from=200, every=100)
+    sig = r.signature_step
+    assert sig is None or sig > 200
+    # What held it, read where the run stood at step 150.
+    tl = r.timeline
+    half = Timeline(tl.step_end_s[:150], (), tl.schedule, end_s=None)
+    waited = forecast_timeline(half).forecast.signature_waited_for
+    assert any(w.startswith("section eval (not seen yet): not seen yet: priced") for w in waited)
