@@ -99,6 +99,7 @@ _WHY = (
     ("not seen yet", "not seen yet"),
     ("none passed yet", "none passed yet"),
     ("off its level", "latest steps off its level"),
+    ("still settling", "still settling"),
     ("known to", "not known to the precision needed"),
     ("period is not known", "period not known"),
     ("not known yet", "not known yet"),
