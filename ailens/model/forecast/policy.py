@@ -2,13 +2,15 @@
 
 The signature, in PAS2P's sense, is reached when the run's structure is captured: at the
 first evaluation, after ``min_steps`` steps (5 % of a run of tens of steps), at which every
-part of the run, the steady step level after the warm-up included, has been seen and priced:
-each recurring part the schedule announces or the run has shown (evaluations, checkpoints,
-epoch ends, in-step extras) seen (an evaluation after its cold first occurrence, a learned
-period twice), and its time per occurrence known to within ``PART_PRECISION`` (the 95 %
-half-width of its mean, relative to it), or what it still costs known to within ``rel_tol``
-of the predicted total (a cheap part need not be known closely). The forecast made there is
-the run's, with its honest interval whatever its width. A run that never reached it has its
+part of the run has been seen and priced: the steady step level after the warm-up (known to
+``PART_PRECISION``, its latest steps not off it on one side, not still settling), and each
+recurring part the schedule announces or the run has shown (evaluations, checkpoints, epoch
+ends, in-step extras) seen (an evaluation after its cold first occurrence, a learned period
+twice), its time per occurrence known to within ``PART_PRECISION`` (the 95 % half-width of
+its mean, relative to it), or what it still costs known to within ``rel_tol`` of the
+predicted total (a cheap part need not be known closely; one announced and not seen yet,
+priced from the schedule with a stated spread, only so). The forecast made there is the
+run's, with its honest interval whatever its width. A run that never reached it has its
 early forecast, the one made at ``EARLY_FRACTION`` of the steps, once it got there; else the
 latest stands."""
 
