@@ -3,10 +3,15 @@ public timeline API (the live Lens's model fed a timeline)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from ailens import Section, Timeline, forecast_timeline
+import ailens
+from ailens import LensConfig, Section, Timeline, forecast_timeline
+
+MLPERF = Path(__file__).resolve().parents[1] / "benchmarks" / "forecast_corpus" / "mlperf"
 
 
 def _run(n: int, eval_batches: int, eval_batch_s: float, *, eval_from: int, every: int):
@@ -82,3 +87,23 @@ def test_a_warm_up_that_fades_over_several_steps_is_no_steady_level():
     early = Timeline(tuple(ends[:6]), (), {"total_steps": n}, end_s=None)
     waited = forecast_timeline(early).forecast.signature_waited_for
     assert any(w.startswith("training steps: still settling") for w in waited)
+
+
+def test_a_part_seen_once_whose_cost_is_known_to_3_pct_of_the_total_is_captured():
+    """The default tolerance, from the sweep on the MLPerf corpus (docs/forecast.md): a
+    real Mask R-CNN run of 343 logged units whose evaluations run beside the steps (every
+    24-25 units from unit 24, 3.2 % of the run), known from their first occurrence to
+    +/-65 %: 2.1 % of the total. With 2 % it waited for the second (unit 49, 14.3 % of the
+    run); now it is reached within 10 % of the run, within 1 % of the end and with an
+    interval that holds it."""
+    path = MLPERF / "v2.1/ASUSTeK/ESC8000A-E11-8xA100-PCIE-80GB-NVBridge/maskrcnn/result_0.txt.gz"
+    tl = ailens.read_timeline(path, include_init=False)
+    r = forecast_timeline(tl)
+    assert LensConfig().signature_rel_tol == 0.03
+    assert r.signature_step is not None and r.signature_step <= 0.10 * tl.total_steps
+    f = r.forecast
+    assert abs(f.error_pct) < 1.0 and f.covered
+    ev = next(c for c in f.signature_parts if c.name == "section eval (beside the steps)")
+    assert ev.seen == 1 and ev.captured and ev.precision > 0.10  # by its cost, not its time
+    old = forecast_timeline(tl, config=LensConfig(signature_rel_tol=0.02))
+    assert old.signature_step > 0.14 * tl.total_steps
