@@ -67,6 +67,13 @@ def test_an_expensive_announced_evaluation_is_still_waited_for():
     assert any(w.startswith("section eval (not seen yet): not seen yet: priced") for w in waited)
 
 
+def _fading(n: int = 80) -> np.ndarray:
+    fade = 1.0 + 0.4 * np.exp(-np.arange(n) / 3.5)  # 1.4, 1.30, 1.22, ... 1.0
+    d = 4.0 * fade * np.random.default_rng(7).normal(1.0, 0.003, n)
+    d[0] += 20.0  # compilation
+    return np.cumsum(d)
+
+
 def test_a_warm_up_that_fades_over_several_steps_is_no_steady_level():
     """Issue 30 (MLPerf RNN-T: blocks 35 % over the level after the 2 warm-up steps, fading
     over 10 of 79): the level was known to +/-10 % at the first evaluation point, step 5,
@@ -74,10 +81,7 @@ def test_a_warm_up_that_fades_over_several_steps_is_no_steady_level():
     steps moves the level by more than the rule's precision it is not steady: the signature
     waits until the steps settle (+10.3 % at step 5 before; +1.8 % at step 9 now)."""
     n = 80
-    fade = 1.0 + 0.4 * np.exp(-np.arange(n) / 3.5)  # 1.4, 1.30, 1.22, ... 1.0
-    d = 4.0 * fade * np.random.default_rng(7).normal(1.0, 0.003, n)
-    d[0] += 20.0  # compilation
-    ends = np.cumsum(d)
+    ends = _fading(n)
     r = forecast_timeline(Timeline(tuple(ends), (), {"total_steps": n}, end_s=float(ends[-1])))
     sig = r.signature_step
     assert sig is not None and 8 <= sig <= 20
@@ -87,6 +91,16 @@ def test_a_warm_up_that_fades_over_several_steps_is_no_steady_level():
     early = Timeline(tuple(ends[:6]), (), {"total_steps": n}, end_s=None)
     waited = forecast_timeline(early).forecast.signature_waited_for
     assert any(w.startswith("training steps: still settling") for w in waited)
+
+
+def test_without_a_total_a_settling_level_holds_the_signature_too():
+    """While the total is unknown the step level alone decides: a fading warm-up holds it
+    there as well (with ``signature_min_steps`` 4 it was ready at the first evaluation
+    point, step 5)."""
+    ends = _fading()
+    cfg = LensConfig(signature_min_steps=4)
+    r = forecast_timeline(Timeline(tuple(ends[:30]), (), {}, end_s=None), config=cfg)
+    assert r.signature_step is not None and r.signature_step >= 8
 
 
 def test_a_part_seen_once_whose_cost_is_known_to_3_pct_of_the_total_is_captured():

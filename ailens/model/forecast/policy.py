@@ -146,6 +146,10 @@ def settling(level: StepLevel) -> float:
     return abs(slope) * k / mx
 
 
+def _settling_why(moved: float) -> str:
+    return f"still settling: its last {SETTLE_STEPS} steps moved it by {100 * moved:.0f} %"
+
+
 class ForecastPolicy:
     """The signature rule and the choice of the run's forecast, for one run."""
 
@@ -207,10 +211,7 @@ class ForecastPolicy:
             elif parts and parts[0].name == "training steps" and parts[0].captured:
                 moved = settling(level)
                 if moved > PART_PRECISION:
-                    why = (
-                        f"still settling: its last {SETTLE_STEPS} steps moved it by "
-                        f"{100 * moved:.0f} %"
-                    )
+                    why = _settling_why(moved)
                     parts = (replace(parts[0], captured=False, why=why), *parts[1:])
             return parts
         prec = None
@@ -219,6 +220,9 @@ class ForecastPolicy:
             prec = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
         ok = prec is not None and prec <= PART_PRECISION
         why = "" if ok else "its mean not known to +/-10 % yet"
+        moved = settling(level) if ok else 0.0
+        if moved > PART_PRECISION:
+            ok, why = False, _settling_why(moved)
         return (CapturedPart("training steps", level.n, 0, prec, ok, why),)
 
     def converged(self, p: Prediction, level: StepLevel) -> bool:
