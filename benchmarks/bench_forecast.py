@@ -37,7 +37,11 @@ run's row holds the signature's step fraction and its error beside the progress 
 Composer's at the same step (``signature_naive_error_pct``, ``signature_composer_error_pct``);
 the summaries their medians (``signature_median_abs_error_naive_pct``,
 ``signature_median_abs_error_composer_pct``) and the signature's median fraction on runs of
->= 200 steps.
+>= 200 steps. Each row also says whether the signature's interval held the actual end
+(``signature_covered``) and what held the signature at the evaluation point before it
+(``signature_waited_for``, as the rule said it; ``signature_held_by``, by kind); the
+summaries give ``signature_coverage_pct`` and count the kinds (``signature_held_by``, and
+``signature_held_by_runs_ge_200_steps``). ``signature_sweep.py`` sweeps the rule's constants.
 
 Its rooms: ``forecast_replay.py`` scores one run, ``forecast_summary.py`` summarises and prints
 the scores, ``forecast_synthetic.py`` makes the synthetic runs, ``forecast_recording.py`` holds

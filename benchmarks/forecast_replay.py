@@ -6,6 +6,7 @@ through the public timeline API (``ailens.read_timeline`` -> ``ailens.forecast_t
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import _harness as harness
@@ -30,6 +31,7 @@ def replay(run_dir: Path) -> dict:
     row["signature_fraction"] = f.signature_fraction
     row["signature_error_pct"] = f.error_pct if f.basis == "signature" else None
     _at_signature(row, f.signature_step if f.basis == "signature" else None, f.actual_total_s, seen)
+    _signature_rule(row, f)
     row["step_cv"] = _step_cv(a)
     return row
 
@@ -60,6 +62,50 @@ def _at_signature(row: dict, sig: int | None, actual: float, seen: dict) -> None
     _, _, naive, comp = seen.get(sig, (None, None, None, None)) if sig else (None,) * 4
     row["signature_naive_error_pct"] = _pct(naive, actual)
     row["signature_composer_error_pct"] = _pct(comp, actual)
+
+
+def _signature_rule(row: dict, f) -> None:
+    """Whether the signature's interval held the actual end, and what held the signature at
+    the evaluation point before it (``signature_waited_for``; for a run that never reached
+    it, at its last one), as the rule said it and by kind (``held_by``)."""
+    at_sig = f is not None and f.basis == "signature"
+    row["signature_covered"] = f.covered if at_sig else None
+    waited = list(f.signature_waited_for) if f is not None else []
+    row["signature_waited_for"] = waited
+    row["signature_held_by"] = held_by(waited, reached=at_sig)
+
+
+def held_by(waited: list[str], *, reached: bool) -> list[str]:
+    """The kinds of what held a signature (``Forecast.signature_waited_for``), one per
+    blocker: ``"<part>: <why>"`` with the part's numbers written N (``every N steps``) and
+    the reason reduced to its kind; nothing held it: the first evaluation point decided."""
+    if not waited:
+        return ["nothing: the first evaluation point" if reached else "nothing evaluated"]
+    out = []
+    for w in waited:
+        if w.startswith("fewer than"):
+            out.append("too few steps (signature_min_steps)")
+            continue
+        name, _, why = w.partition(": ")
+        name = re.sub(r"\d+", "N", name)
+        kind = next((k for key, k in _WHY if key in why), why)
+        out.append(f"{name}: {kind}")
+    return sorted(set(out))
+
+
+# A blocker's reason -> its kind (the first that matches).
+_WHY = (
+    ("priced from the schedule", "not seen, its priced cost not within the tolerance"),
+    ("not seen yet", "not seen yet"),
+    ("none passed yet", "none passed yet"),
+    ("off its level", "latest steps off its level"),
+    ("still settling", "still settling"),
+    ("known to", "not known to the precision needed"),
+    ("period is not known", "period not known"),
+    ("not known yet", "not known yet"),
+    ("warm-up steps only", "not known yet"),
+    ("no level yet", "not known yet"),
+)
 
 
 def _pct(v: float | None, actual: float) -> float | None:
@@ -109,6 +155,7 @@ def replay_mlperf(path: Path) -> dict:
     row["signature_error_pct"] = f.error_pct if f is not None and f.basis == "signature" else None
     sig = r.signature_step if f is not None and f.basis == "signature" else None
     _at_signature(row, sig, r.actual_total_s, seen)
+    _signature_rule(row, f)
     row["step_cv"] = _timeline_cv(tl)
     row["evaluations"] = sum(s.name == "eval" for s in tl.sections)
     return row

@@ -66,6 +66,7 @@ def summarise(rows: list[dict]) -> dict:
         for r in rows
         if r["signature_fraction"] is not None and r["steps"] >= LONG_RUN
     ]
+    sig_cov = [r["signature_covered"] for r in rows if r.get("signature_covered") is not None]
     return {
         "runs": len(rows),
         "median_abs_error_5pct": {"ailens": _median(at5), "naive": _median(at5n)},
@@ -101,7 +102,22 @@ def summarise(rows: list[dict]) -> dict:
         "signature_composer_runs": len(_sig_abs(rows, "composer")),
         f"signature_median_fraction_runs_ge_{LONG_RUN}_steps": _median(sig_long),
         f"runs_ge_{LONG_RUN}_steps": sum(r["steps"] >= LONG_RUN for r in rows),
+        # The 95 % interval of the signature's forecast holding the actual end.
+        "signature_coverage_pct": 100 * sum(sig_cov) / len(sig_cov) if sig_cov else None,
+        # What held the signature at the evaluation point before it, by kind: runs each.
+        "signature_held_by": _held_by(rows),
+        f"signature_held_by_runs_ge_{LONG_RUN}_steps": _held_by(
+            [r for r in rows if r["steps"] >= LONG_RUN]
+        ),
     }
+
+
+def _held_by(rows: list[dict]) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for r in rows:
+        for k in r.get("signature_held_by", ()):
+            count[k] = count.get(k, 0) + 1
+    return dict(sorted(count.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _sig_abs(rows: list[dict], who: str) -> list[float]:
@@ -225,6 +241,9 @@ def summary_lines(s: dict) -> list[str]:
         f"{s[f'runs_ge_{LONG_RUN}_steps']} runs of >= {LONG_RUN} steps at a median "
         f"{_f(_pct100(s[f'signature_median_fraction_runs_ge_{LONG_RUN}_steps']), '.1f')} % "
         "(goal <= 10 %)",
+        f"  the signature's interval held the end on {_f(s['signature_coverage_pct'], '.1f')} % "
+        "of the runs with one; what held it at the evaluation point before it (runs): "
+        + ("; ".join(f"{k} {v}" for k, v in s["signature_held_by"].items()) or "none"),
     ]
 
 
