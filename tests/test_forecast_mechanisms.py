@@ -639,3 +639,39 @@ def test_the_signature_of_a_long_run_spans_its_announced_parts():
     f = r.forecast
     assert abs(f.error_pct) < 1.0 and f.covered
     assert any(c.name.startswith("every 50") for c in f.signature_parts)
+
+
+def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
+    """An evaluation that runs beside the training (steps end while it runs; its cost is
+    what the units it overlapped took over the level) on a schedule that puts one after the
+    last step (MLPerf DLRM: evaluations at steps 68, 144, ..., 1048 of 1048): that last one
+    runs before the end, though no unit holds it. It was not counted (-1.2 % at 20 and 50 %
+    of the steps on the log)."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends, sections, t = [], [], 0.0
+    k = 0
+    while k < 200:
+        k += 1
+        t += 1.0
+        ends.append(t)
+        if k % 50 == 0 and k < 200:
+            # 5 s of evaluation from here; the next 4 steps' ends are logged while it runs,
+            # the 5th carries its time.
+            sections.append(Section("eval", t, t + 5.0))
+            for j in range(1, 5):
+                ends.append(t + j)
+            t += 10.0
+            ends.append(t)
+            k += 5
+    sections.append(Section("eval", t, t + 5.0))  # the evaluation after the last step
+    end = t + 5.0
+    tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 200, "eval_every_steps": 50},
+                  end_s=end)  # fmt: skip
+    r = forecast_timeline(tl)
+    assert r.actual_total_s == pytest.approx(220.0)
+    for s in (120, 160):
+        p = r.at_step(s)
+        part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+        assert part.remaining == (200 - s) // 50 + 1, s  # the one at step 200 included
+        assert p.predicted_total_s == pytest.approx(end, rel=0.005), s

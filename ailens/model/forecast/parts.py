@@ -66,11 +66,14 @@ class Part:
     # How well its time per occurrence is known: the 95 % half-width of that time, relative
     # to it (None: not known yet: assumed, or only a cold first occurrence seen).
     precision: float | None = None
+    # An in-step part that is a section on ``plan`` (one that ran beside the steps inside the
+    # unit it fell in): its occurrence after the last step still runs before the run's end.
+    after_last: bool = False
 
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
             if self.plan is not None:
-                return self.plan.count(s, n - 1)
+                return self.plan.count(s, n if self.after_last else n - 1)
             return occurrences(self.period, self.offset, s, n - 1)
         if self.kind == "section":
             if self.plan is not None:

@@ -166,6 +166,9 @@ def _beside_units(
         "in-step" if plan else "one-off",
         plan=plan,
         precision=precise,
+        # A section comes after its step: the one after the last step (a final evaluation)
+        # runs before the end, though no unit holds it.
+        after_last=True,
     )
 
 
