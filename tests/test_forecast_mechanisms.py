@@ -641,13 +641,11 @@ def test_the_signature_of_a_long_run_spans_its_announced_parts():
     assert any(c.name.startswith("every 50") for c in f.signature_parts)
 
 
-def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
-    """An evaluation that runs beside the training (steps end while it runs; its cost is
-    what the units it overlapped took over the level) on a schedule that puts one after the
-    last step (MLPerf DLRM: evaluations at steps 68, 144, ..., 1048 of 1048): that last one
-    runs before the end, though no unit holds it. It was not counted (-1.2 % at 20 and 50 %
-    of the steps on the log)."""
-    from ailens import Section, Timeline, forecast_timeline
+def _beside_evaluations_timeline():
+    """200 steps of 1 s and 5 s of evaluation after steps 50, 100, 150 and 200 (the last
+    after the last step): steps end while one runs (the 4 after it are logged during it),
+    the 5th after it carries its time. The total is 220 s."""
+    from ailens import Section, Timeline
 
     ends, sections, t = [], [], 0.0
     k = 0
@@ -656,8 +654,6 @@ def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
         t += 1.0
         ends.append(t)
         if k % 50 == 0 and k < 200:
-            # 5 s of evaluation from here; the next 4 steps' ends are logged while it runs,
-            # the 5th carries its time.
             sections.append(Section("eval", t, t + 5.0))
             for j in range(1, 5):
                 ends.append(t + j)
@@ -665,9 +661,39 @@ def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
             ends.append(t)
             k += 5
     sections.append(Section("eval", t, t + 5.0))  # the evaluation after the last step
-    end = t + 5.0
-    tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 200, "eval_every_steps": 50},
-                  end_s=end)  # fmt: skip
+    schedule = {"total_steps": 200, "eval_every_steps": 50}
+    return Timeline(tuple(ends), tuple(sections), schedule, end_s=t + 5.0)
+
+
+def test_an_evaluation_beside_the_steps_under_way_at_the_forecast_is_still_to_come():
+    """An evaluation beside the training is marked when it ends, and steps end while it
+    runs: at a step inside it (MLPerf DLRM-DCNv2 at 50 % of the steps: the evaluation of
+    step 521 running at step 524), it was neither seen nor to come: its cost was missing
+    (-1.2 % there)."""
+    from ailens import forecast_timeline
+
+    r = forecast_timeline(_beside_evaluations_timeline())
+    for s in (102, 153):  # inside the evaluations of steps 100 and 150
+        p = r.at_step(s)
+        part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+        assert part.remaining == (200 - s) // 50 + 2, s  # the one under way, the one at 200
+    # Two seen (at step 102 only the cold first one, priced at 0.75 of it): the total.
+    assert r.at_step(153).predicted_total_s == pytest.approx(220.0, rel=0.005)
+    p = r.at_step(160)  # after it: not counted twice
+    part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+    assert part.remaining == 1
+
+
+def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
+    """An evaluation that runs beside the training (steps end while it runs; its cost is
+    what the units it overlapped took over the level) on a schedule that puts one after the
+    last step (MLPerf DLRM: evaluations at steps 68, 144, ..., 1048 of 1048): that last one
+    runs before the end, though no unit holds it. It was not counted (-1.2 % at 20 and 50 %
+    of the steps on the log)."""
+    from ailens import forecast_timeline
+
+    tl = _beside_evaluations_timeline()
+    end = tl.end_s
     r = forecast_timeline(tl)
     assert r.actual_total_s == pytest.approx(220.0)
     for s in (120, 160):

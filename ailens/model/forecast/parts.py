@@ -45,7 +45,8 @@ class Part:
     """A part of the run besides the training-step level, as the forecast schedules it.
 
     ``kind``: "in-step" (extra time inside step intervals ``i`` with ``i % period ==
-    offset``), "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
+    offset``; ``due_now``: one whose position passed is under way, its units not ended),
+    "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
     current step end is one and its section has not begun), "rate" (irregular: ``rate`` per
     remaining step) or "one-off" (already spent).
     """
@@ -73,7 +74,7 @@ class Part:
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
             if self.plan is not None:
-                return self.plan.count(s, n if self.after_last else n - 1)
+                return self.plan.count(s, n if self.after_last else n - 1) + int(self.due_now)
             return occurrences(self.period, self.offset, s, n - 1)
         if self.kind == "section":
             if self.plan is not None:

@@ -69,7 +69,9 @@ def section_parts(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
     for name, units in (beside_units or {}).items():
-        out.append(_beside_units(name, units, schedule, eval_plan, level))
+        # The latest marked, beside the steps or not (some occurrences may lengthen a unit).
+        last = max(k for k, _ in (*sections.get(name, ()), *units))
+        out.append(_beside_units(name, units, schedule, eval_plan, level, s, last))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     # A section is marked when it ends: one that runs beside the steps for a while after its
@@ -135,11 +137,15 @@ def _beside_units(
     sched: Schedule,
     eval_plan: EvalPlan | None,
     level: float,
+    s: int,
+    last: int,
 ) -> Part:
     """A section that runs beside the training inside the units it falls in: what those
     units take over the level, on the section's schedule (in-step). Its precision is the
     95 % half-width of that time relative to the step level (it may be about nothing), known
-    from 3 units on."""
+    from 3 units on. One whose position passed within the last spacing with none marked
+    since (``last``: the latest marked position) is under way (a section is marked when it
+    ends, and steps end while this one runs): it is still to come (``due_now``)."""
     at = [i for i, _ in units]
     excess = [x for _, x in units]
     m = len(excess)
@@ -156,6 +162,10 @@ def _beside_units(
         precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
     if source.startswith("assumed: every"):
         precise = None
+    under_way = False
+    if plan is not None:
+        recent = max(last + 1, s - math.ceil(plan.spacing()))
+        under_way = plan.count(recent, s - 1) > 0
     return Part(
         f"section {name} (beside the steps)",
         plan.describe() if plan else "one-off",
@@ -166,6 +176,7 @@ def _beside_units(
         "in-step" if plan else "one-off",
         plan=plan,
         precision=precise,
+        due_now=under_way,
         # A section comes after its step: the one after the last step (a final evaluation)
         # runs before the end, though no unit holds it.
         after_last=True,
