@@ -70,11 +70,21 @@ class Part:
     # An in-step part that is a section on ``plan`` (one that ran beside the steps inside the
     # unit it fell in): its occurrence after the last step still runs before the run's end.
     after_last: bool = False
+    # What the one under way (``due_now``, in-step) took so far: spent, not to come again.
+    spent_s: float = 0.0
+
+    def _under_way(self) -> float:
+        """The share of an in-step occurrence under way still to come."""
+        if not self.due_now:
+            return 0.0
+        if self.per_occurrence_s <= 0:
+            return 1.0
+        return max(1.0 - self.spent_s / self.per_occurrence_s, 0.0)
 
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
             if self.plan is not None:
-                return self.plan.count(s, n if self.after_last else n - 1) + int(self.due_now)
+                return self.plan.count(s, n if self.after_last else n - 1) + self._under_way()
             return occurrences(self.period, self.offset, s, n - 1)
         if self.kind == "section":
             if self.plan is not None:

@@ -56,11 +56,13 @@ def section_parts(
     level: float,
     beside_units: dict[str, list[tuple[int, float]]] | None = None,
     in_step_eval: bool = False,
+    spent: dict[str, float] | None = None,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
     ``sections``: name -> (step, seconds) of each; ``beside``: the seconds of those that ran
-    beside the steps."""
+    beside the steps; ``spent``: by name, what the one under way took so far (the units
+    over the level since its position, ``under_way``)."""
     eval_plan = schedule.eval_plan()
     out = [_marked(name, seen, schedule, eval_plan, s) for name, seen in sections.items()]
     for name, secs in beside.items():
@@ -69,9 +71,10 @@ def section_parts(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
     for name, units in (beside_units or {}).items():
-        # The latest marked, beside the steps or not (some occurrences may lengthen a unit).
-        last = max(k for k, _ in (*sections.get(name, ()), *units))
-        out.append(_beside_units(name, units, schedule, eval_plan, level, s, last))
+        now = under_way(name, sections, units, schedule, s)
+        out.append(
+            _beside_units(name, units, schedule, eval_plan, level, now, (spent or {}).get(name))
+        )
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     # A section is marked when it ends: one that runs beside the steps for a while after its
@@ -137,22 +140,18 @@ def _beside_units(
     sched: Schedule,
     eval_plan: EvalPlan | None,
     level: float,
-    s: int,
-    last: int,
+    now: int | None = None,
+    spent: float | None = None,
 ) -> Part:
     """A section that runs beside the training inside the units it falls in: what those
     units take over the level, on the section's schedule (in-step). Its precision is the
     95 % half-width of that time relative to the step level (it may be about nothing), known
-    from 3 units on. One whose position passed within the last spacing with none marked
-    since (``last``: the latest marked position) is under way (a section is marked when it
-    ends, and steps end while this one runs): it is still to come (``due_now``)."""
-    at = [i for i, _ in units]
+    from 3 units on. ``now``: the position of one under way (``under_way``), still to come
+    (``due_now``) less what it took so far (``spent``)."""
     excess = [x for _, x in units]
     m = len(excess)
     mean = sum(excess) / m
-    plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
-    if plan is None:
-        plan, source = learned_plan(at, sched.epoch_steps())
+    plan, source = _beside_plan(name, units, sched, eval_plan)
     per = max(mean, 0.0)
     if m == 1:  # its first occurrence, cold like a first section
         per, sd, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
@@ -162,10 +161,6 @@ def _beside_units(
         precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
     if source.startswith("assumed: every"):
         precise = None
-    under_way = False
-    if plan is not None:
-        recent = max(last + 1, s - math.ceil(plan.spacing()))
-        under_way = plan.count(recent, s - 1) > 0
     return Part(
         f"section {name} (beside the steps)",
         plan.describe() if plan else "one-off",
@@ -176,11 +171,43 @@ def _beside_units(
         "in-step" if plan else "one-off",
         plan=plan,
         precision=precise,
-        due_now=under_way,
+        due_now=now is not None,
+        spent_s=spent or 0.0,
         # A section comes after its step: the one after the last step (a final evaluation)
         # runs before the end, though no unit holds it.
         after_last=True,
     )
+
+
+def _beside_plan(
+    name: str, units: list[tuple[int, float]], sched: Schedule, eval_plan: EvalPlan | None
+) -> tuple[EvalPlan | None, str]:
+    """Where a section beside the steps comes: the schedule's evaluations, else learned."""
+    if name == "eval" and eval_plan:
+        return eval_plan, "schedule"
+    return learned_plan([i for i, _ in units], sched.epoch_steps())
+
+
+def under_way(
+    name: str,
+    sections: dict[str, list[tuple[int, float]]],
+    units: list[tuple[int, float]],
+    sched: Schedule,
+    s: int,
+) -> int | None:
+    """The position of an occurrence of a section beside the steps under way after ``s``
+    steps, or None: a section is marked when it ends and steps end while this one runs, so
+    one whose position passed within the last spacing with none marked since (beside the
+    steps or not: some occurrences may lengthen a unit) has begun and not ended."""
+    plan, _ = _beside_plan(name, units, sched, sched.eval_plan())
+    if plan is None:
+        return None
+    last = max(k for k, _ in (*sections.get(name, ()), *units))
+    lo = max(last + 1, s - math.ceil(plan.spacing()))
+    for k in range(s - 1, lo - 1, -1):
+        if plan.count(k, k):
+            return k
+    return None
 
 
 def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:
