@@ -145,20 +145,28 @@ def _beside_units(
 ) -> Part:
     """A section that runs beside the training inside the units it falls in: what those
     units take over the level, on the section's schedule (in-step). Its precision is the
-    95 % half-width of that time relative to the step level (it may be about nothing), known
-    from 3 units on. ``now``: the position of one under way (``under_way``), still to come
+    95 % half-width of that time relative to the step level (it may be about nothing).
+    ``now``: the position of one under way (``under_way``), still to come
     (``due_now``) less what it took so far (``spent``)."""
     excess = [x for _, x in units]
-    m = len(excess)
-    mean = sum(excess) / m
     plan, source = _beside_plan(name, units, sched, eval_plan)
-    per = max(mean, 0.0)
-    if m == 1:  # its first occurrence, cold like a first section
-        per, sd, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
+    if len(excess) == 1:  # its first occurrence, cold like a first section
+        per = max(excess[0], 0.0)
+        per, sd, precise, m = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision(), 1
     else:
-        sd = float(np.std(excess, ddof=1))
-        # Relative to its time, or to a hundredth of a step when it costs about nothing.
-        precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
+        # The first is cold, like a first section's: once a later one is seen it is left
+        # out (spent, not extrapolated), else a slow first evaluation (compilation, caches)
+        # is averaged into every later one.
+        warm = excess[1:]
+        m = len(warm)
+        per = max(sum(warm) / m, 0.0)
+        sd_seen = float(np.std(warm, ddof=1)) if m > 1 else 0.0
+        # Relative to its time, or to a hundredth of a step when it costs about nothing;
+        # pooled with the prior spread as a section's (a few equal ones are no certainty).
+        base = max(per, 0.01 * level)
+        k0 = SECTION_PRIOR
+        sd = math.sqrt((k0 * (SECTION_CV * base) ** 2 + (m - 1) * sd_seen**2) / (k0 + m - 1))
+        precise = per_occurrence_precision(base, sd_seen, m)
     if source.startswith("assumed: every"):
         precise = None
     return Part(
