@@ -19,9 +19,8 @@ Mechanisms, the first that applies:
 - ``evaluation seen once``: its later ones were priced from the cold first (0.75 +/- 0.25);
 - ``other``.
 
-``--calibration`` prints, on the same logs, what the priors rest on: the later evaluations'
-mean against the first (marked sections, and the units beside which they ran) and the
-evaluations' share of the run.
+``--calibration`` prints, on the same logs, what the cold-first prior rests on: the later
+evaluations' mean against the first (marked sections, and those beside the steps).
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import ailens  # noqa: E402
-from ailens.model.timeline import TimelineReplay  # noqa: E402
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FRACTIONS = ("5", "10", "20", "50")
@@ -110,29 +108,24 @@ def classify(rows: list[dict]) -> list[tuple[str, str, float, float, float, str]
 
 
 def calibration() -> None:
+    """The later evaluations' mean against the first, as the forecaster measured them at
+    the end of each log: marked sections (their own time) and those beside the steps (what
+    the units they ran beside took over the level)."""
     ratios: dict[str, list[float]] = {"marked sections": [], "beside the steps": []}
-    shares = []
     for f in _index().values():
         tl = ailens.read_timeline(MLPERF / f, include_init=False)
-        if not any(s.name == "eval" for s in tl.sections):
-            continue
-        rp = TimelineReplay()
-        rp.feed(tl)
-        fc = rp.oa.forecaster
+        replay = ailens.TimelineReplay()
+        replay.feed(tl)
+        fc = replay.oa.forecaster
         own = [v for _, v in fc.sections.get("eval", [])]
-        units, _ = fc._beside_excess()
-        beside = [v for _, v in units.get("eval", [])]
+        beside = [v for _, v in fc._beside_excess()[0].get("eval", [])]
         for kind, xs in (("marked sections", own), ("beside the steps", beside)):
             if len(xs) >= 3 and xs[0] > 0:
                 ratios[kind].append(float(np.mean(xs[1:]) / xs[0]))
-        took = sum(own) + sum(max(v, 0.0) for v in beside)
-        shares.append(took / (tl.end_s - took))
     q = (2.5, 25, 50, 75, 97.5)
     for kind, xs in ratios.items():
         print(f"later evaluations' mean / the first, {kind} ({len(xs)} runs with 3 or more): "
               f"quantiles {q}: {np.round(np.percentile(xs, q), 2).tolist()}")  # fmt: skip
-    print(f"evaluations' share of the run ({len(shares)} runs with evaluations): quantiles "
-          f"(10, 25, 50, 75, 90): {np.round(100 * np.percentile(shares, (10, 25, 50, 75, 90)), 2).tolist()} %")  # fmt: skip  # noqa: E501
 
 
 def main() -> int:

@@ -265,14 +265,19 @@ class Forecaster:
         """What the sections that ran beside the steps cost: by name, (first unit, time over
         the level) of each occurrence, those inside one unit and those during which steps
         ended (the outliers among the units they overlapped, which the level leaves out);
-        and the steps of those outliers."""
+        and the steps of those outliers. Those of an earlier regime (before a change of
+        speed) keep their cost, over the level of their time; one whose outliers are too old
+        to be kept (``StepLevel.MAX_SPIKES``) is left out, its cost unknown, not nothing."""
         lv = self.level
-        start = lv.regime_start or 0
         units = {name: list(v) for name, v in self.beside_units.items()}
         taken: set[int] = set()
+        full = len(lv.spikes) >= lv.MAX_SPIKES
+        oldest = min(lv.spikes, default=0)
         for name, spans in self.beside_spans.items():
             for a, b in spans:
-                ks = [k for k in range(max(a, start), b + 1) if lv.spikes.get(k, 0.0) > 0]
+                if full and a < oldest:
+                    continue
+                ks = [k for k in range(a, b + 1) if lv.spikes.get(k, 0.0) > 0]
                 taken.update(ks)
                 units.setdefault(name, []).append((a, sum(lv.spikes[k] for k in ks)))
         return {name: sorted(v) for name, v in units.items()}, taken
