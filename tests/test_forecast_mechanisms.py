@@ -639,3 +639,165 @@ def test_the_signature_of_a_long_run_spans_its_announced_parts():
     f = r.forecast
     assert abs(f.error_pct) < 1.0 and f.covered
     assert any(c.name.startswith("every 50") for c in f.signature_parts)
+
+
+def _beside_evaluations_timeline(first: float = 5.0):
+    """200 steps of 1 s and 5 s of evaluation after steps 50, 100, 150 and 200 (the last
+    after the last step; the first one ``first`` s): steps end while one runs (the 4 after
+    it are logged during it), the 5th after it carries its time. The total is 220 s with a
+    first one of 5 s."""
+    from ailens import Section, Timeline
+
+    ends, sections, t = [], [], 0.0
+    k = 0
+    while k < 200:
+        k += 1
+        t += 1.0
+        ends.append(t)
+        if k % 50 == 0 and k < 200:
+            took = first if k == 50 else 5.0
+            sections.append(Section("eval", t, t + took))
+            for j in range(1, 5):
+                ends.append(t + j)
+            t += 5.0 + took
+            ends.append(t)
+            k += 5
+    sections.append(Section("eval", t, t + 5.0))  # the evaluation after the last step
+    schedule = {"total_steps": 200, "eval_every_steps": 50}
+    return Timeline(tuple(ends), tuple(sections), schedule, end_s=t + 5.0)
+
+
+def test_an_evaluation_beside_the_steps_under_way_at_the_forecast_is_still_to_come():
+    """An evaluation beside the training is marked when it ends, and steps end while it
+    runs: at a step inside it (MLPerf DLRM-DCNv2 at 50 % of the steps: the evaluation of
+    step 521 running at step 524), it was neither seen nor to come: its cost was missing
+    (-1.2 % there)."""
+    from ailens import forecast_timeline
+
+    r = forecast_timeline(_beside_evaluations_timeline())
+    for s in (102, 153):  # inside the evaluations of steps 100 and 150
+        p = r.at_step(s)
+        part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+        assert part.remaining == (200 - s) // 50 + 2, s  # the one under way, the one at 200
+    # Two seen (at step 102 only the cold first one, priced at 0.75 of it): the total.
+    assert r.at_step(153).predicted_total_s == pytest.approx(220.0, rel=0.005)
+    p = r.at_step(160)  # after it: not counted twice
+    part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+    assert part.remaining == 1
+
+
+def test_an_evaluation_beside_the_steps_after_the_last_step_is_still_to_come():
+    """An evaluation that runs beside the training (steps end while it runs; its cost is
+    what the units it overlapped took over the level) on a schedule that puts one after the
+    last step (MLPerf DLRM: evaluations at steps 68, 144, ..., 1048 of 1048): that last one
+    runs before the end, though no unit holds it. It was not counted (-1.2 % at 20 and 50 %
+    of the steps on the log)."""
+    from ailens import forecast_timeline
+
+    tl = _beside_evaluations_timeline()
+    end = tl.end_s
+    r = forecast_timeline(tl)
+    assert r.actual_total_s == pytest.approx(220.0)
+    for s in (120, 160):
+        p = r.at_step(s)
+        part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+        assert part.remaining == (200 - s) // 50 + 1, s  # the one at step 200 included
+        assert p.predicted_total_s == pytest.approx(end, rel=0.005), s
+
+
+def test_the_slow_steps_of_an_evaluation_under_way_beside_them_are_its_time_not_the_level():
+    """An evaluation beside the training that slows the steps it runs beside (MLPerf Mask
+    R-CNN: 3 logged units 40-60 % slower while it runs): at a step inside it, those slow
+    steps were loose outliers in the level (extrapolated over every step to come) while the
+    whole evaluation was still charged to come (+1.1 points at 20 % of the steps on the
+    log). They are what it took so far: out of the level, and only the rest to come."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends, sections, t = [], [], 0.0
+    for k in range(1, 201):
+        slow = k % 50 in (1, 2, 3) and 50 < k < 200  # the 3 steps after steps 50, 100, 150
+        t += 1.5 if slow else 1.0
+        ends.append(t)
+        if k % 50 == 0 and k < 200:
+            sections.append(Section("eval", t, t + 4.8))  # ends during the 4th step after
+    schedule = {"total_steps": 200, "eval_at_steps": [50, 100, 150]}
+    tl = Timeline(tuple(ends), tuple(sections), schedule, end_s=t)
+    r = forecast_timeline(tl)
+    assert r.actual_total_s == pytest.approx(204.5)
+    for s in (151, 152):  # inside the third evaluation, 1 and 2 of its slow steps done
+        p = r.at_step(s)
+        assert p.step_time_s == pytest.approx(1.0, rel=0.002), s
+        assert p.predicted_total_s == pytest.approx(204.5, rel=0.002), s
+
+
+def test_a_cold_first_evaluation_beside_the_steps_is_left_out_once_a_later_one_is_seen():
+    """Issue 30, 4, for evaluations beside the steps: a marked section's cold first
+    occurrence is left out once a later one is seen, but the units beside one averaged the
+    first in with the later ones (MLPerf SSD: a first evaluation 2x the later ones; on the
+    12 development runs with 3 or more evaluations beside the steps, the later ones' mean
+    is a median 0.74 of the first: ``benchmarks/forecast_misses.py --calibration``)."""
+    from ailens import forecast_timeline
+
+    tl = _beside_evaluations_timeline(first=15.0)  # the first 3x the later ones
+    r = forecast_timeline(tl)
+    assert r.actual_total_s == pytest.approx(230.0)
+    p = r.at_step(120)  # 2 seen: 15 s, then 5 s
+    part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+    assert part.per_occurrence_s == pytest.approx(5.0, rel=0.01)
+    assert p.predicted_total_s == pytest.approx(230.0, rel=0.005)
+    assert p.interval_s[0] <= 230.0 <= p.interval_s[1]
+
+
+def test_evaluations_beside_the_steps_before_a_change_of_speed_keep_their_cost():
+    """After a lasting change of speed (a new regime), the evaluations beside the steps
+    seen before it counted as occurrences that cost nothing (their slow units lie before
+    the regime's start, outside its outliers): the time per occurrence fell to a fraction
+    of what each takes (MLPerf Mask R-CNN, 24 nodes, at 50 % of the steps: 2.63 s for
+    evaluations of 8-10 s; -2.6 %)."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    def step(k):  # the steps speed up by a fifth from step 121 on
+        return 1.0 if k <= 120 else 0.8
+
+    ends, sections, t, k = [], [], 0.0, 0
+    while k < 200:
+        k += 1
+        t += step(k)
+        ends.append(t)
+        if k % 50 == 0 and k < 200:
+            # 5 s of evaluation beside the steps: the 4 steps after it are logged while
+            # it runs, the 5th carries its time.
+            sections.append(Section("eval", t, t + 5.0))
+            for j in range(1, 5):
+                ends.append(t + sum(step(k + i) for i in range(1, j + 1)))
+            t += sum(step(k + j) for j in range(1, 6)) + 5.0
+            ends.append(t)
+            k += 5
+    schedule = {"total_steps": 200, "eval_at_steps": [50, 100, 150]}
+    tl = Timeline(tuple(ends), tuple(sections), schedule, end_s=t)
+    r = forecast_timeline(tl)
+    p = r.at_step(170)  # 3 seen, the first 2 before the change
+    assert p.step_time_s == pytest.approx(0.8, rel=0.01)
+    part = next(c for c in p.components if c.name == "section eval (beside the steps)")
+    assert part.per_occurrence_s == pytest.approx(5.0, rel=0.05)
+
+
+def test_the_interval_keeps_room_for_what_an_announced_epoch_end_not_passed_yet_holds():
+    """Before the first epoch end the schedule announces, what happens there (a plain loop
+    that evaluates in the next epoch's first step, a loader restarting) is not seen: the
+    interval claimed the certainty of the steps alone (synthetic runs with an evaluation in
+    every epoch's first step: -9 % at 1 % of the steps, half-width 5.7 %)."""
+    n = 2000
+    d = _noisy(n, 0.1, cv=0.05, seed=3)
+    d[50::50] += 0.5  # each epoch's first step holds an evaluation
+    f = Forecaster()
+    f.on_schedule({"total_steps": n, "steps_per_epoch": 50})
+    preds, _ = _feed(f, d[:60])
+    truth = float(d.sum())
+    p = preds[19]  # step 20: no epoch end passed
+    assert p.interval_s[0] <= truth <= p.interval_s[1]
+    # Room, not a cost: the forecast itself is the steps'.
+    assert p.predicted_total_s == pytest.approx(n * 0.1, rel=0.03)
+    # Once the first epoch end has passed and shown its part, no such room.
+    q = preds[59]
+    assert q.interval_s[1] - q.interval_s[0] < p.interval_s[1] - p.interval_s[0]

@@ -10,7 +10,7 @@ from .extras import recurring_extras
 from .level import StepLevel
 from .parts import split_spikes
 from .schedule import Schedule
-from .sections import section_parts, unannounced
+from .sections import section_parts, unannounced, under_way
 from .snapshot import Prediction, Snapshot
 from .stats import NORMAL_DF
 
@@ -151,6 +151,7 @@ class Forecaster:
                 change_size2=0.0,
             )
         units, by_beside = self._beside_excess()
+        spent = self._under_way_spent(s, units, by_beside)
         spikes = {k: v for k, v in lv.spikes.items() if k not in by_beside}
         extras, explained = recurring_extras(spikes, s, self.schedule, self.warmup_steps)
         explained |= by_beside
@@ -202,7 +203,7 @@ class Forecaster:
             # with ``CHANGE_PRIOR_STEPS`` steps that had none.
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
-            parts=(*extras, *self._sections(s, level, units, extras)),
+            parts=(*extras, *self._sections(s, level, units, extras, spent)),
             unannounced=self._unannounced(),
             trend=slope,
             # Over all regimes, with the same parts taken out as from the regime's mean: their
@@ -228,25 +229,55 @@ class Forecaster:
             if what != "evaluation" and s <= period and (not n or period < n)
         )
 
-    def _sections(self, s: int, level: float, units=None, extras=()):
+    def _sections(self, s: int, level: float, units=None, extras=(), spent=None):
         units = self.beside_units if units is None else units
         in_step = any(e.name.endswith("(evaluation)") for e in extras)
         return section_parts(
-            self.sections, self.beside, self.schedule, s, level, units, in_step_eval=in_step
+            self.sections,
+            self.beside,
+            self.schedule,
+            s,
+            level,
+            units,
+            in_step_eval=in_step,
+            spent=spent,
         )
+
+    def _under_way_spent(
+        self, s: int, units: dict[str, list[tuple[int, float]]], taken: set[int]
+    ) -> dict[str, float]:
+        """What the sections beside the steps under way took so far, by name: the slow
+        steps since its position (outliers of the current regime), added to ``taken`` (they
+        are its time, spent, not the level's)."""
+        lv = self.level
+        spent: dict[str, float] = {}
+        for name, occ in units.items():
+            at = under_way(name, self.sections, occ, self.schedule, s)
+            if at is None:
+                continue
+            start = max(at, lv.regime_start or 0)
+            ks = [k for k, v in lv.spikes.items() if k >= start and v > 0 and k not in taken]
+            taken.update(ks)
+            spent[name] = sum(lv.spikes[k] for k in ks)
+        return spent
 
     def _beside_excess(self) -> tuple[dict[str, list[tuple[int, float]]], set[int]]:
         """What the sections that ran beside the steps cost: by name, (first unit, time over
         the level) of each occurrence, those inside one unit and those during which steps
         ended (the outliers among the units they overlapped, which the level leaves out);
-        and the steps of those outliers."""
+        and the steps of those outliers. Those of an earlier regime (before a change of
+        speed) keep their cost, over the level of their time; one whose outliers are too old
+        to be kept (``StepLevel.MAX_SPIKES``) is left out, its cost unknown, not nothing."""
         lv = self.level
-        start = lv.regime_start or 0
         units = {name: list(v) for name, v in self.beside_units.items()}
         taken: set[int] = set()
+        full = len(lv.spikes) >= lv.MAX_SPIKES
+        oldest = min(lv.spikes, default=0)
         for name, spans in self.beside_spans.items():
             for a, b in spans:
-                ks = [k for k in range(max(a, start), b + 1) if lv.spikes.get(k, 0.0) > 0]
+                if full and a < oldest:
+                    continue
+                ks = [k for k in range(a, b + 1) if lv.spikes.get(k, 0.0) > 0]
                 taken.update(ks)
                 units.setdefault(name, []).append((a, sum(lv.spikes[k] for k in ks)))
         return {name: sorted(v) for name, v in units.items()}, taken

@@ -45,7 +45,8 @@ class Part:
     """A part of the run besides the training-step level, as the forecast schedules it.
 
     ``kind``: "in-step" (extra time inside step intervals ``i`` with ``i % period ==
-    offset``), "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
+    offset``; ``due_now``: one whose position passed is under way, its units not ended),
+    "section" (after step ends ``k`` with ``k % period == offset``; ``due_now``: the
     current step end is one and its section has not begun), "rate" (irregular: ``rate`` per
     remaining step) or "one-off" (already spent).
     """
@@ -66,11 +67,24 @@ class Part:
     # How well its time per occurrence is known: the 95 % half-width of that time, relative
     # to it (None: not known yet: assumed, or only a cold first occurrence seen).
     precision: float | None = None
+    # An in-step part that is a section on ``plan`` (one that ran beside the steps inside the
+    # unit it fell in): its occurrence after the last step still runs before the run's end.
+    after_last: bool = False
+    # What the one under way (``due_now``, in-step) took so far: spent, not to come again.
+    spent_s: float = 0.0
+
+    def _under_way(self) -> float:
+        """The share of an in-step occurrence under way still to come."""
+        if not self.due_now:
+            return 0.0
+        if self.per_occurrence_s <= 0:
+            return 1.0
+        return max(1.0 - self.spent_s / self.per_occurrence_s, 0.0)
 
     def remaining(self, s: int, n: int) -> float:
         if self.kind == "in-step":
             if self.plan is not None:
-                return self.plan.count(s, n - 1)
+                return self.plan.count(s, n if self.after_last else n - 1) + self._under_way()
             return occurrences(self.period, self.offset, s, n - 1)
         if self.kind == "section":
             if self.plan is not None:

@@ -56,11 +56,13 @@ def section_parts(
     level: float,
     beside_units: dict[str, list[tuple[int, float]]] | None = None,
     in_step_eval: bool = False,
+    spent: dict[str, float] | None = None,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
     ``sections``: name -> (step, seconds) of each; ``beside``: the seconds of those that ran
-    beside the steps."""
+    beside the steps; ``spent``: by name, what the one under way took so far (the units
+    over the level since its position, ``under_way``)."""
     eval_plan = schedule.eval_plan()
     out = [_marked(name, seen, schedule, eval_plan, s) for name, seen in sections.items()]
     for name, secs in beside.items():
@@ -69,7 +71,10 @@ def section_parts(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
     for name, units in (beside_units or {}).items():
-        out.append(_beside_units(name, units, schedule, eval_plan, level))
+        now = under_way(name, sections, units, schedule, s)
+        out.append(
+            _beside_units(name, units, schedule, eval_plan, level, now, (spent or {}).get(name))
+        )
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     # A section is marked when it ends: one that runs beside the steps for a while after its
@@ -135,25 +140,33 @@ def _beside_units(
     sched: Schedule,
     eval_plan: EvalPlan | None,
     level: float,
+    now: int | None = None,
+    spent: float | None = None,
 ) -> Part:
     """A section that runs beside the training inside the units it falls in: what those
     units take over the level, on the section's schedule (in-step). Its precision is the
-    95 % half-width of that time relative to the step level (it may be about nothing), known
-    from 3 units on."""
-    at = [i for i, _ in units]
+    95 % half-width of that time relative to the step level (it may be about nothing).
+    ``now``: the position of one under way (``under_way``), still to come
+    (``due_now``) less what it took so far (``spent``)."""
     excess = [x for _, x in units]
-    m = len(excess)
-    mean = sum(excess) / m
-    plan, source = (eval_plan, "schedule") if name == "eval" and eval_plan else (None, "")
-    if plan is None:
-        plan, source = learned_plan(at, sched.epoch_steps())
-    per = max(mean, 0.0)
-    if m == 1:  # its first occurrence, cold like a first section
-        per, sd, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
+    plan, source = _beside_plan(name, units, sched, eval_plan)
+    if len(excess) == 1:  # its first occurrence, cold like a first section
+        per = max(excess[0], 0.0)
+        per, sd, precise, m = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision(), 1
     else:
-        sd = float(np.std(excess, ddof=1))
-        # Relative to its time, or to a hundredth of a step when it costs about nothing.
-        precise = per_occurrence_precision(max(per, 0.01 * level), sd, m)
+        # The first is cold, like a first section's: once a later one is seen it is left
+        # out (spent, not extrapolated), else a slow first evaluation (compilation, caches)
+        # is averaged into every later one.
+        warm = excess[1:]
+        m = len(warm)
+        per = max(sum(warm) / m, 0.0)
+        sd_seen = float(np.std(warm, ddof=1)) if m > 1 else 0.0
+        # Relative to its time, or to a hundredth of a step when it costs about nothing;
+        # pooled with the prior spread as a section's (a few equal ones are no certainty).
+        base = max(per, 0.01 * level)
+        k0 = SECTION_PRIOR
+        sd = math.sqrt((k0 * (SECTION_CV * base) ** 2 + (m - 1) * sd_seen**2) / (k0 + m - 1))
+        precise = per_occurrence_precision(base, sd_seen, m)
     if source.startswith("assumed: every"):
         precise = None
     return Part(
@@ -166,7 +179,43 @@ def _beside_units(
         "in-step" if plan else "one-off",
         plan=plan,
         precision=precise,
+        due_now=now is not None,
+        spent_s=spent or 0.0,
+        # A section comes after its step: the one after the last step (a final evaluation)
+        # runs before the end, though no unit holds it.
+        after_last=True,
     )
+
+
+def _beside_plan(
+    name: str, units: list[tuple[int, float]], sched: Schedule, eval_plan: EvalPlan | None
+) -> tuple[EvalPlan | None, str]:
+    """Where a section beside the steps comes: the schedule's evaluations, else learned."""
+    if name == "eval" and eval_plan:
+        return eval_plan, "schedule"
+    return learned_plan([i for i, _ in units], sched.epoch_steps())
+
+
+def under_way(
+    name: str,
+    sections: dict[str, list[tuple[int, float]]],
+    units: list[tuple[int, float]],
+    sched: Schedule,
+    s: int,
+) -> int | None:
+    """The position of an occurrence of a section beside the steps under way after ``s``
+    steps, or None: a section is marked when it ends and steps end while this one runs, so
+    one whose position passed within the last spacing with none marked since (beside the
+    steps or not: some occurrences may lengthen a unit) has begun and not ended."""
+    plan, _ = _beside_plan(name, units, sched, sched.eval_plan())
+    if plan is None:
+        return None
+    last = max(k for k, _ in (*sections.get(name, ()), *units))
+    lo = max(last + 1, s - math.ceil(plan.spacing()))
+    for k in range(s - 1, lo - 1, -1):
+        if plan.count(k, k):
+            return k
+    return None
 
 
 def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) -> Part:

@@ -154,11 +154,18 @@ class Snapshot:
             )
         ]
         var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
+        room = 0.0
         if self.unannounced:
             # Evaluations nobody announced may still come (some start half-way through a
             # run): the prior share's spread on the remaining training, less likely the later
             # none has come.
-            var += (EVAL_SHARE_SD * (1 - s / n) * r * lvl) ** 2
+            room = EVAL_SHARE_SD * (1 - s / n) * r * lvl
+        if self.unseen_periods:
+            # An announced epoch end (or checkpoint position) not passed yet: what happens
+            # there (an evaluation in the next step, a loader restarting) is not seen. The
+            # same prior share's spread on the remaining training, as room, not a cost.
+            room = max(room, EVAL_SHARE_SD * r * lvl)
+        var += room * room
         var = self._add_parts(comps, var, s, n, r)
         total = elapsed + sum(c.remaining_s for c in comps)
         # Student's t on the regime's steps: few steps, a wider interval.

@@ -1,0 +1,164 @@
+"""Where ailens's forecast is worse than the better of the progress bar and Composer on the
+MLPerf logs of the corpus, and why (issue 30): each (run, 5/10/20/50 %) point worse by more
+than 0.25 points, by mechanism, from a ``bench_forecast.py corpus --json`` result.
+
+    .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json
+    .venv/bin/python benchmarks/forecast_misses.py OUT.json [--list] [--calibration]
+
+Mechanisms, the first that applies:
+
+- ``first unit only``: the forecast at step 1 (the level is the first unit's stated
+  start-up share, 0.70 +/- 0.33 of it: nothing else is known yet);
+- ``last unit partial``: a run of at most 10 units whose last unit is under half the others
+  (the run stopped at its target accuracy inside it: its length in units is not its length);
+- ``change of speed after the point``: had the training's speed over the remaining units
+  (their sections out, slow units over 1.25x their median left out) been the level the
+  forecast used, ailens would not have been worse: a physical limit, nothing before the
+  point shows it;
+- ``announced evaluation not seen yet``: its cost was the stated prior;
+- ``evaluation seen once``: its later ones were priced from the cold first (0.75 +/- 0.25);
+- ``other``.
+
+``--calibration`` prints, on the same logs, what the cold-first prior rests on: the later
+evaluations' mean against the first (marked sections, and those beside the steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import ailens  # noqa: E402
+
+MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
+FRACTIONS = ("5", "10", "20", "50")
+NOISE = 0.25  # points: "worse" is worse by more than this
+
+
+def _index() -> dict[str, str]:
+    return {
+        "mlperf/" + x["file"].removesuffix(".txt.gz"): x["file"]
+        for x in json.loads((MLPERF / "index.json").read_text())
+    }
+
+
+def _units(tl) -> np.ndarray:
+    """Each unit's training time: its duration less the marked sections inside it."""
+    ends = np.asarray(tl.step_end_s)
+    u = np.diff(np.concatenate(([0.0], ends)))
+    for sec in tl.sections:
+        i = int(np.searchsorted(ends, sec.end_s, side="left"))
+        if i < len(u) and (i == 0 or sec.begin_s >= ends[i - 1]):
+            u[i] -= sec.end_s - sec.begin_s
+    return u
+
+
+def classify(rows: list[dict]) -> list[tuple[str, str, float, float, float, str]]:
+    """(run, fraction, ailens error, the better baseline's |error|, the speed change's
+    share of the total, mechanism) of each point worse than the better baseline."""
+    index, cache, out = _index(), {}, []
+    for r in rows:
+        if r.get("set") != "mlperf":
+            continue
+        for pct in FRACTIONS:
+            e = r["error_pct"]
+            ours = e["ailens"][pct]
+            base = [abs(x) for x in (e["naive"][pct], e["composer"][pct]) if x is not None]
+            if ours is None or not base or abs(ours) <= min(base) + NOISE:
+                continue
+            f = index[r["name"]]
+            if f not in cache:
+                tl = ailens.read_timeline(MLPERF / f, include_init=False)
+                cache[f] = (tl, ailens.forecast_timeline(tl))
+            tl, fr = cache[f]
+            n = tl.total_steps
+            s = max(1, int(int(pct) / 100 * n))
+            p = fr.at_step(s)
+            u = _units(tl)
+            rest = u[s:]
+            speed = rest[rest <= 1.25 * np.median(rest)].mean() if len(rest) > 3 else rest.mean()
+            # error = (predicted - actual) / actual: a faster rest makes the forecast high.
+            change = 100 * (p.step_time_s - speed) * len(rest) / fr.actual_total_s
+            names = {c.name for c in p.components}
+            if s == 1:
+                why = "first unit only"
+            elif n <= 10 and u[-1] < 0.5 * np.median(u[1:-1]):
+                why = "last unit partial"
+            elif abs(ours - change) <= min(base) + NOISE:
+                why = "change of speed after the point"
+            elif "section eval (not seen yet)" in names:
+                why = "announced evaluation not seen yet"
+            elif any(
+                c.name.startswith("section eval") and c.seen == 1 and c.remaining
+                for c in p.components
+            ):
+                why = "evaluation seen once"
+            else:
+                why = "other"
+            out.append((r["name"], pct, ours, min(base), change, why))
+    return out
+
+
+def calibration() -> None:
+    """The later evaluations' mean against the first, as the forecaster measured them at
+    the end of each log: marked sections (their own time) and those beside the steps (what
+    the units they ran beside took over the level)."""
+    ratios: dict[str, list[float]] = {"marked sections": [], "beside the steps": []}
+    for f in _index().values():
+        tl = ailens.read_timeline(MLPERF / f, include_init=False)
+        replay = ailens.TimelineReplay()
+        replay.feed(tl)
+        fc = replay.oa.forecaster
+        own = [v for _, v in fc.sections.get("eval", [])]
+        beside = [v for _, v in fc._beside_excess()[0].get("eval", [])]
+        for kind, xs in (("marked sections", own), ("beside the steps", beside)):
+            if len(xs) >= 3 and xs[0] > 0:
+                ratios[kind].append(float(np.mean(xs[1:]) / xs[0]))
+    q = (2.5, 25, 50, 75, 97.5)
+    for kind, xs in ratios.items():
+        print(f"later evaluations' mean / the first, {kind} ({len(xs)} runs with 3 or more): "
+              f"quantiles {q}: {np.round(np.percentile(xs, q), 2).tolist()}")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("corpus_json", type=Path, help="bench_forecast.py corpus --json's output")
+    ap.add_argument("--list", action="store_true", help="print every point")
+    ap.add_argument("--calibration", action="store_true", help="print what the priors rest on")
+    args = ap.parse_args()
+    rows = json.loads(args.corpus_json.read_text())["runs"]
+    points = classify(rows)
+    if args.list:
+        for name, pct, ours, best, change, why in points:
+            print(f"{pct:>3} % {name:75.75s} ailens {ours:+7.2f} better baseline {best:6.2f} "
+                  f"speed change {change:+7.2f}  {why}")  # fmt: skip
+    scored = sum(
+        1
+        for r in rows
+        if r.get("set") == "mlperf"
+        for p in FRACTIONS
+        if r["error_pct"]["ailens"][p] is not None
+        and any(r["error_pct"][b][p] is not None for b in ("naive", "composer"))
+    )
+    print(f"{len(points)} of {scored} MLPerf points worse than the better baseline by > {NOISE}")
+    counts = collections.Counter(why for *_, why in points)
+    for why, k in counts.most_common():
+        by = " ".join(
+            f"{p} %: {sum(1 for x in points if x[1] == p and x[5] == why)}" for p in FRACTIONS
+        )
+        print(f"  {k:3d}  {why}  ({by})")
+    if args.calibration:
+        calibration()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
