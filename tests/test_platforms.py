@@ -344,3 +344,26 @@ def test_saturation_on_an_uneven_mesh_scales_by_the_rings_each_device_set_closes
     bus = min(40e9 * k8 / k4, est.ceiling_Bps)
     assert est.seconds == pytest.approx((1 << 28) * busbw_factor("allreduce", 8) / bus)
     assert any("NVLink rings" in a for a in est.assumptions)
+
+
+def test_ring_latency_across_nodes_pays_the_network_post_on_every_step():
+    """NCCL's tuning model (getNetOverhead): a ring that spans nodes pays at least the host's
+    network post overhead on every step, intra-node ones too (x3 with Simple), so its latency
+    grows with all the ranks, not with the nodes alone. AMD hosts (DGX A100, ND A100 v4): 2 us."""
+    plat = DEFAULT_PLATFORMS["azure-nd-a100-v4"]
+    assert plat.net_overhead_s == pytest.approx(2e-6)
+    assert DEFAULT_PLATFORMS["dgx1-v100"].net_overhead_s == pytest.approx(1e-6)
+
+    def ring(ranks, proto):
+        return nccl_collective_s("allreduce", 8, ranks, plat, 8, algorithm="ring", protocol=proto)
+
+    # 16 -> 32 ranks on 8 per node: 32 more ring steps, 4 of them across nodes.
+    for proto, floor in (("LL", 2e-6), ("Simple", 6e-6)):
+        grown = ring(32, proto).seconds - ring(16, proto).seconds
+        assert grown >= 28 * floor, proto
+    # One node: the steps stay at the NVLink latency.
+    one = nccl_collective_s("allreduce", 8, 8, plat, 8, algorithm="ring", protocol="LL")
+    assert one.seconds < plat.base_latency_s + 14 * 1e-6
+    # The figure travels with the platform file.
+    doc = platform_to_dict(replace(plat, net_overhead_s=3e-6))
+    assert platform_from_dict(doc, "x.json").net_overhead_s == pytest.approx(3e-6)

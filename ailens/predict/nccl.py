@@ -248,6 +248,7 @@ class _Path:
     s_base: float
     s_intra: float
     s_net: float
+    net_overhead: float
 
 
 def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) -> _Path:
@@ -291,7 +292,16 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     if ring_over_host:
         s_intra = platform.host.latency_s / NCCL_PCI_STEP_S
     s_net = platform.network.latency_s / NCCL_NET_STEP_S if platform.network else 1.0
-    return _Path(hw_intra, ring_over_host, ceiling, bottleneck, s_base, s_intra, s_net)
+    return _Path(
+        hw_intra,
+        ring_over_host,
+        ceiling,
+        bottleneck,
+        s_base,
+        s_intra,
+        s_net,
+        platform.net_overhead_s,
+    )
 
 
 # Bus bandwidth of each algorithm and protocol as a fraction of the bottleneck link's, as
@@ -329,6 +339,8 @@ def _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune) -> float:
         return lat + 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
     if kind in ("broadcast", "reduce"):
         return lat + nsteps * (net_lat if nodes > 1 else intra_lat)
+    if nodes > 1:  # every step of a ring across nodes pays the network post (x3 Simple)
+        intra_lat = max(intra_lat, path.net_overhead * (3 if p == "Simple" else 1))
     lat += (nsteps - inter) * intra_lat + inter * net_lat
     if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
         lat *= 1.9  # NCCL's "plateau effect of ring" across nodes

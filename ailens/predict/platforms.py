@@ -52,6 +52,11 @@ NCCL_NVLINK_STEP_S = 0.47 * _US
 NCCL_PCI_STEP_S = 1.0 * _US
 NCCL_NET_STEP_S = 2.7 * _US
 NCCL_BASE_S = 6.6 * _US
+# NCCL's network post overhead (getNetOverhead in src/graph/tuning.cc): a ring that spans
+# nodes pays at least this on every step, intra-node ones too (x3 with Simple); 1 us on Intel
+# and other hosts, 2 us on AMD x86 hosts.
+NCCL_NET_OVERHEAD_S = 1.0 * _US
+NCCL_NET_OVERHEAD_AMD_S = 2.0 * _US
 _NCCL_LAT = "NCCL's default latency model (src/graph/tuning.cc hwLat/baseLat, ring LL)"
 
 
@@ -104,6 +109,9 @@ class Platform:
     # kernels one after the other. Fitted when a log was run so; a job with one process per
     # device does not pay it.
     launch_s: float = 0.0
+    # NCCL's network post overhead on this node's host CPU (NCCL_NET_OVERHEAD_S): the floor
+    # of every step of a ring that spans nodes, so its latency grows with all the ranks.
+    net_overhead_s: float = NCCL_NET_OVERHEAD_S
     # Saturation: the bus bandwidth (B/s) nccl-tests measured at its largest message (in the
     # bandwidth band, SATURATION_MIN_BYTES and up) when k devices of one node took part
     # ({k: B/s}). Beyond the largest such k, large messages are priced at it (nccl.py).
@@ -127,6 +135,8 @@ class Platform:
                 f"platform {self.name!r}: nvlinks must be a {self.devices_per_node} x "
                 f"{self.devices_per_node} matrix (links between device pairs)"
             )
+        if not (self.net_overhead_s >= 0 and math.isfinite(self.net_overhead_s)):
+            raise ValueError(f"platform {self.name!r}: net_overhead_s must be >= 0 s")
         if self.network is not None and self.nics_per_node < 1:
             raise ValueError(f"platform {self.name!r}: a network needs nics_per_node >= 1")
 
@@ -326,6 +336,7 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             nics_per_node=8,
             intra_kind="nvswitch",
+            net_overhead_s=NCCL_NET_OVERHEAD_AMD_S,  # host: 2 x AMD EPYC 7742 (DGX A100)
             device="A100 SXM4 (vendor datasheet: 19.5 TFLOP/s FP32, 156 TF32, 312 FP16 dense)",
             peak_tflops={"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
             description="NVIDIA DGX A100 / Azure ND A100 v4: 8 x A100 on NVSwitch, 8 x 200 Gb/s",
@@ -375,6 +386,7 @@ DEFAULT_PLATFORMS["azure-nd-a100-v4"] = replace(
     DEFAULT_PLATFORMS["dgx-a100"],
     name="azure-nd-a100-v4",
     description="Azure ND A100 v4: 8 x A100 40 GB on NVSwitch, one 200 Gb/s HDR NIC per GPU",
+    net_overhead_s=NCCL_NET_OVERHEAD_AMD_S,  # host: 2 x AMD EPYC 7V12
 )
 DEFAULT_PLATFORMS["ndv4"] = replace(DEFAULT_PLATFORMS["azure-nd-a100-v4"], name="ndv4")
 DEFAULT_PLATFORMS["dgx1"] = replace(DEFAULT_PLATFORMS["dgx1-v100"], name="dgx1")
@@ -417,6 +429,7 @@ def platform_to_dict(p: Platform) -> dict:
             for k, d in sorted(p.protocols_by_devices.items())
         },
         "launch_s": p.launch_s,
+        "net_overhead_s": p.net_overhead_s,
         "busbw_by_devices": {str(k): float(v) for k, v in sorted(p.busbw_by_devices.items())},
         "device": p.device,
         "peak_tflops": {str(k): float(v) for k, v in sorted(p.peak_tflops.items())},
@@ -479,6 +492,7 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
                 for k, per in (d.get("protocols_by_devices") or {}).items()
             },
             launch_s=float(d.get("launch_s") or 0.0),
+            net_overhead_s=float(d.get("net_overhead_s", NCCL_NET_OVERHEAD_S)),
             busbw_by_devices={
                 int(k): float(b) for k, b in (d.get("busbw_by_devices") or {}).items()
             },
