@@ -21,6 +21,7 @@ from ailens.predict.platforms import (
     load_platform,
     platform_from_dict,
     platform_to_dict,
+    relayed_ring_links,
     ring_links,
 )
 
@@ -142,8 +143,29 @@ def test_ring_links_of_the_dgx1_hybrid_cube_mesh():
     got = {k: ring_links(nv, k) for k in range(2, 9)}
     assert got[2] == 1 and got[4] == 4 and got[8] == 6
     assert got[5] == 0  # GPU 4 reaches only GPU 0 among the first five: no NVLink ring
-    five = nccl_collective_s("allreduce", 1 << 30, 5, DEFAULT_PLATFORMS["dgx1-v100"])
-    assert "host path" in five.bottleneck or "host" in " ".join(five.assumptions)
+
+
+def test_a_device_set_with_no_direct_nvlink_ring_relays_through_a_third_device():
+    """DGX-1, first five GPUs: GPU 4's only NVLinks go to GPU 0, so no ring closes over
+    direct links; NCCL then routes the missing hops over NVLink through a third GPU (its NVB
+    paths) before the host. Both of GPU 4's hops use its two links to GPU 0: two rings, priced
+    per link as measured at 8 devices, not at the unmeasured host path."""
+    dgx1 = DEFAULT_PLATFORMS["dgx1-v100"]
+    assert relayed_ring_links(dgx1.nvlinks, 5) == 2
+    assert relayed_ring_links(dgx1.nvlinks, 8) == ring_links(dgx1.nvlinks, 8) == 6
+    p = replace(dgx1, intra_by_devices={8: 134.5e9})
+    five = nccl_collective_s("allreduce", 1 << 28, 5, p)
+    assert five.ceiling_Bps == pytest.approx(134.5e9 * 2 / 6)
+    assert five.ceiling_Bps > 2 * dgx1.host.bandwidth_Bps
+    assert any("relayed" in a for a in five.assumptions)
+    assert not any("host path" in a for a in five.assumptions)
+    # PCI-class step latency (NCCL's latency class for NVB rings): slower than 4 on NVLink.
+    tiny5 = nccl_collective_s("allreduce", 8, 5, p, algorithm="ring", protocol="LL")
+    tiny4 = nccl_collective_s("allreduce", 8, 4, p, algorithm="ring", protocol="LL")
+    assert tiny5.seconds - tiny4.seconds > 2 * 1.8 * 0.47e-6
+    # Pairs bridged apart (no link between the pairs): nothing to relay through, the host.
+    pairs = ((0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0))
+    assert relayed_ring_links(pairs, 4) == 0
 
 
 def test_the_documented_hand_written_platform():

@@ -38,6 +38,7 @@ from .platforms import (
     NCCL_NVLINK_STEP_S,
     NCCL_PCI_STEP_S,
     Platform,
+    relayed_ring_links,
     ring_links,
 )
 
@@ -175,6 +176,11 @@ def nccl_collective_s(
             f"{devices_per_process - 1} more kernel launches of {platform.launch_s * 1e6:.3g} us"
         )
     bus_now = _wire_bytes(kind, nbytes, n) / t * busbw_factor(kind, n) if t > 0 else 0.0
+    if path.relayed:
+        notes.append(
+            f"no ring over the first {ppn} devices closes over direct NVLinks: hops relayed "
+            "over NVLink through a third device (NCCL's NVB paths), PCI-class latency"
+        )
     if path.ring_over_host:
         notes.append(
             f"no ring over the first {ppn} devices closes over NVLink: at the host path's speed"
@@ -242,6 +248,7 @@ class _Path:
     and the platform's latencies over NCCL's (base, intra-node step, network step)."""
 
     hw_intra: str
+    relayed: bool
     ring_over_host: bool
     ceiling: float
     bottleneck: str
@@ -256,14 +263,17 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     # The bottleneck link's bus bandwidth.
     b_intra, intra_src = platform.intra_bandwidth(ppn)
     hw_intra = "pcie" if platform.intra_kind == "pcie" else "nvlink"
-    ring_over_host = bool(
+    # No ring over direct NVLinks: NCCL relays hops through a third device over NVLink
+    # (PATH_NVB; its latency class is PCI's, LL128 stays on), else crosses the host.
+    no_direct_ring = bool(
         platform.nvlinks
-        and platform.host is not None
         and 1 < ppn <= len(platform.nvlinks)
         and ppn not in platform.intra_by_devices
         and ring_links(platform.nvlinks, ppn) == 0
     )
-    if ring_over_host:
+    relayed = no_direct_ring and relayed_ring_links(platform.nvlinks, ppn) > 0
+    ring_over_host = no_direct_ring and not relayed and platform.host is not None
+    if no_direct_ring:
         hw_intra = "pcie"
     bottleneck = f"intra-node link, {b_intra / 1e9:.3g} GB/s bus bandwidth ({intra_src})"
     ceiling = b_intra if ppn > 1 else math.inf
@@ -294,6 +304,7 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     s_net = platform.network.latency_s / NCCL_NET_STEP_S if platform.network else 1.0
     return _Path(
         hw_intra,
+        relayed,
         ring_over_host,
         ceiling,
         bottleneck,
@@ -360,7 +371,7 @@ def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protoco
         for pi, p in enumerate(PROTOCOLS):
             if protocol and p.lower() != protocol.lower():
                 continue
-            if p == "LL128" and path.hw_intra != "nvlink":
+            if p == "LL128" and path.hw_intra != "nvlink" and not path.relayed:
                 continue  # NCCL enables LL128 by default over NVLink only
             tune = platform.protocol_tuning(ppn, p)
             bus = ceiling * _bus_factor(a, p, kind, ppn, nodes)

@@ -40,6 +40,7 @@ __all__ = [
     "platform_labels",
     "platform_from_dict",
     "platform_to_dict",
+    "relayed_ring_links",
     "ring_links",
 ]
 
@@ -149,6 +150,10 @@ class Platform:
             return table[k], f"{self.intra.source} (measured at {k} devices per node)"
         if self.nvlinks and k <= len(self.nvlinks):
             got = ring_links(self.nvlinks, k)
+            relay = ""
+            if got == 0 and k > 2:
+                got = relayed_ring_links(self.nvlinks, k)
+                relay = " (no ring closes over direct NVLinks: hops relayed through a third device)"
             if got > 0:
                 # Bandwidth per usable link: from the nearest measured count, else the full node.
                 refs = {a: ring_links(self.nvlinks, a) for a in table if a <= len(self.nvlinks)}
@@ -162,7 +167,7 @@ class Platform:
                     bw, what = self.intra.bandwidth_Bps * got / ref_links, "one device's links"
                 return bw, (
                     f"{self.intra.source}; {got:g} links per device for rings over the first "
-                    f"{k} devices, {ref_links:g} at {what}"
+                    f"{k} devices{relay}, {ref_links:g} at {what}"
                 )
             if self.host is not None:
                 return self.host.bandwidth_Bps, (
@@ -240,6 +245,66 @@ def ring_links(nvlinks: tuple, k: int) -> float:
                 done = search(ci, count + 1)
                 for e in c:
                     cap[e] += 1
+                if done:
+                    return True
+        return False
+
+    search(0, 0)
+    return float(best)
+
+
+_MAX_RELAYED_RINGS = 20000  # bounds the search on a large sparse mesh (a lower count then)
+
+
+@lru_cache(maxsize=64)
+def relayed_ring_links(nvlinks: tuple, k: int) -> float:
+    """Links per device that rings over the first ``k`` devices can use at once when a hop
+    between two devices with no NVLink of their own goes over NVLink through a third device
+    of the set (NCCL's PATH_NVB paths, tried before PCIe when no ring closes over direct
+    NVLinks): each such hop takes one link direction on both of its legs. 0 when no ring
+    closes even so (the ring then crosses the host path)."""
+    from collections import Counter
+    from itertools import permutations, product
+
+    k = int(k)
+    direct = ring_links(nvlinks, k)
+    if k < 3 or direct > 0:  # NCCL relaxes the path type only when no ring closes
+        return direct
+    cap = {
+        (i, j): int(nvlinks[i][j]) for i in range(k) for j in range(k) if i != j and nvlinks[i][j]
+    }
+
+    def routes(a: int, b: int) -> list[tuple]:
+        if (a, b) in cap:  # NCCL takes the direct link where there is one
+            return [((a, b),)]
+        return [((a, c), (c, b)) for c in range(k) if (a, c) in cap and (c, b) in cap]
+
+    rings: set = set()
+    for perm in permutations(range(1, k)):
+        order = (0, *perm)
+        hops = [routes(order[i], order[(i + 1) % k]) for i in range(k)]
+        if all(hops):
+            for choice in product(*hops):
+                rings.add(tuple(sorted(Counter(e for r in choice for e in r).items())))
+                if len(rings) >= _MAX_RELAYED_RINGS:
+                    break
+    use = sorted(rings)
+    bound = min(sum(c for (i, _), c in cap.items() if i == v) for v in range(k))
+    best = 0
+
+    def search(start: int, count: int) -> bool:
+        nonlocal best
+        best = max(best, count)
+        if best >= bound:
+            return True
+        for ri in range(start, len(use)):
+            ring = use[ri]
+            if all(cap[e] >= m for e, m in ring):
+                for e, m in ring:
+                    cap[e] -= m
+                done = search(ri, count + 1)
+                for e, m in ring:
+                    cap[e] += m
                 if done:
                     return True
         return False
