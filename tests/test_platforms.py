@@ -389,3 +389,37 @@ def test_ring_latency_across_nodes_pays_the_network_post_on_every_step():
     # The figure travels with the platform file.
     doc = platform_to_dict(replace(plat, net_overhead_s=3e-6))
     assert platform_from_dict(doc, "x.json").net_overhead_s == pytest.approx(3e-6)
+
+
+def test_network_latency_beyond_the_measured_nodes_gets_a_range_not_a_point():
+    """A network fitted on a 2-node log: NCCL's tree adds a network level per doubling of the
+    nodes; the interval lets the latency grow with every node up to 16 nodes ((16-1)/log2(16)
+    = 3.75 x per level), and no wider at the measured count."""
+    from ailens.predict.cluster import predict
+    from ailens.predict.job import JobDescription
+    from ailens.predict.nccl import latency_growth_beyond_measured
+
+    a100 = DEFAULT_PLATFORMS["dgx-a100"]
+    fitted = replace(
+        a100,
+        network=replace(a100.network, source="fitted on a 2-node log"),
+        intra=replace(a100.intra, source="fitted on a 1-node log"),
+        network_nodes=2,
+    )
+    assert latency_growth_beyond_measured(fitted, 2) == 1.0
+    assert latency_growth_beyond_measured(fitted, 16) == pytest.approx(15 / 4)
+    assert latency_growth_beyond_measured(replace(fitted, network_nodes=4), 4) == 1.0
+    est = nccl_collective_s("allreduce", 8192, 128, fitted)
+    assert any("beyond the 2" in a and "x3.75" in a for a in est.assumptions)
+    # Many small buckets: latency-bound, so the range shows in the step's interval.
+    job = JobDescription(
+        name="j", grad_bytes=64 * 8192, buckets=(8192,) * 64, step_s=0.01,
+        batch_per_device=32.0, platform="dgx-a100", overlap=False,
+    )  # fmt: skip
+    two, many = predict(job, [16, 128], fitted)
+    two_m, many_m = predict(job, [16, 128], replace(fitted, network_nodes=16))
+    assert many.step_time_s == many_m.step_time_s and many.step_low_s == many_m.step_low_s
+    assert many.step_high_s > many_m.step_high_s + 0.5 * many.comm_step_s
+    assert (two.step_low_s, two.step_high_s) == (two_m.step_low_s, two_m.step_high_s)
+    doc = platform_to_dict(fitted)
+    assert platform_from_dict(doc, "x.json").network_nodes == 2

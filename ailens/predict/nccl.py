@@ -47,6 +47,7 @@ __all__ = [
     "SATURATION_MIN_BYTES",
     "CollectiveEstimate",
     "busbw_factor",
+    "latency_growth_beyond_measured",
     "nccl_collective_s",
 ]
 
@@ -185,6 +186,13 @@ def nccl_collective_s(
         notes.append(
             f"no ring over the first {ppn} devices closes over NVLink: at the host path's speed"
         )
+    grow = latency_growth_beyond_measured(platform, nodes) if nodes > 1 else 1.0
+    if grow > 1.0:
+        notes.append(
+            f"{nodes} nodes, beyond the {max(platform.network_nodes, 2)} the network latency "
+            "was measured or assumed at: NCCL's growth (a tree level per doubling); up to "
+            f"x{grow:.3g} per network step if it grows with every node (interval)"
+        )
     notes.append(f"platform {platform.name}: {platform.description or 'no description'}")
     return CollectiveEstimate(
         seconds=float(t),
@@ -198,6 +206,23 @@ def nccl_collective_s(
         ranks_per_node=ppn,
         assumptions=tuple(notes),
     )
+
+
+def latency_growth_beyond_measured(platform: Platform, nodes: int) -> float:
+    """How much slower than NCCL's model the network's per-step latency may be at ``nodes``
+    nodes, beyond the most nodes its figures were measured at (1.0 up to there): NCCL's tree
+    adds a network level per doubling of the nodes (log2), the high end lets it grow with
+    every node as a chain or a ring does, from the measured count (or 2 nodes for a
+    datasheet network). The range of the step's interval, not a point estimate."""
+    base = max(int(platform.network_nodes), 2)
+    n = int(nodes)
+    if n <= base:
+        return 1.0
+
+    def per_level(m: int) -> float:
+        return (m - 1) / math.log2(m)
+
+    return per_level(n) / per_level(base)
 
 
 def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> float:

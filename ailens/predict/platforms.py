@@ -113,6 +113,10 @@ class Platform:
     # NCCL's network post overhead on this node's host CPU (NCCL_NET_OVERHEAD_S): the floor
     # of every step of a ring that spans nodes, so its latency grows with all the ranks.
     net_overhead_s: float = NCCL_NET_OVERHEAD_S
+    # The most nodes an nccl-tests log behind the network's figures spanned (0: none, a
+    # datasheet network): beyond it the network latency's growth with the nodes is NCCL's
+    # model, with a range (nccl.latency_growth_beyond_measured).
+    network_nodes: int = 0
     # Saturation: the bus bandwidth (B/s) nccl-tests measured at its largest message (in the
     # bandwidth band, SATURATION_MIN_BYTES and up) when k devices of one node took part
     # ({k: B/s}). Beyond the largest such k, large messages are priced at it (nccl.py).
@@ -495,6 +499,7 @@ def platform_to_dict(p: Platform) -> dict:
         },
         "launch_s": p.launch_s,
         "net_overhead_s": p.net_overhead_s,
+        "network_nodes": p.network_nodes,
         "busbw_by_devices": {str(k): float(v) for k, v in sorted(p.busbw_by_devices.items())},
         "device": p.device,
         "peak_tflops": {str(k): float(v) for k, v in sorted(p.peak_tflops.items())},
@@ -558,6 +563,7 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
             },
             launch_s=float(d.get("launch_s") or 0.0),
             net_overhead_s=float(d.get("net_overhead_s", NCCL_NET_OVERHEAD_S)),
+            network_nodes=int(d.get("network_nodes") or 0),
             busbw_by_devices={
                 int(k): float(b) for k, b in (d.get("busbw_by_devices") or {}).items()
             },
