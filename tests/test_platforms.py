@@ -163,6 +163,10 @@ def test_a_device_set_with_no_direct_nvlink_ring_relays_through_a_third_device()
     tiny5 = nccl_collective_s("allreduce", 8, 5, p, algorithm="ring", protocol="LL")
     tiny4 = nccl_collective_s("allreduce", 8, 4, p, algorithm="ring", protocol="LL")
     assert tiny5.seconds - tiny4.seconds > 2 * 1.8 * 0.47e-6
+    # Saturation beyond the largest measured count scales by the relayed rings too (2 / 4).
+    sat = nccl_collective_s("allreduce", 1 << 28, 5, replace(dgx1, busbw_by_devices={4: 40e9}))
+    bus = min(40e9 * 2 / 4, sat.ceiling_Bps)
+    assert sat.seconds == pytest.approx((1 << 28) * busbw_factor("allreduce", 5) / bus)
     # Pairs bridged apart (no link between the pairs): nothing to relay through, the host.
     pairs = ((0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0))
     assert relayed_ring_links(pairs, 4) == 0

@@ -236,7 +236,8 @@ def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> floa
     top = max(measured)
     bus, why = float(measured[top]), f"as measured at {top} devices"
     if platform.nvlinks and ppn <= len(platform.nvlinks):
-        here, there = ring_links(platform.nvlinks, ppn), ring_links(platform.nvlinks, top)
+        here = relayed_ring_links(platform.nvlinks, ppn)
+        there = relayed_ring_links(platform.nvlinks, top)
         if here > 0 and there > 0:
             bus *= here / there
             why += f" x {here:g}/{there:g} NVLink rings"
