@@ -21,6 +21,7 @@ from ailens.predict.platforms import (
     load_platform,
     platform_from_dict,
     platform_to_dict,
+    relayed_ring_links,
     ring_links,
 )
 
@@ -142,8 +143,33 @@ def test_ring_links_of_the_dgx1_hybrid_cube_mesh():
     got = {k: ring_links(nv, k) for k in range(2, 9)}
     assert got[2] == 1 and got[4] == 4 and got[8] == 6
     assert got[5] == 0  # GPU 4 reaches only GPU 0 among the first five: no NVLink ring
-    five = nccl_collective_s("allreduce", 1 << 30, 5, DEFAULT_PLATFORMS["dgx1-v100"])
-    assert "host path" in five.bottleneck or "host" in " ".join(five.assumptions)
+
+
+def test_a_device_set_with_no_direct_nvlink_ring_relays_through_a_third_device():
+    """DGX-1, first five GPUs: GPU 4's only NVLinks go to GPU 0, so no ring closes over
+    direct links; NCCL then routes the missing hops over NVLink through a third GPU (its NVB
+    paths) before the host. Both of GPU 4's hops use its two links to GPU 0: two rings, priced
+    per link as measured at 8 devices, not at the unmeasured host path."""
+    dgx1 = DEFAULT_PLATFORMS["dgx1-v100"]
+    assert relayed_ring_links(dgx1.nvlinks, 5) == 2
+    assert relayed_ring_links(dgx1.nvlinks, 8) == ring_links(dgx1.nvlinks, 8) == 6
+    p = replace(dgx1, intra_by_devices={8: 134.5e9})
+    five = nccl_collective_s("allreduce", 1 << 28, 5, p)
+    assert five.ceiling_Bps == pytest.approx(134.5e9 * 2 / 6)
+    assert five.ceiling_Bps > 2 * dgx1.host.bandwidth_Bps
+    assert any("relayed" in a for a in five.assumptions)
+    assert not any("host path" in a for a in five.assumptions)
+    # PCI-class step latency (NCCL's latency class for NVB rings): slower than 4 on NVLink.
+    tiny5 = nccl_collective_s("allreduce", 8, 5, p, algorithm="ring", protocol="LL")
+    tiny4 = nccl_collective_s("allreduce", 8, 4, p, algorithm="ring", protocol="LL")
+    assert tiny5.seconds - tiny4.seconds > 2 * 1.8 * 0.47e-6
+    # Saturation beyond the largest measured count scales by the relayed rings too (2 / 4).
+    sat = nccl_collective_s("allreduce", 1 << 28, 5, replace(dgx1, busbw_by_devices={4: 40e9}))
+    bus = min(40e9 * 2 / 4, sat.ceiling_Bps)
+    assert sat.seconds == pytest.approx((1 << 28) * busbw_factor("allreduce", 5) / bus)
+    # Pairs bridged apart (no link between the pairs): nothing to relay through, the host.
+    pairs = ((0, 1, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0))
+    assert relayed_ring_links(pairs, 4) == 0
 
 
 def test_the_documented_hand_written_platform():
@@ -344,3 +370,60 @@ def test_saturation_on_an_uneven_mesh_scales_by_the_rings_each_device_set_closes
     bus = min(40e9 * k8 / k4, est.ceiling_Bps)
     assert est.seconds == pytest.approx((1 << 28) * busbw_factor("allreduce", 8) / bus)
     assert any("NVLink rings" in a for a in est.assumptions)
+
+
+def test_ring_latency_across_nodes_pays_the_network_post_on_every_step():
+    """NCCL's tuning model (getNetOverhead): a ring that spans nodes pays at least the host's
+    network post overhead on every step, intra-node ones too (x3 with Simple), so its latency
+    grows with all the ranks, not with the nodes alone. AMD hosts (DGX A100, ND A100 v4): 2 us."""
+    plat = DEFAULT_PLATFORMS["azure-nd-a100-v4"]
+    assert plat.net_overhead_s == pytest.approx(2e-6)
+    assert DEFAULT_PLATFORMS["dgx1-v100"].net_overhead_s == pytest.approx(1e-6)
+
+    def ring(ranks, proto):
+        return nccl_collective_s("allreduce", 8, ranks, plat, 8, algorithm="ring", protocol=proto)
+
+    # 16 -> 32 ranks on 8 per node: 32 more ring steps, 4 of them across nodes.
+    for proto, floor in (("LL", 2e-6), ("Simple", 6e-6)):
+        grown = ring(32, proto).seconds - ring(16, proto).seconds
+        assert grown >= 28 * floor, proto
+    # One node: the steps stay at the NVLink latency.
+    one = nccl_collective_s("allreduce", 8, 8, plat, 8, algorithm="ring", protocol="LL")
+    assert one.seconds < plat.base_latency_s + 14 * 1e-6
+    # The figure travels with the platform file.
+    doc = platform_to_dict(replace(plat, net_overhead_s=3e-6))
+    assert platform_from_dict(doc, "x.json").net_overhead_s == pytest.approx(3e-6)
+
+
+def test_network_latency_beyond_the_measured_nodes_gets_a_range_not_a_point():
+    """A network fitted on a 2-node log: NCCL's tree adds a network level per doubling of the
+    nodes; the interval lets the latency grow with every node up to 16 nodes ((16-1)/log2(16)
+    = 3.75 x per level), and no wider at the measured count."""
+    from ailens.predict.cluster import predict
+    from ailens.predict.job import JobDescription
+    from ailens.predict.nccl import latency_growth_beyond_measured
+
+    a100 = DEFAULT_PLATFORMS["dgx-a100"]
+    fitted = replace(
+        a100,
+        network=replace(a100.network, source="fitted on a 2-node log"),
+        intra=replace(a100.intra, source="fitted on a 1-node log"),
+        network_nodes=2,
+    )
+    assert latency_growth_beyond_measured(fitted, 2) == 1.0
+    assert latency_growth_beyond_measured(fitted, 16) == pytest.approx(15 / 4)
+    assert latency_growth_beyond_measured(replace(fitted, network_nodes=4), 4) == 1.0
+    est = nccl_collective_s("allreduce", 8192, 128, fitted)
+    assert any("beyond the 2" in a and "x3.75" in a for a in est.assumptions)
+    # Many small buckets: latency-bound, so the range shows in the step's interval.
+    job = JobDescription(
+        name="j", grad_bytes=64 * 8192, buckets=(8192,) * 64, step_s=0.01,
+        batch_per_device=32.0, platform="dgx-a100", overlap=False,
+    )  # fmt: skip
+    two, many = predict(job, [16, 128], fitted)
+    two_m, many_m = predict(job, [16, 128], replace(fitted, network_nodes=16))
+    assert many.step_time_s == many_m.step_time_s and many.step_low_s == many_m.step_low_s
+    assert many.step_high_s > many_m.step_high_s + 0.5 * many.comm_step_s
+    assert (two.step_low_s, two.step_high_s) == (two_m.step_low_s, two_m.step_high_s)
+    doc = platform_to_dict(fitted)
+    assert platform_from_dict(doc, "x.json").network_nodes == 2

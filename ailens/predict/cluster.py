@@ -33,7 +33,7 @@ import numpy as np
 
 from .device_speed import DeviceRatio, load_device_speed
 from .job import JobDescription
-from .nccl import nccl_collective_s
+from .nccl import latency_growth_beyond_measured, nccl_collective_s
 from .platforms import Platform, load_platform
 from .terms import TermValue, expected_max_normal
 
@@ -69,9 +69,11 @@ NARROW_BY = {
     "extrapolation": "a run of the job at a scale nearer the target",
     "device": "a run of the job on the target platform",
     "unexplained": "a run of the job at a scale nearer the target (ailens whatif A B ...)",
+    "latency": "an nccl-tests log spanning as many nodes (ailens calibrate --from-nccl-tests) "
+    "or a run of the job at more nodes",
 }
 # What each ``wide_term`` is called in a report (the JSON keeps the short key).
-TERM_NAMES = {"device": "device speed"}
+TERM_NAMES = {"device": "device speed", "latency": "network latency beyond the measured nodes"}
 # What no term prices and no run measured at the target (a host's CPUs and input pipeline
 # shared by more processes, boards sharing a PCIe switch, the slowest rank beyond its
 # modelled spread, the measurement noise of the runs themselves): the step may move by
@@ -642,6 +644,13 @@ def _interval(job, target: ClusterTarget, terms, c_src: float, device_ratio: Dev
             ends.append(ExposedGradientSync().value(_context(job, slow, c_src)).seconds)
         exposed = terms[1].seconds
         width["network"] = (min(ends) - exposed, max(ends) - exposed)
+    net = target.platform.network
+    grow = latency_growth_beyond_measured(target.platform, target.nodes) if net else 1.0
+    if target.nodes > 1 and grow > 1.0:  # latency beyond the measured nodes: up to linear
+        slow_net = replace(net, latency_s=net.latency_s * grow)
+        slow = replace(target, platform=replace(target.platform, network=slow_net))
+        end = ExposedGradientSync().value(_context(job, slow, c_src)).seconds
+        width["latency"] = (0.0, max(end - terms[1].seconds, 0.0))
     low = step + sum(min(d[0], 0.0) for d in width.values())
     high = step + sum(max(d[1], 0.0) for d in width.values())
     wide = max(width, key=lambda k: width[k][1] - width[k][0])

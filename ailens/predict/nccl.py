@@ -38,6 +38,7 @@ from .platforms import (
     NCCL_NVLINK_STEP_S,
     NCCL_PCI_STEP_S,
     Platform,
+    relayed_ring_links,
     ring_links,
 )
 
@@ -46,6 +47,7 @@ __all__ = [
     "SATURATION_MIN_BYTES",
     "CollectiveEstimate",
     "busbw_factor",
+    "latency_growth_beyond_measured",
     "nccl_collective_s",
 ]
 
@@ -175,9 +177,21 @@ def nccl_collective_s(
             f"{devices_per_process - 1} more kernel launches of {platform.launch_s * 1e6:.3g} us"
         )
     bus_now = _wire_bytes(kind, nbytes, n) / t * busbw_factor(kind, n) if t > 0 else 0.0
+    if path.relayed:
+        notes.append(
+            f"no ring over the first {ppn} devices closes over direct NVLinks: hops relayed "
+            "over NVLink through a third device (NCCL's NVB paths), PCI-class latency"
+        )
     if path.ring_over_host:
         notes.append(
             f"no ring over the first {ppn} devices closes over NVLink: at the host path's speed"
+        )
+    grow = latency_growth_beyond_measured(platform, nodes) if nodes > 1 else 1.0
+    if grow > 1.0:
+        notes.append(
+            f"{nodes} nodes, beyond the {max(platform.network_nodes, 2)} the network latency "
+            "was measured or assumed at: NCCL's growth (a tree level per doubling); up to "
+            f"x{grow:.3g} per network step if it grows with every node (interval)"
         )
     notes.append(f"platform {platform.name}: {platform.description or 'no description'}")
     return CollectiveEstimate(
@@ -194,6 +208,23 @@ def nccl_collective_s(
     )
 
 
+def latency_growth_beyond_measured(platform: Platform, nodes: int) -> float:
+    """How much slower than NCCL's model the network's per-step latency may be at ``nodes``
+    nodes, beyond the most nodes its figures were measured at (1.0 up to there): NCCL's tree
+    adds a network level per doubling of the nodes (log2), the high end lets it grow with
+    every node as a chain or a ring does, from the measured count (or 2 nodes for a
+    datasheet network). The range of the step's interval, not a point estimate."""
+    base = max(int(platform.network_nodes), 2)
+    n = int(nodes)
+    if n <= base:
+        return 1.0
+
+    def per_level(m: int) -> float:
+        return (m - 1) / math.log2(m)
+
+    return per_level(n) / per_level(base)
+
+
 def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> float:
     """A large message on one node with more devices than any measured: the bus bandwidth
     measured at the largest count (saturated), times the ratio of the NVLink rings the two
@@ -205,7 +236,8 @@ def _saturated(kind, nbytes, n, ppn, nodes, platform, ceiling, notes, t) -> floa
     top = max(measured)
     bus, why = float(measured[top]), f"as measured at {top} devices"
     if platform.nvlinks and ppn <= len(platform.nvlinks):
-        here, there = ring_links(platform.nvlinks, ppn), ring_links(platform.nvlinks, top)
+        here = relayed_ring_links(platform.nvlinks, ppn)
+        there = relayed_ring_links(platform.nvlinks, top)
         if here > 0 and there > 0:
             bus *= here / there
             why += f" x {here:g}/{there:g} NVLink rings"
@@ -242,12 +274,14 @@ class _Path:
     and the platform's latencies over NCCL's (base, intra-node step, network step)."""
 
     hw_intra: str
+    relayed: bool
     ring_over_host: bool
     ceiling: float
     bottleneck: str
     s_base: float
     s_intra: float
     s_net: float
+    net_overhead: float
 
 
 def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) -> _Path:
@@ -255,14 +289,17 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     # The bottleneck link's bus bandwidth.
     b_intra, intra_src = platform.intra_bandwidth(ppn)
     hw_intra = "pcie" if platform.intra_kind == "pcie" else "nvlink"
-    ring_over_host = bool(
+    # No ring over direct NVLinks: NCCL relays hops through a third device over NVLink
+    # (PATH_NVB; its latency class is PCI's, LL128 stays on), else crosses the host.
+    no_direct_ring = bool(
         platform.nvlinks
-        and platform.host is not None
         and 1 < ppn <= len(platform.nvlinks)
         and ppn not in platform.intra_by_devices
         and ring_links(platform.nvlinks, ppn) == 0
     )
-    if ring_over_host:
+    relayed = no_direct_ring and relayed_ring_links(platform.nvlinks, ppn) > 0
+    ring_over_host = no_direct_ring and not relayed and platform.host is not None
+    if no_direct_ring:
         hw_intra = "pcie"
     bottleneck = f"intra-node link, {b_intra / 1e9:.3g} GB/s bus bandwidth ({intra_src})"
     ceiling = b_intra if ppn > 1 else math.inf
@@ -291,7 +328,17 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
     if ring_over_host:
         s_intra = platform.host.latency_s / NCCL_PCI_STEP_S
     s_net = platform.network.latency_s / NCCL_NET_STEP_S if platform.network else 1.0
-    return _Path(hw_intra, ring_over_host, ceiling, bottleneck, s_base, s_intra, s_net)
+    return _Path(
+        hw_intra,
+        relayed,
+        ring_over_host,
+        ceiling,
+        bottleneck,
+        s_base,
+        s_intra,
+        s_net,
+        platform.net_overhead_s,
+    )
 
 
 # Bus bandwidth of each algorithm and protocol as a fraction of the bottleneck link's, as
@@ -329,6 +376,8 @@ def _latency(a, p, pi, kind, n, nodes, ppn, size, path, tune) -> float:
         return lat + 2 * ((ppn - 1) * intra_lat + math.log2(nodes) * net_lat)
     if kind in ("broadcast", "reduce"):
         return lat + nsteps * (net_lat if nodes > 1 else intra_lat)
+    if nodes > 1:  # every step of a ring across nodes pays the network post (x3 Simple)
+        intra_lat = max(intra_lat, path.net_overhead * (3 if p == "Simple" else 1))
     lat += (nsteps - inter) * intra_lat + inter * net_lat
     if p == "Simple" and nodes > 1 and kind == "allreduce" and size >= n / 16 * 65536:
         lat *= 1.9  # NCCL's "plateau effect of ring" across nodes
@@ -348,7 +397,7 @@ def _fastest(op, kind, nbytes, n, ppn, nodes, platform, path, algorithm, protoco
         for pi, p in enumerate(PROTOCOLS):
             if protocol and p.lower() != protocol.lower():
                 continue
-            if p == "LL128" and path.hw_intra != "nvlink":
+            if p == "LL128" and path.hw_intra != "nvlink" and not path.relayed:
                 continue  # NCCL enables LL128 by default over NVLink only
             tune = platform.protocol_tuning(ppn, p)
             bus = ceiling * _bus_factor(a, p, kind, ppn, nodes)

@@ -134,6 +134,7 @@ class _Fit:
         one_node = sorted({t.ranks_per_node for t in tables if t.nodes == 1})
         multi = [t for t in tables if t.nodes > 1]
         self.multi = bool(multi)
+        self.network_nodes = max((t.nodes for t in multi), default=0)
         # Only multi-node logs: the intra-node link cannot be told from the network's; kept.
         self.fit_intra = fit_intra = bool(one_node)
         counts = sorted(set(one_node) | {t.ranks_per_node for t in multi if t.ranks_per_node > 1})
@@ -195,6 +196,7 @@ class _Fit:
         if multi:
             kw["network"] = Link(float(v["net_bw"]), float(v["net_lat"]), fitted_by)
             kw["nics_per_node"] = base.nics_per_node or dpn
+            kw["network_nodes"] = self.network_nodes
         per: dict = {}
         for k in counts:
             for proto, what in _TUNABLE:

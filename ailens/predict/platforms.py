@@ -40,6 +40,7 @@ __all__ = [
     "platform_labels",
     "platform_from_dict",
     "platform_to_dict",
+    "relayed_ring_links",
     "ring_links",
 ]
 
@@ -52,6 +53,11 @@ NCCL_NVLINK_STEP_S = 0.47 * _US
 NCCL_PCI_STEP_S = 1.0 * _US
 NCCL_NET_STEP_S = 2.7 * _US
 NCCL_BASE_S = 6.6 * _US
+# NCCL's network post overhead (getNetOverhead in src/graph/tuning.cc): a ring that spans
+# nodes pays at least this on every step, intra-node ones too (x3 with Simple); 1 us on Intel
+# and other hosts, 2 us on AMD x86 hosts.
+NCCL_NET_OVERHEAD_S = 1.0 * _US
+NCCL_NET_OVERHEAD_AMD_S = 2.0 * _US
 _NCCL_LAT = "NCCL's default latency model (src/graph/tuning.cc hwLat/baseLat, ring LL)"
 
 
@@ -104,6 +110,13 @@ class Platform:
     # kernels one after the other. Fitted when a log was run so; a job with one process per
     # device does not pay it.
     launch_s: float = 0.0
+    # NCCL's network post overhead on this node's host CPU (NCCL_NET_OVERHEAD_S): the floor
+    # of every step of a ring that spans nodes, so its latency grows with all the ranks.
+    net_overhead_s: float = NCCL_NET_OVERHEAD_S
+    # The most nodes an nccl-tests log behind the network's figures spanned (0: none, a
+    # datasheet network): beyond it the network latency's growth with the nodes is NCCL's
+    # model, with a range (nccl.latency_growth_beyond_measured).
+    network_nodes: int = 0
     # Saturation: the bus bandwidth (B/s) nccl-tests measured at its largest message (in the
     # bandwidth band, SATURATION_MIN_BYTES and up) when k devices of one node took part
     # ({k: B/s}). Beyond the largest such k, large messages are priced at it (nccl.py).
@@ -127,6 +140,8 @@ class Platform:
                 f"platform {self.name!r}: nvlinks must be a {self.devices_per_node} x "
                 f"{self.devices_per_node} matrix (links between device pairs)"
             )
+        if not (self.net_overhead_s >= 0 and math.isfinite(self.net_overhead_s)):
+            raise ValueError(f"platform {self.name!r}: net_overhead_s must be >= 0 s")
         if self.network is not None and self.nics_per_node < 1:
             raise ValueError(f"platform {self.name!r}: a network needs nics_per_node >= 1")
 
@@ -139,6 +154,10 @@ class Platform:
             return table[k], f"{self.intra.source} (measured at {k} devices per node)"
         if self.nvlinks and k <= len(self.nvlinks):
             got = ring_links(self.nvlinks, k)
+            relay = ""
+            if got == 0 and k > 2:
+                got = relayed_ring_links(self.nvlinks, k)
+                relay = " (no ring closes over direct NVLinks: hops relayed through a third device)"
             if got > 0:
                 # Bandwidth per usable link: from the nearest measured count, else the full node.
                 refs = {a: ring_links(self.nvlinks, a) for a in table if a <= len(self.nvlinks)}
@@ -152,7 +171,7 @@ class Platform:
                     bw, what = self.intra.bandwidth_Bps * got / ref_links, "one device's links"
                 return bw, (
                     f"{self.intra.source}; {got:g} links per device for rings over the first "
-                    f"{k} devices, {ref_links:g} at {what}"
+                    f"{k} devices{relay}, {ref_links:g} at {what}"
                 )
             if self.host is not None:
                 return self.host.bandwidth_Bps, (
@@ -230,6 +249,66 @@ def ring_links(nvlinks: tuple, k: int) -> float:
                 done = search(ci, count + 1)
                 for e in c:
                     cap[e] += 1
+                if done:
+                    return True
+        return False
+
+    search(0, 0)
+    return float(best)
+
+
+_MAX_RELAYED_RINGS = 20000  # bounds the search on a large sparse mesh (a lower count then)
+
+
+@lru_cache(maxsize=64)
+def relayed_ring_links(nvlinks: tuple, k: int) -> float:
+    """Links per device that rings over the first ``k`` devices can use at once when a hop
+    between two devices with no NVLink of their own goes over NVLink through a third device
+    of the set (NCCL's PATH_NVB paths, tried before PCIe when no ring closes over direct
+    NVLinks): each such hop takes one link direction on both of its legs. 0 when no ring
+    closes even so (the ring then crosses the host path)."""
+    from collections import Counter
+    from itertools import permutations, product
+
+    k = int(k)
+    direct = ring_links(nvlinks, k)
+    if k < 3 or direct > 0:  # NCCL relaxes the path type only when no ring closes
+        return direct
+    cap = {
+        (i, j): int(nvlinks[i][j]) for i in range(k) for j in range(k) if i != j and nvlinks[i][j]
+    }
+
+    def routes(a: int, b: int) -> list[tuple]:
+        if (a, b) in cap:  # NCCL takes the direct link where there is one
+            return [((a, b),)]
+        return [((a, c), (c, b)) for c in range(k) if (a, c) in cap and (c, b) in cap]
+
+    rings: set = set()
+    for perm in permutations(range(1, k)):
+        order = (0, *perm)
+        hops = [routes(order[i], order[(i + 1) % k]) for i in range(k)]
+        if all(hops):
+            for choice in product(*hops):
+                rings.add(tuple(sorted(Counter(e for r in choice for e in r).items())))
+                if len(rings) >= _MAX_RELAYED_RINGS:
+                    break
+    use = sorted(rings)
+    bound = min(sum(c for (i, _), c in cap.items() if i == v) for v in range(k))
+    best = 0
+
+    def search(start: int, count: int) -> bool:
+        nonlocal best
+        best = max(best, count)
+        if best >= bound:
+            return True
+        for ri in range(start, len(use)):
+            ring = use[ri]
+            if all(cap[e] >= m for e, m in ring):
+                for e, m in ring:
+                    cap[e] -= m
+                done = search(ri, count + 1)
+                for e, m in ring:
+                    cap[e] += m
                 if done:
                     return True
         return False
@@ -326,6 +405,7 @@ DEFAULT_PLATFORMS: dict[str, Platform] = {
             ),
             nics_per_node=8,
             intra_kind="nvswitch",
+            net_overhead_s=NCCL_NET_OVERHEAD_AMD_S,  # host: 2 x AMD EPYC 7742 (DGX A100)
             device="A100 SXM4 (vendor datasheet: 19.5 TFLOP/s FP32, 156 TF32, 312 FP16 dense)",
             peak_tflops={"fp32": 19.5, "tf32": 156.0, "fp16": 312.0},
             description="NVIDIA DGX A100 / Azure ND A100 v4: 8 x A100 on NVSwitch, 8 x 200 Gb/s",
@@ -375,6 +455,7 @@ DEFAULT_PLATFORMS["azure-nd-a100-v4"] = replace(
     DEFAULT_PLATFORMS["dgx-a100"],
     name="azure-nd-a100-v4",
     description="Azure ND A100 v4: 8 x A100 40 GB on NVSwitch, one 200 Gb/s HDR NIC per GPU",
+    net_overhead_s=NCCL_NET_OVERHEAD_AMD_S,  # host: 2 x AMD EPYC 7V12
 )
 DEFAULT_PLATFORMS["ndv4"] = replace(DEFAULT_PLATFORMS["azure-nd-a100-v4"], name="ndv4")
 DEFAULT_PLATFORMS["dgx1"] = replace(DEFAULT_PLATFORMS["dgx1-v100"], name="dgx1")
@@ -417,6 +498,8 @@ def platform_to_dict(p: Platform) -> dict:
             for k, d in sorted(p.protocols_by_devices.items())
         },
         "launch_s": p.launch_s,
+        "net_overhead_s": p.net_overhead_s,
+        "network_nodes": p.network_nodes,
         "busbw_by_devices": {str(k): float(v) for k, v in sorted(p.busbw_by_devices.items())},
         "device": p.device,
         "peak_tflops": {str(k): float(v) for k, v in sorted(p.peak_tflops.items())},
@@ -479,6 +562,8 @@ def platform_from_dict(d: Any, where: str = "platform") -> Platform:
                 for k, per in (d.get("protocols_by_devices") or {}).items()
             },
             launch_s=float(d.get("launch_s") or 0.0),
+            net_overhead_s=float(d.get("net_overhead_s", NCCL_NET_OVERHEAD_S)),
+            network_nodes=int(d.get("network_nodes") or 0),
             busbw_by_devices={
                 int(k): float(b) for k, b in (d.get("busbw_by_devices") or {}).items()
             },
