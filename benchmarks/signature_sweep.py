@@ -7,7 +7,7 @@ its 95 % interval held the actual end. A deterministic replay (the public timeli
     .venv/bin/python benchmarks/signature_sweep.py --rel-tol 0.02,0.03 --part-precision 0.1
 
 ``--rel-tol`` is ``LensConfig.signature_rel_tol``; ``--part-precision`` sets
-``ailens.model.forecast.policy.PART_PRECISION`` for the sweep (a module constant);
+``LensConfig.signature_part_precision`` for the sweep;
 ``--levers`` adds the Lens settings outside the rule (the first exchange, the warm-up).
 """
 
@@ -24,12 +24,11 @@ sys.path.insert(0, str(REPO))
 
 import ailens  # noqa: E402
 from ailens import LensConfig  # noqa: E402
-from ailens.model.forecast import policy  # noqa: E402
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 LONG_RUN = 200
 REL_TOL = (0.01, 0.02, 0.025, 0.03, 0.04, 0.05)
-PART_PRECISION = (0.05, 0.10, 0.20)
+PART_PRECISIONS = (0.05, 0.10, 0.20)
 # Lens settings outside the rule: the first exchange at step 1 / 4 instead of 5, one warm-up
 # step instead of two.
 LEVERS = (
@@ -70,7 +69,7 @@ def score(timelines: list, config: LensConfig) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rel-tol", help="comma-separated signature_rel_tol values")
-    ap.add_argument("--part-precision", help="comma-separated PART_PRECISION values")
+    ap.add_argument("--part-precision", help="comma-separated signature_part_precision values")
     ap.add_argument("--levers", action="store_true", help="also the first exchange, warm-up")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
@@ -78,24 +77,18 @@ def main(argv=None) -> int:
     precs = (
         [float(x) for x in args.part_precision.split(",")]
         if args.part_precision
-        else PART_PRECISION
+        else PART_PRECISIONS
     )
     index = json.loads((MLPERF / "index.json").read_text())
     timelines = [ailens.read_timeline(MLPERF / x["file"], include_init=False) for x in index]
-    default = policy.PART_PRECISION
     rows = []
-    try:
-        for prec in precs:
-            policy.PART_PRECISION = prec
-            for tol in tols:
-                cfg = LensConfig(signature_rel_tol=tol)
-                rows.append({"rel_tol": tol, "part_precision": prec, **score(timelines, cfg)})
-        policy.PART_PRECISION = default
-        if args.levers:
-            for lever in LEVERS:
-                rows.append({"lever": lever, **score(timelines, LensConfig(**lever))})
-    finally:
-        policy.PART_PRECISION = default
+    for prec in precs:
+        for tol in tols:
+            cfg = LensConfig(signature_rel_tol=tol, signature_part_precision=prec)
+            rows.append({"rel_tol": tol, "part_precision": prec, **score(timelines, cfg)})
+    if args.levers:
+        for lever in LEVERS:
+            rows.append({"lever": lever, **score(timelines, LensConfig(**lever))})
     print(f"MLPerf development corpus: {len(timelines)} runs")
     print("setting                               runs  at    >=200  |err| med  mean  coverage")
     for r in rows:

@@ -280,7 +280,7 @@ def test_signature_is_the_first_evaluation_with_the_structure_captured():
     """Issue 30: the signature (PAS2P) is the first evaluation, after min_steps, at which
     every part of the run (here the steps alone) is known to the rule's precision; the
     forecast there carries its interval, whatever its width."""
-    from ailens.model.forecast.policy import PART_PRECISION
+    PART_PRECISION = LensConfig().signature_part_precision
     from ailens.record.exchange import Summed
 
     oa = OnlineAnalysis(_cfg(signature_rel_tol=0.02), 1, 0, ["allreduce"])

@@ -188,6 +188,7 @@ class LiveOutput:
             "early_stop": cfg.early_stop,
             "signature_rule": {
                 "rel_tol": cfg.signature_rel_tol,
+                "part_precision": cfg.signature_part_precision,
                 "min_steps": cfg.signature_min_steps,
                 "warmup_steps": cfg.warmup_steps,
             },

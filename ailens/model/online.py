@@ -86,7 +86,9 @@ class OnlineAnalysis:
         self.phases = OnlinePhases(tolerance=cfg.tolerance, min_share=cfg.min_phase_share)
         self.forecaster = Forecaster(warmup_steps=cfg.warmup_steps)
         self.policy = ForecastPolicy(
-            rel_tol=cfg.signature_rel_tol, min_steps=cfg.signature_min_steps
+            rel_tol=cfg.signature_rel_tol,
+            part_precision=cfg.signature_part_precision,
+            min_steps=cfg.signature_min_steps,
         )
         self.disabled_ranks = 0
         self.history: list[tuple[int, float]] = []

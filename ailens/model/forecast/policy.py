@@ -3,10 +3,10 @@
 The signature, in PAS2P's sense, is reached when the run's structure is captured: at the
 first evaluation, after ``min_steps`` steps (5 % of a run of tens of steps), at which every
 part of the run has been seen and priced: the steady step level after the warm-up (known to
-``PART_PRECISION``, its latest steps not off it on one side, not still settling), and each
+``part_precision``, its latest steps not off it on one side, not still settling), and each
 recurring part the schedule announces or the run has shown (evaluations, checkpoints, epoch
 ends, in-step extras) seen (an evaluation after its cold first occurrence, a learned period
-twice), its time per occurrence known to within ``PART_PRECISION`` (the 95 % half-width of
+twice), its time per occurrence known to within ``part_precision`` (the 95 % half-width of
 its mean, relative to it), or what it still costs known to within ``rel_tol`` of the
 predicted total (a cheap part need not be known closely; one announced and not seen yet,
 priced from the schedule with a stated spread, only so). The forecast made there is the
@@ -30,16 +30,12 @@ from .stats import t_quantile
 EARLY_SHARE = 0.05
 # The early forecast of a run that never reached its signature is the one made here.
 EARLY_FRACTION = 0.10
-# A part is captured when its time per occurrence is known to +/- this (95 %, relative). On
-# the development corpus (docs/forecast.md, "The signature") the step level of a steady run
-# gets there with 2 steps after the warm-up, a section after 4 warm occurrences.
-PART_PRECISION = 0.10
 # The step level is not steady while this many of the latest steps in a row are outliers on
 # one side (``StepLevel.CHANGE_RUN`` of them start a new regime).
 UNSTEADY_RUN = 2
 # The level is still settling (a warm-up that fades over several steps) while a significant
 # line through its latest ``SETTLE_STEPS`` steps (|t| > ``SETTLE_T``, as ``StepLevel.trend``)
-# moves it by more than ``PART_PRECISION`` over them. On the development corpus (MLPerf
+# moves it by more than ``part_precision`` over them. On the development corpus (MLPerf
 # RNN-T: blocks 35 % over the level after the warm-up, fading over 10 of 79) a signature at
 # the first evaluation point was +15.7 % off (-3.6 % at block 12 with this); 4, 5, 8 or 10
 # steps give the same signatures there, and 8 raises a false alarm at 2 % of the evaluation
@@ -64,7 +60,7 @@ class CapturedPart:
     why: str = ""
 
 
-def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
+def structure(p: Prediction, rel_tol: float, part_precision: float) -> tuple[CapturedPart, ...]:
     """The run's parts at prediction ``p`` (the step level first) as the signature rule
     judges them."""
     total = p.predicted_total_s
@@ -82,9 +78,9 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
             prec is not None and total is not None and prec * c.remaining_s <= rel_tol * total
         )
         # A price that was not measured is no signature of the part unless what the part
-        # still costs is known within the tolerance: a prior narrower than PART_PRECISION
+        # still costs is known within the tolerance: a prior narrower than part_precision
         # does not make it seen.
-        ok = cost_known if stated else prec is not None and (prec <= PART_PRECISION or cost_known)
+        ok = cost_known if stated else prec is not None and (prec <= part_precision or cost_known)
         why = ""
         if stated and not ok:
             why = (
@@ -102,7 +98,7 @@ def structure(p: Prediction, rel_tol: float) -> tuple[CapturedPart, ...]:
             if c.source.startswith("assumed: every"):
                 why = "seen once: its period is not known"
         elif not ok:
-            why = f"known to +/-{100 * prec:.0f} % (needs {100 * PART_PRECISION:.0f} %)"
+            why = f"known to +/-{100 * prec:.0f} % (needs {100 * part_precision:.0f} %)"
         out.append(CapturedPart(c.name, c.seen, c.remaining, prec, ok, why))
     if not out and p.step_time_s is not None:
         # The total is unknown: the step level alone.
@@ -153,8 +149,9 @@ def _settling_why(moved: float) -> str:
 class ForecastPolicy:
     """The signature rule and the choice of the run's forecast, for one run."""
 
-    def __init__(self, *, rel_tol: float, min_steps: int) -> None:
+    def __init__(self, *, rel_tol: float, part_precision: float, min_steps: int) -> None:
         self.rel_tol = rel_tol
+        self.part_precision = part_precision
         self.min_steps = min_steps
         self.signature_ready = False
         self.signature_step: int | None = None
@@ -196,11 +193,11 @@ class ForecastPolicy:
     ) -> tuple[CapturedPart, ...]:
         """The run's parts as the signature rule judges them at ``p``. While the total is
         unknown, the step level alone (its mean's 95 % half-width within
-        ``PART_PRECISION``)."""
+        ``part_precision``)."""
         if p.step_time_s is None:
             return ()
         if p.total_steps:
-            parts = structure(p, self.rel_tol)
+            parts = structure(p, self.rel_tol, self.part_precision)
             off = len(level.run) if off_level is None else off_level
             if parts and parts[0].name == "training steps" and off >= UNSTEADY_RUN:
                 # The latest steps are off the level on one side: a change of speed may be
@@ -210,7 +207,7 @@ class ForecastPolicy:
                 parts = (replace(parts[0], captured=False, why=why), *parts[1:])
             elif parts and parts[0].name == "training steps" and parts[0].captured:
                 moved = settling(level)
-                if moved > PART_PRECISION:
+                if moved > self.part_precision:
                     why = _settling_why(moved)
                     parts = (replace(parts[0], captured=False, why=why), *parts[1:])
             return parts
@@ -218,10 +215,10 @@ class ForecastPolicy:
         if p.step_time_sd_s is not None and level.n >= 2:
             var, _ = level.mean_var()
             prec = t_quantile(0.975, level.n - 1) * math.sqrt(var) / p.step_time_s
-        ok = prec is not None and prec <= PART_PRECISION
-        why = "" if ok else "its mean not known to +/-10 % yet"
+        ok = prec is not None and prec <= self.part_precision
+        why = "" if ok else f"its mean not known to +/-{100 * self.part_precision:.0f} % yet"
         moved = settling(level) if ok else 0.0
-        if moved > PART_PRECISION:
+        if moved > self.part_precision:
             ok, why = False, _settling_why(moved)
         return (CapturedPart("training steps", level.n, 0, prec, ok, why),)
 
