@@ -212,6 +212,31 @@ def test_attach_lens_times_a_real_lens_and_restore_puts_it_back(tmp_path):
     assert lens.disabled is None
 
 
+def test_the_set_up_step_is_left_out_of_the_counts(tmp_path, clocks):
+    """Issue 33: the first lensed call (with TF: the tracing of the training function, once
+    per run) is set-up; the figures are the steady steps' that follow."""
+    lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0)
+    prof = attribution.Profiler()
+    prof.attach_lens(lens)
+    hook = prof.timed(lambda cost: clocks.spend(cost), "hooks")
+
+    def run(n: int, cost: int) -> None:
+        for _ in range(n):
+            hook(cost)
+            lens.step_end()
+
+    costs = iter([1_000_000, 100, 100])  # the set-up call is 10^4 times dearer
+    counted = prof.count_steps(lambda n: run(n, next(costs)))
+    counted(1)
+    counted(4)
+    counted(6)
+    rep = prof.report(steps=lens.steps)
+    lens.close()
+    assert rep["steps"] == 10 == prof.steps_counted
+    assert rep["components"]["hooks"]["calls_per_step"] == 1
+    assert rep["components"]["hooks"]["cpu_us_per_step"] == pytest.approx(0.1)
+
+
 SCRIPT = REPO / "benchmarks" / "overhead" / "mnist_ddp.py"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 LINE = re.compile(r"^ATTRIBUTION (\{.*\})$", re.M)

@@ -95,6 +95,8 @@ class Profiler:
         self._thread_cpu: dict[str, int] = {c: 0 for c in _THREAD_COMPONENTS}
         self.bias = {"self_cpu": 0, "self_wall": 0, "parent_cpu": 0, "parent_wall": 0}
         self.steps_counted = 0  # lensed steps run through count_steps
+        self.steps_at_reset = 0  # the Lens's steps when the counts last restarted
+        self._lens = None
         self.block_cpu_ns = 0  # process CPU time of those steps (all threads)
         self.block_wall_ns = 0
 
@@ -190,6 +192,7 @@ class Profiler:
 
     def attach_lens(self, lens) -> None:
         """Time the parts of a recording ``lens`` (call after it started, before training)."""
+        self._lens = lens
         self.patch(lens, "collective_begin", "buffer")
         self.patch(lens, "collective_end", "buffer")
         self.patch(lens, "record_collectives", "buffer")
@@ -303,10 +306,23 @@ class Profiler:
 
         model.register_comm_hook = register_timed
 
-    def count_steps(self, run: Callable[[int], None]) -> Callable[[int], None]:
-        """``run(n)`` (the lensed block) counting its steps and process CPU and wall time."""
+    def count_steps(self, run: Callable[[int], None], set_up: int = 1) -> Callable[[int], None]:
+        """``run(n)`` (the lensed block) counting its steps and process CPU and wall time.
+        Its first ``set_up`` calls are the run's set-up (``_ab.measure`` runs one untimed
+        step first: with TF, the tracing of the training function and ailens's graph hooks
+        in it, seconds once per run): everything counted until they end is dropped
+        (:meth:`reset`), so the figures are the steady steps'."""
+        calls = [0]
 
         def counted(n: int) -> None:
+            calls[0] += 1
+            if calls[0] <= set_up:
+                try:
+                    run(n)
+                finally:
+                    if calls[0] == set_up:
+                        self.reset()
+                return
             c0, w0 = time.process_time_ns(), time.perf_counter_ns()
             try:
                 run(n)
@@ -316,6 +332,18 @@ class Profiler:
                 self.steps_counted += n
 
         return counted
+
+    def reset(self) -> None:
+        """Start every count from now: timers, ailens's thread clocks, counted steps (call
+        between steps, on the training thread)."""
+        with self._lock:
+            for table in self._tables:
+                table.clear()
+        self._thread_cpu = {c: 0 for c in _THREAD_COMPONENTS}
+        self._thread_cpu0.clear()
+        self.start_threads()
+        self.steps_counted = self.block_cpu_ns = self.block_wall_ns = 0
+        self.steps_at_reset = self._lens.steps if self._lens is not None else 0
 
     # ------------------------------------------------------------ ailens's threads
 
@@ -357,9 +385,10 @@ class Profiler:
 
     def report(self, steps: int) -> dict:
         """Per component: µs per step (CPU and wall) with the instrument's own cost removed;
-        their sums; the instrument's estimated cost; the steps' own CPU and wall time."""
+        their sums; the instrument's estimated cost; the steps' own CPU and wall time.
+        ``steps``: the Lens's steps (those before the last :meth:`reset` are left out)."""
         totals, b = self.totals(), self.bias
-        steps = max(int(steps), 1)
+        steps = max(int(steps) - self.steps_at_reset, 1)
         comps: dict[str, dict] = {}
         removed_cpu = removed_wall = 0
         for comp in (*COMPONENTS, FRAMEWORK):
