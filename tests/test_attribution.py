@@ -237,6 +237,29 @@ def test_the_set_up_step_is_left_out_of_the_counts(tmp_path, clocks):
     assert rep["components"]["hooks"]["cpu_us_per_step"] == pytest.approx(0.1)
 
 
+def test_the_collective_inside_a_tf_graph_wrapper_counts_as_the_framework(clocks):
+    """``tfgraph.wrap``'s wrapper sits inside AutoGraph's ``do_not_convert``: the framework
+    function it calls (with the wait for the other ranks) is found one closure down."""
+    tf = pytest.importorskip("tensorflow")
+    from ailens.integrations import tfgraph
+
+    def collective(x):  # stands where horovod.tensorflow's allreduce is
+        clocks.spend(5000)
+        return x
+
+    wrapped = tfgraph.wrap(tf, "attribution-test", collective, "allreduce", lambda a, k: None)
+    prof = attribution.Profiler()
+    prof.swap_real(wrapped, collective)
+    timed = prof.timed(wrapped, "hooks")
+    timed(1)
+    prof.restore()
+    t = prof.totals()
+    assert t["framework"][:3] == [5000, 5000, 1]
+    assert t["hooks"][0] == 0  # the wrapper's own Python: nothing on these clocks
+    timed(1)  # restored: the real function is back, untimed
+    assert prof.totals()["framework"][2] == 1
+
+
 SCRIPT = REPO / "benchmarks" / "overhead" / "mnist_ddp.py"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 LINE = re.compile(r"^ATTRIBUTION (\{.*\})$", re.M)

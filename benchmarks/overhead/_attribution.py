@@ -183,6 +183,22 @@ class Profiler:
                 cell.cell_contents = self.timed(real, FRAMEWORK)
                 self._undo.append(lambda cell=cell, real=real: setattr(cell, "cell_contents", real))
 
+    def swap_real(self, fn: Callable, real: Callable, depth: int = 2) -> None:
+        """The framework function ``real`` in ``fn``'s closure timed as ``framework``, also
+        one or two wrappers down (``tfgraph.wrap``'s wrapper sits inside AutoGraph's
+        ``do_not_convert``: without this, the collective it calls, with the wait for the
+        other ranks, counted as ailens's hook)."""
+        names = _closure_names_of(fn, real)
+        if names:
+            self.swap_cells(fn, names)
+            return
+        if depth <= 0:
+            return
+        for cell in getattr(fn, "__closure__", None) or ():
+            inner = _cell(cell)
+            if callable(inner) and getattr(inner, "__closure__", None):
+                self.swap_real(inner, real, depth - 1)
+
     def restore(self) -> None:
         undo, self._undo = self._undo, []
         for fn in reversed(undo):
@@ -269,7 +285,7 @@ class Profiler:
                 if real is None or not str(getattr(value, "__module__", "")).startswith("ailens"):
                     continue
                 if id(value) not in timed:
-                    self.swap_cells(value, _closure_names_of(value, real))
+                    self.swap_real(value, real)
                     t = self.timed(value, "hooks")
                     t.__wrapped__, t.__module__ = real, value.__module__
                     timed[id(value)] = t
