@@ -70,3 +70,47 @@ def test_a_periodic_extra_is_still_found_among_random_outliers():
     f = _fed(outlier_every=50, period=100)
     names = [p.name for p in f.snapshot().parts]
     assert "every 100 steps" in names, names
+
+
+def test_a_live_forecast_json_costs_one_snapshot_and_says_the_same(tmp_path, monkeypatch):
+    """forecast.json holds three views of the run model (the forecast, the latest prediction,
+    the epoch's end): one snapshot serves them (each costs the extras search), and the
+    document is what three separate readings gave."""
+    import dataclasses
+    import json
+
+    from ailens import Lens
+    from ailens.model.forecast import Forecast
+
+    lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0, total_steps=5000,
+                steps_per_epoch=500)  # fmt: skip
+    oa, live = lens.online, lens._live
+    rng = random.Random(5)
+    t = 0
+    for i in range(3000):
+        t += int(0.01 * (2.5 if rng.random() < 0.03 else 1 + rng.gauss(0, 0.01)) * 1e9)
+        oa.on_step(i, t)
+    snapshots = []
+    real = oa.forecaster.snapshot
+    monkeypatch.setattr(oa.forecaster, "snapshot", lambda: snapshots.append(1) or real())
+    doc = live.forecast_doc(final=False)
+    assert len(snapshots) == 1
+    monkeypatch.undo()
+    f = oa.forecast()
+    assert doc["predicted_total_s"] == f.predicted_total_s
+    assert doc["latest"]["predicted_total_s"] == oa.predict().predicted_total_s
+    assert doc["epoch"] == oa.epoch_forecast().to_dict()
+    # to_dict field by field: the JSON of the deep copy it replaced.
+    deep = dataclasses.asdict(f)
+    deep.update(
+        {
+            k: v
+            for k, v in f.to_dict().items()
+            if k not in deep
+            or k
+            in ("interval_s", "history", "components", "signature_parts", "signature_waited_for")
+        }
+    )
+    assert json.dumps(f.to_dict()) == json.dumps(deep)
+    assert isinstance(f, Forecast) and len(f.history) > 10
+    lens.close()

@@ -184,9 +184,15 @@ class OnlineAnalysis:
 
     # ------------------------------------------------------------ evaluation
 
-    def predict(self) -> Prediction:
+    def snapshot(self) -> Snapshot:
+        """The forecaster's state now, the queued steps folded in. One reading of several
+        views (``forecast``, ``predict``, ``epoch_forecast``: forecast.json has all three)
+        passes it to each as ``snapshot=``: each snapshot costs the recurring-extras search."""
         self._catch_up()
-        return self.forecaster.predict()
+        return self.forecaster.snapshot()
+
+    def predict(self, snapshot: Snapshot | None = None) -> Prediction:
+        return (snapshot or self.snapshot()).evaluate()
 
     def _evaluate(self) -> None:
         snap = self.forecaster.snapshot()
@@ -261,11 +267,11 @@ class OnlineAnalysis:
         actual_total_s: float | None = None,
         job_offset_s: float | None = None,
         actual_job_total_s: float | None = None,
+        snapshot: Snapshot | None = None,
     ) -> Forecast | None:
         """The run's forecast (``ForecastPolicy`` picks it); None before any step time after
-        the warm-up."""
-        self._catch_up()
-        latest: Snapshot = self.forecaster.snapshot()
+        the warm-up. ``snapshot``: :meth:`snapshot`, when the caller has it already."""
+        latest: Snapshot = snapshot or self.snapshot()
         if latest.level is None:
             return None
         return self.policy.forecast(
@@ -278,10 +284,10 @@ class OnlineAnalysis:
             actual_job_total_s=actual_job_total_s,
         )
 
-    def epoch_forecast(self) -> EpochForecast | None:
+    def epoch_forecast(self, snapshot: Snapshot | None = None) -> EpochForecast | None:
         """When the current epoch ends, once the steps per epoch and a step time are known."""
-        self._catch_up()
-        return epoch_forecast(self.forecaster.snapshot(), self.forecaster.schedule.steps_per_epoch)
+        snap = snapshot or self.snapshot()
+        return epoch_forecast(snap, self.forecaster.schedule.steps_per_epoch)
 
     @property
     def actual_total_s(self) -> float | None:
