@@ -114,3 +114,42 @@ def test_a_live_forecast_json_costs_one_snapshot_and_says_the_same(tmp_path, mon
     assert json.dumps(f.to_dict()) == json.dumps(deep)
     assert isinstance(f, Forecast) and len(f.history) > 10
     lens.close()
+
+
+def test_lens_forecast_read_every_step_is_recomputed_once_a_second(tmp_path):
+    """Progress bars read ``lens.forecast`` at every step end; each recomputation is a
+    snapshot (the recurring-extras search). Over 10 s of 10 ms steps (past the first steps,
+    where a quarter more steps refreshes it sooner) it is recomputed about once a second
+    (at 0.1 s: a hundred times), and shows the forecast of a step at most a second old."""
+    from ailens import Lens
+
+    class Clock:
+        now = 10**9
+
+        def __call__(self) -> int:
+            return self.now
+
+    class Work:
+        kind, unit, fallback_reason = "cpu-ns", "ns", None
+
+        def read(self) -> int:
+            return clock.now
+
+        def close(self) -> None:
+            pass
+
+    clock = Clock()
+    lens = Lens(run_dir=tmp_path / "run", clock=clock, work_counter=Work(), total_steps=5000)
+    for _ in range(1000):  # 10 s of 10 ms steps
+        clock.now += 10_000_000
+        lens.step_end()
+        assert lens.forecast is not None or lens.steps < 10
+    made = set()
+    for _ in range(1000):  # 10 s more
+        clock.now += 10_000_000
+        lens.step_end()
+        live = lens.forecast
+        made.add(live.step)
+        assert lens.steps - live.step <= 100  # a second of steps at most
+    assert 9 <= len(made) <= 11, sorted(made)
+    lens.close()

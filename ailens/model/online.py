@@ -29,8 +29,11 @@ from .forecast.policy import ForecastPolicy
 
 # Forecast history kept for plots: thinned by half whenever it reaches this length.
 _HISTORY_CAP = 512
-# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step.
-_LIVE_REFRESH_NS = 100_000_000
+# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step
+# (progress bars). Each recomputation is a snapshot (the recurring-extras search: 0.1-0.5 ms
+# with hundreds of outliers): at 0.1 s that was up to 0.5 % of the training thread for a
+# figure shown in seconds (issue 33). Short runs refresh sooner: after a quarter more steps.
+_LIVE_REFRESH_NS = 1_000_000_000
 # Step ends are queued and folded into the forecast in bulk, at the latest after this many
 # steps or this much training time (or at any reading): a step end costs an append, and the
 # forecast's work runs in one warm loop instead of once after every (cache-cold) step.
@@ -229,7 +232,7 @@ class OnlineAnalysis:
         return self._queued[-1] if self._queued else self.forecaster.t_last
 
     def live_forecast(self) -> LiveForecast | None:
-        """The current prediction; recomputed at most every 0.1 s of the Lens's clock (or
+        """The current prediction; recomputed at most every 1 s of the Lens's clock (or
         after a quarter more steps), so it can be read every step."""
         now = self.now_ns
         cached = self._live_cache
