@@ -95,7 +95,8 @@ class Profiler:
         self._thread_cpu: dict[str, int] = {c: 0 for c in _THREAD_COMPONENTS}
         self.bias = {"self_cpu": 0, "self_wall": 0, "parent_cpu": 0, "parent_wall": 0}
         self.steps_counted = 0  # lensed steps run through count_steps
-        self.steps_at_reset = 0  # the Lens's steps when the counts last restarted
+        self.steps_at_reset = 0  # the Lens's steps and ticks when the counts last restarted
+        self.ticks_at_reset = 0
         self._lens = None
         self.block_cpu_ns = 0  # process CPU time of those steps (all threads)
         self.block_wall_ns = 0
@@ -359,7 +360,9 @@ class Profiler:
         self._thread_cpu0.clear()
         self.start_threads()
         self.steps_counted = self.block_cpu_ns = self.block_wall_ns = 0
-        self.steps_at_reset = self._lens.steps if self._lens is not None else 0
+        lens = self._lens
+        self.steps_at_reset = lens.steps if lens is not None else 0
+        self.ticks_at_reset = lens.ticks if lens is not None else 0
 
     # ------------------------------------------------------------ ailens's threads
 
@@ -432,6 +435,10 @@ class Profiler:
         step_wall_us = self.block_wall_ns / n / 1e3 if self.steps_counted else None
         return {
             "steps": steps,
+            # The collectives of the counted steps (the set-up's left out, as above).
+            "collectives_per_step": None
+            if self._lens is None
+            else round((self._lens.ticks - self.ticks_at_reset) / steps, 3),
             "components": comps,
             "total_cpu_us_per_step": round(total_cpu, 3),
             "total_wall_us_per_step": round(total_wall, 3),
