@@ -182,8 +182,10 @@ def _candidates(
         # evaluation), with their first step.
         mods = list(map(operator.mod, steps, repeat(period)))
         counts = Counter(mods)
-        firsts = dict(zip(reversed(mods), reversed(steps), strict=True))
         tested += len(counts)
+        if not what and max(counts.values()) < MIN_HITS:
+            continue  # no offset of this learned period can pass (the common case)
+        firsts = dict(zip(reversed(mods), reversed(steps), strict=True))
         first_at: frozenset = frozenset()
         if what:
             # Where the schedule puts an occurrence: an evaluation after step k lands in
