@@ -195,7 +195,8 @@ class OnlineAnalysis:
         return self.forecaster.snapshot()
 
     def predict(self, snapshot: Snapshot | None = None) -> Prediction:
-        return (snapshot or self.snapshot()).evaluate()
+        """The forecast now (of ``snapshot``, when the caller has it already)."""
+        return (snapshot if snapshot is not None else self.snapshot()).evaluate()
 
     def _evaluate(self) -> None:
         snap = self.forecaster.snapshot()
@@ -274,7 +275,7 @@ class OnlineAnalysis:
     ) -> Forecast | None:
         """The run's forecast (``ForecastPolicy`` picks it); None before any step time after
         the warm-up. ``snapshot``: :meth:`snapshot`, when the caller has it already."""
-        latest: Snapshot = snapshot or self.snapshot()
+        latest = snapshot if snapshot is not None else self.snapshot()
         if latest.level is None:
             return None
         return self.policy.forecast(
@@ -289,7 +290,7 @@ class OnlineAnalysis:
 
     def epoch_forecast(self, snapshot: Snapshot | None = None) -> EpochForecast | None:
         """When the current epoch ends, once the steps per epoch and a step time are known."""
-        snap = snapshot or self.snapshot()
+        snap = snapshot if snapshot is not None else self.snapshot()
         return epoch_forecast(snap, self.forecaster.schedule.steps_per_epoch)
 
     @property
