@@ -26,7 +26,7 @@ What the callback does:
   (``early_stop=True``): every rank stops at the same step. With ``verbose=1`` it adds the
   forecast to the batch logs, so Keras' own progress bar shows it: ``ailens_total_s``
   (predicted total run time, s) and ``ailens_eta_s`` (time still to go, s), once predicted,
-  read at every step end (``lens.forecast`` recomputes at most every 0.1 s or a quarter
+  read at every step end (``lens.forecast`` recomputes at most every 1 s or a quarter
   more steps).
 - ``on_epoch_end`` adds ``ailens_total_s``, ``ailens_eta_s`` and ``ailens_eta_pm_s`` (± half
   the 95 % interval) to the epoch's logs, once predicted: ``History.history`` keeps them,
@@ -134,7 +134,7 @@ class LensCallback(_callback_base()):
 
     def _show_forecast(self, logs: dict) -> None:
         # Every step end, as the other adapters: lens.forecast is the cache (it recomputes
-        # at most every 0.1 s or after a quarter more steps).
+        # at most every 1 s or after a quarter more steps).
         f = self.lens.forecast
         if f is not None and f.predicted_total_s is not None:
             self._shown = {PROGBAR_KEYS[0]: f.predicted_total_s, PROGBAR_KEYS[1]: f.eta_s}

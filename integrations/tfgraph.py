@@ -248,10 +248,16 @@ def _record_on_slate(tf, key, att, graph, real, op, payload, float_size, args, k
         out = real(*args, **kwargs)
     try:
         end = _stamp(tf, [t for t in tf.nest.flatten(out) if isinstance(t, tf.Tensor)])
-        more = tf.add_n([tf.cast(d, tf.float64) for d in dynamic]) if dynamic else 0.0
-        # Five ops per collective: two timestamps, the row, its index, the write.
-        index = slate.slot + len(slate.ops) * SLATE_CALLS
-        row = tf.stack([begin, end, tf.cast(more, tf.float64)])
+        # Bytes not known while tracing; a float64 constant when all are (no cast op).
+        if dynamic:
+            more = tf.add_n([tf.cast(d, tf.float64) for d in dynamic])
+        else:
+            more = tf.constant(0.0, tf.float64)
+        # Five ops per collective: two timestamps, the row, its index, the write (the first
+        # collective of a slate writes at the call's slot itself: no index op).
+        offset = len(slate.ops) * SLATE_CALLS
+        index = slate.slot + offset if offset else slate.slot
+        row = tf.stack([begin, end, more])
         tf.raw_ops.ResourceScatterUpdate(resource=slate.rows.handle, indices=index, updates=row)
         slate.ops.append(op)
         slate.nbytes.append(static)

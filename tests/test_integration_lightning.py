@@ -46,7 +46,7 @@ def trace_summary(trace, param_bytes: int) -> dict:
 @pytest.mark.timeout(120)
 def test_ddp_fit_records_buckets_steps_and_validation_on_both_ranks(tmp_path):
     # 320 samples per rank, batch 8, accumulate 2: 20 optimizer steps per epoch, 2 epochs
-    # (long enough for the live forecast, refreshed every 0.1 s, to reach the bar).
+    # (long enough for the live forecast, refreshed every 1 s, to reach the bar).
     results = fit_ddp(tmp_path, "--samples", "640", "--epochs", "2", "--accumulate", "2")
     run = ailens.load_run(tmp_path / "run")
     assert run.complete and not run.warnings, run.warnings

@@ -69,7 +69,7 @@ def test_a_real_tqdm_bar_shows_the_forecast_beside_the_users_postfix(tmp_path):
     with ailens.lens(run_dir=tmp_path, total_steps=steps) as lens:
         bar = tqdm(total=steps, file=out, mininterval=0)
         for _ in range(steps):
-            time.sleep(0.004)  # the step's work: the live forecast refreshes every 0.1 s
+            time.sleep(0.004)  # the step's work: the live forecast refreshes every 1 s
             run_steps(lens, 1)
             bar.update()
             bar.set_postfix(loss="0.125", **forecast_postfix(lens), refresh=False)

@@ -90,12 +90,13 @@ class LiveOutput:
         """Once, when the step time is known and nothing said the run's length: the step
         time, the end of the current epoch when the steps per epoch are known, and how to
         give the length."""
-        p = self.oa.predict()
+        snap = self.oa.snapshot()
+        p = self.oa.predict(snap)
         if p.step_time_s is None:
             return
         self._hinted = True
         known = f"step time {fmt_s(p.step_time_s, 'compact')}"
-        ep = self.oa.epoch_forecast()
+        ep = self.oa.epoch_forecast(snap)
         if ep is not None:
             known += f", epoch {ep.epoch} ends in {fmt_s(ep.eta_s, 'compact')}"
             known += f" (step {ep.epoch_end_step})"
@@ -142,7 +143,8 @@ class LiveOutput:
         """One line: step, % done, forecast +/- interval, what a progress bar would say,
         signature state."""
         oa = self.oa
-        p = oa.predict()
+        snap = oa.snapshot()
+        p = oa.predict(snap)
         s, n = oa.steps, oa.total_steps
         head = f"ailens: step {s}/{n} ({100 * s / n:.1f}%)" if n else f"ailens: step {s}"
         sig = (
@@ -160,7 +162,7 @@ class LiveOutput:
                 body += f" (a progress bar would say {fmt_s(p.naive_total_s, 'compact')})"
         else:
             body = f"step time {fmt_s(p.step_time_s, 'compact')} (total steps unknown)"
-        ep = oa.epoch_forecast()
+        ep = oa.epoch_forecast(snap)
         if ep is not None:
             body += f"  epoch {ep.epoch} ends in {fmt_s(ep.eta_s, 'compact')}"
         return f"{head}  {body}  {sig}"
@@ -171,14 +173,16 @@ class LiveOutput:
         job_end = None
         if self.exit_wall_ns and self.process_start_wall_ns:
             job_end = (self.exit_wall_ns - self.process_start_wall_ns) / 1e9
+        snap = oa.snapshot()  # one for the three views: each costs the extras search
         f = oa.forecast(
             actual_total_s=oa.actual_total_s if final else None,
             job_offset_s=self.job_offset_s,
             actual_job_total_s=job_end,
+            snapshot=snap,
         )
         if f is None:
             return None
-        latest = oa.predict()
+        latest = oa.predict(snap)
         return {
             "source": "online",
             "final": final,
@@ -202,7 +206,7 @@ class LiveOutput:
             },
             # When the current epoch ends (null until the steps per epoch are known), and,
             # while nothing said the run's length, how to give it.
-            "epoch": None if (ep := oa.epoch_forecast()) is None else ep.to_dict(),
+            "epoch": None if (ep := oa.epoch_forecast(snap)) is None else ep.to_dict(),
             **({"length_hint": LENGTH_HINT} if oa.total_steps is None else {}),
             **({"closed_s": oa.end_ns / 1e9} if final and oa.end_ns is not None else {}),
             **({"exit_wall_ns": self.exit_wall_ns} if self.exit_wall_ns else {}),

@@ -29,8 +29,11 @@ from .forecast.policy import ForecastPolicy
 
 # Forecast history kept for plots: thinned by half whenever it reaches this length.
 _HISTORY_CAP = 512
-# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step.
-_LIVE_REFRESH_NS = 100_000_000
+# lens.forecast recomputes at most this often (the Lens's clock, ns); it is read every step
+# (progress bars). Each recomputation is a snapshot (the recurring-extras search: 0.1-0.5 ms
+# with hundreds of outliers): at 0.1 s that was up to 0.5 % of the training thread for a
+# figure shown in seconds (issue 33). Short runs refresh sooner: after a quarter more steps.
+_LIVE_REFRESH_NS = 1_000_000_000
 # Step ends are queued and folded into the forecast in bulk, at the latest after this many
 # steps or this much training time (or at any reading): a step end costs an append, and the
 # forecast's work runs in one warm loop instead of once after every (cache-cold) step.
@@ -186,9 +189,16 @@ class OnlineAnalysis:
 
     # ------------------------------------------------------------ evaluation
 
-    def predict(self) -> Prediction:
+    def snapshot(self) -> Snapshot:
+        """The forecaster's state now, the queued steps folded in. One reading of several
+        views (``forecast``, ``predict``, ``epoch_forecast``: forecast.json has all three)
+        passes it to each as ``snapshot=``: each snapshot costs the recurring-extras search."""
         self._catch_up()
-        return self.forecaster.predict()
+        return self.forecaster.snapshot()
+
+    def predict(self, snapshot: Snapshot | None = None) -> Prediction:
+        """The forecast now (of ``snapshot``, when the caller has it already)."""
+        return (snapshot if snapshot is not None else self.snapshot()).evaluate()
 
     def _evaluate(self) -> None:
         snap = self.forecaster.snapshot()
@@ -225,7 +235,7 @@ class OnlineAnalysis:
         return self._queued[-1] if self._queued else self.forecaster.t_last
 
     def live_forecast(self) -> LiveForecast | None:
-        """The current prediction; recomputed at most every 0.1 s of the Lens's clock (or
+        """The current prediction; recomputed at most every 1 s of the Lens's clock (or
         after a quarter more steps), so it can be read every step."""
         now = self.now_ns
         cached = self._live_cache
@@ -263,11 +273,11 @@ class OnlineAnalysis:
         actual_total_s: float | None = None,
         job_offset_s: float | None = None,
         actual_job_total_s: float | None = None,
+        snapshot: Snapshot | None = None,
     ) -> Forecast | None:
         """The run's forecast (``ForecastPolicy`` picks it); None before any step time after
-        the warm-up."""
-        self._catch_up()
-        latest: Snapshot = self.forecaster.snapshot()
+        the warm-up. ``snapshot``: :meth:`snapshot`, when the caller has it already."""
+        latest = snapshot if snapshot is not None else self.snapshot()
         if latest.level is None:
             return None
         return self.policy.forecast(
@@ -280,10 +290,10 @@ class OnlineAnalysis:
             actual_job_total_s=actual_job_total_s,
         )
 
-    def epoch_forecast(self) -> EpochForecast | None:
+    def epoch_forecast(self, snapshot: Snapshot | None = None) -> EpochForecast | None:
         """When the current epoch ends, once the steps per epoch and a step time are known."""
-        self._catch_up()
-        return epoch_forecast(self.forecaster.snapshot(), self.forecaster.schedule.steps_per_epoch)
+        snap = snapshot if snapshot is not None else self.snapshot()
+        return epoch_forecast(snap, self.forecaster.schedule.steps_per_epoch)
 
     @property
     def actual_total_s(self) -> float | None:

@@ -95,6 +95,9 @@ class Profiler:
         self._thread_cpu: dict[str, int] = {c: 0 for c in _THREAD_COMPONENTS}
         self.bias = {"self_cpu": 0, "self_wall": 0, "parent_cpu": 0, "parent_wall": 0}
         self.steps_counted = 0  # lensed steps run through count_steps
+        self.steps_at_reset = 0  # the Lens's steps and ticks when the counts last restarted
+        self.ticks_at_reset = 0
+        self._lens = None
         self.block_cpu_ns = 0  # process CPU time of those steps (all threads)
         self.block_wall_ns = 0
 
@@ -181,6 +184,22 @@ class Profiler:
                 cell.cell_contents = self.timed(real, FRAMEWORK)
                 self._undo.append(lambda cell=cell, real=real: setattr(cell, "cell_contents", real))
 
+    def swap_real(self, fn: Callable, real: Callable, depth: int = 2) -> None:
+        """The framework function ``real`` in ``fn``'s closure timed as ``framework``, also
+        one or two wrappers down (``tfgraph.wrap``'s wrapper sits inside AutoGraph's
+        ``do_not_convert``: without this, the collective it calls, with the wait for the
+        other ranks, counted as ailens's hook)."""
+        names = _closure_names_of(fn, real)
+        if names:
+            self.swap_cells(fn, names)
+            return
+        if depth <= 0:
+            return
+        for cell in getattr(fn, "__closure__", None) or ():
+            inner = _cell(cell)
+            if callable(inner) and getattr(inner, "__closure__", None):
+                self.swap_real(inner, real, depth - 1)
+
     def restore(self) -> None:
         undo, self._undo = self._undo, []
         for fn in reversed(undo):
@@ -190,6 +209,7 @@ class Profiler:
 
     def attach_lens(self, lens) -> None:
         """Time the parts of a recording ``lens`` (call after it started, before training)."""
+        self._lens = lens
         self.patch(lens, "collective_begin", "buffer")
         self.patch(lens, "collective_end", "buffer")
         self.patch(lens, "record_collectives", "buffer")
@@ -266,7 +286,7 @@ class Profiler:
                 if real is None or not str(getattr(value, "__module__", "")).startswith("ailens"):
                     continue
                 if id(value) not in timed:
-                    self.swap_cells(value, _closure_names_of(value, real))
+                    self.swap_real(value, real)
                     t = self.timed(value, "hooks")
                     t.__wrapped__, t.__module__ = real, value.__module__
                     timed[id(value)] = t
@@ -303,10 +323,23 @@ class Profiler:
 
         model.register_comm_hook = register_timed
 
-    def count_steps(self, run: Callable[[int], None]) -> Callable[[int], None]:
-        """``run(n)`` (the lensed block) counting its steps and process CPU and wall time."""
+    def count_steps(self, run: Callable[[int], None], set_up: int = 1) -> Callable[[int], None]:
+        """``run(n)`` (the lensed block) counting its steps and process CPU and wall time.
+        Its first ``set_up`` calls are the run's set-up (``_ab.measure`` runs one untimed
+        step first: with TF, the tracing of the training function and ailens's graph hooks
+        in it, seconds once per run): everything counted until they end is dropped
+        (:meth:`reset`), so the figures are the steady steps'."""
+        calls = [0]
 
         def counted(n: int) -> None:
+            calls[0] += 1
+            if calls[0] <= set_up:
+                try:
+                    run(n)
+                finally:
+                    if calls[0] == set_up:
+                        self.reset()
+                return
             c0, w0 = time.process_time_ns(), time.perf_counter_ns()
             try:
                 run(n)
@@ -316,6 +349,20 @@ class Profiler:
                 self.steps_counted += n
 
         return counted
+
+    def reset(self) -> None:
+        """Start every count from now: timers, ailens's thread clocks, counted steps (call
+        between steps, on the training thread)."""
+        with self._lock:
+            for table in self._tables:
+                table.clear()
+        self._thread_cpu = {c: 0 for c in _THREAD_COMPONENTS}
+        self._thread_cpu0.clear()
+        self.start_threads()
+        self.steps_counted = self.block_cpu_ns = self.block_wall_ns = 0
+        lens = self._lens
+        self.steps_at_reset = lens.steps if lens is not None else 0
+        self.ticks_at_reset = lens.ticks if lens is not None else 0
 
     # ------------------------------------------------------------ ailens's threads
 
@@ -357,9 +404,10 @@ class Profiler:
 
     def report(self, steps: int) -> dict:
         """Per component: µs per step (CPU and wall) with the instrument's own cost removed;
-        their sums; the instrument's estimated cost; the steps' own CPU and wall time."""
+        their sums; the instrument's estimated cost; the steps' own CPU and wall time.
+        ``steps``: the Lens's steps (those before the last :meth:`reset` are left out)."""
         totals, b = self.totals(), self.bias
-        steps = max(int(steps), 1)
+        steps = max(int(steps) - self.steps_at_reset, 1)
         comps: dict[str, dict] = {}
         removed_cpu = removed_wall = 0
         for comp in (*COMPONENTS, FRAMEWORK):
@@ -387,6 +435,10 @@ class Profiler:
         step_wall_us = self.block_wall_ns / n / 1e3 if self.steps_counted else None
         return {
             "steps": steps,
+            # The collectives of the counted steps (the set-up's left out, as above).
+            "collectives_per_step": None
+            if self._lens is None
+            else round((self._lens.ticks - self.ticks_at_reset) / steps, 3),
             "components": comps,
             "total_cpu_us_per_step": round(total_cpu, 3),
             "total_wall_us_per_step": round(total_wall, 3),

@@ -8,8 +8,11 @@ no period. Outliers that fit no period stay in the level at their rate, or are a
 from __future__ import annotations
 
 import math
+import operator
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
@@ -114,7 +117,7 @@ def _periodic(steps: list[int], s: int, schedule: Schedule, warmup: int) -> list
         return []
     seen = max(s - warmup, 1)
     visible = warmup + StepLevel.START  # the first step a spike can be seen at
-    cands = _candidates(steps, schedule)
+    cands, tested = _candidates(steps, s, schedule)
     classes = []
     for lat, members in cands:
         if not members:
@@ -135,7 +138,7 @@ def _periodic(steps: list[int], s: int, schedule: Schedule, warmup: int) -> list
                 hits >= 2 or (members[0] in lat.first_at and lat.count(visible, s - 1) == 1)
             )
         else:
-            ok = hits >= MIN_HITS and p * len(cands) < 0.001
+            ok = hits >= MIN_HITS and p * tested < 0.001
         if ok:
             classes.append((lat, set(members)))
     return _greedy(classes)
@@ -154,11 +157,18 @@ def _greedy(classes: list[tuple[_Lattice, set[int]]]) -> list[_Lattice]:
     return chosen
 
 
-def _candidates(steps: list[int], schedule: Schedule) -> list[tuple[_Lattice, list[int]]]:
-    """The periods worth testing on the spike steps, with the steps on each: the
-    schedule's, the gaps between recent spikes, and a jittered one from the recent gaps
-    that agree."""
+def _candidates(
+    steps: list[int], s: int, schedule: Schedule
+) -> tuple[list[tuple[_Lattice, list[int]]], int]:
+    """The periods worth testing on the spike steps after ``s`` steps, with the steps on
+    each: the schedule's, the gaps between recent spikes, and a jittered one from the recent
+    gaps that agree; and how many lattices were tested (the Bonferroni count). A learned
+    whole period's offset that :func:`_periodic` would refuse anyway (fewer than
+    ``MIN_HITS`` steps on it, or under 80 % of its positions hit) is counted, not built:
+    building one per lone spike made an evaluation cost milliseconds with a few dozen
+    random outliers (issue 33)."""
     out: list[tuple[_Lattice, list[int]]] = []
+    tested = 0
     named = schedule.periods()
     plan = schedule.eval_plan()
     recent = steps[-8:]
@@ -168,9 +178,14 @@ def _candidates(steps: list[int], schedule: Schedule) -> list[tuple[_Lattice, li
             if b - a >= 2:
                 periods.setdefault(b - a, "")
     for period, what in periods.items():
-        by_offset: dict[int, list[int]] = {}
-        for k in steps:
-            by_offset.setdefault(k % period, []).append(k)
+        # Offsets in the order of their first step, counted in C (this runs at every
+        # evaluation), with their first step.
+        mods = list(map(operator.mod, steps, repeat(period)))
+        counts = Counter(mods)
+        tested += len(counts)
+        if not what and max(counts.values()) < MIN_HITS:
+            continue  # no offset of this learned period can pass (the common case)
+        firsts = dict(zip(reversed(mods), reversed(steps), strict=True))
         first_at: frozenset = frozenset()
         if what:
             # Where the schedule puts an occurrence: an evaluation after step k lands in
@@ -178,13 +193,25 @@ def _candidates(steps: list[int], schedule: Schedule) -> list[tuple[_Lattice, li
             first = 0 if what != "evaluation" or plan is None else round(plan.start) % period
             first_at = frozenset(k for k in steps if k % period in (first, (first - 1) % period))
         out += [
-            (_Lattice(period, offset, 0, what, first_at), members)
-            for offset, members in by_offset.items()
+            (
+                _Lattice(period, offset, 0, what, first_at),
+                [k for k in steps if k % period == offset],
+            )
+            for offset, n in counts.items()
+            if what or (n >= MIN_HITS and _dense(n, period, offset, firsts[offset], s))
         ]
     jittered = _jittered(steps, recent)
     if jittered is not None:
         out.append(jittered)
-    return out
+        tested += 1
+    return out, tested
+
+
+def _dense(hits: int, period: int, offset: int, first: int, s: int) -> bool:
+    """Whether ``hits`` steps on a whole period from step ``first`` pass
+    :func:`_periodic`'s first test (at least 80 % of the positions up to step ``s - 1``)."""
+    expected = occurrences(period, offset, first, s - 1)
+    return expected > 0 and not hits / expected < 0.8
 
 
 def _jittered(steps: list[int], recent: list[int]) -> tuple[_Lattice, list[int]] | None:

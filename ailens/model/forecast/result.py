@@ -3,7 +3,7 @@ prints and ``forecast.json`` holds)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from .snapshot import INTERVAL_LEVEL, Component
 
@@ -73,7 +73,10 @@ class Forecast:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (plain Python types)."""
-        d = asdict(self)
+        # Field by field, not asdict(self): that deep-copies the history point by point
+        # (over a millisecond at its cap, at every live forecast.json); the nested fields
+        # are converted below and the others are plain values.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["interval_s"] = None if self.interval_s is None else list(self.interval_s)
         d["history"] = [[int(s), float(v)] for s, v in self.history]
         d["components"] = [asdict(c) for c in self.components]

@@ -1,0 +1,155 @@
+"""Issue 33: what the run model costs at each exchange does not grow with the outliers seen.
+
+The forecast is evaluated at every exchange; its recurring-extras search tests lattices (a
+period and an offset) on the recent outlier steps. Building one per lone outlier made an
+evaluation cost milliseconds with a few dozen random outliers. These tests count the
+lattices built (the work that grew) and check the search still finds what it found."""
+
+from __future__ import annotations
+
+import random
+
+from ailens.model.forecast import Forecaster, extras
+
+
+def _fed(outlier_every: float, steps: int = 4000, seed: int = 3, period: int = 0) -> Forecaster:
+    """A forecaster fed ``steps`` steps of 50 ms +/- 1 %, with random outliers (about one in
+    ``outlier_every``; none at 0) and, with ``period``, a 3x step every ``period`` steps."""
+    rng = random.Random(seed)
+    f = Forecaster(warmup_steps=2)
+    f.on_schedule({"total_steps": 10 * steps})
+    t = 0
+    for i in range(steps):
+        x = 0.05 * (1 + rng.gauss(0, 0.01))
+        if outlier_every and rng.random() < 1 / outlier_every:
+            x *= rng.choice([1.5, 2.0, 2.5])
+        if period and i % period == period - 1:
+            x *= 3
+        t += int(x * 1e9)
+        f.on_step(t)
+    return f
+
+
+def _lattices_built(f: Forecaster, monkeypatch) -> int:
+    built = []
+    real = extras._Lattice
+
+    def counting(*args, **kwargs):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(extras, "_Lattice", counting)
+    f.snapshot()
+    monkeypatch.setattr(extras, "_Lattice", real)
+    return len(built)
+
+
+def test_lattices_built_do_not_grow_with_random_outliers(monkeypatch):
+    few, many = _fed(outlier_every=400), _fed(outlier_every=20)
+    assert len(few.level.spikes) < 15 < extras.MAX_SPIKES < len(many.level.spikes)
+    built_few = _lattices_built(few, monkeypatch)
+    built_many = _lattices_built(many, monkeypatch)
+    # Before: one lattice per (learned period, offset): ~28 periods x up to 64 spike steps
+    # (over a thousand with 64 outliers). Now only offsets with enough hits to pass.
+    assert built_many <= 8, built_many
+    assert built_few <= 8, built_few
+
+
+def test_tested_count_kept_for_the_bonferroni_correction():
+    """Offsets not built are still counted: the significance of a learned period is
+    corrected for every lattice tested, as before."""
+    steps = [100, 131, 170, 250, 333, 401, 460, 512, 599, 640]
+    cands, tested = extras._candidates(steps, 700, extras.Schedule())
+    periods = {b - a for i, a in enumerate(steps[-8:]) for b in steps[-8:][i + 1 :] if b - a >= 2}
+    every_offset = sum(len({k % p for k in steps}) for p in periods)
+    assert tested == every_offset + sum(1 for lat, _ in cands if lat.tol)
+    assert len(cands) < tested
+
+
+def test_a_periodic_extra_is_still_found_among_random_outliers():
+    f = _fed(outlier_every=50, period=100)
+    names = [p.name for p in f.snapshot().parts]
+    assert "every 100 steps" in names, names
+
+
+def test_a_live_forecast_json_costs_one_snapshot_and_says_the_same(tmp_path, monkeypatch):
+    """forecast.json holds three views of the run model (the forecast, the latest prediction,
+    the epoch's end): one snapshot serves them (each costs the extras search), and the
+    document is what three separate readings gave."""
+    import dataclasses
+    import json
+
+    from ailens import Lens
+    from ailens.model.forecast import Forecast
+
+    lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0, total_steps=5000,
+                steps_per_epoch=500)  # fmt: skip
+    oa, live = lens.online, lens._live
+    rng = random.Random(5)
+    t = 0
+    for i in range(3000):
+        t += int(0.01 * (2.5 if rng.random() < 0.03 else 1 + rng.gauss(0, 0.01)) * 1e9)
+        oa.on_step(i, t)
+    snapshots = []
+    real = oa.forecaster.snapshot
+    monkeypatch.setattr(oa.forecaster, "snapshot", lambda: snapshots.append(1) or real())
+    doc = live.forecast_doc(final=False)
+    assert len(snapshots) == 1
+    monkeypatch.undo()
+    f = oa.forecast()
+    assert doc["predicted_total_s"] == f.predicted_total_s
+    assert doc["latest"]["predicted_total_s"] == oa.predict().predicted_total_s
+    assert doc["epoch"] == oa.epoch_forecast().to_dict()
+    # to_dict field by field: the JSON of the deep copy it replaced.
+    deep = dataclasses.asdict(f)
+    deep.update(
+        {
+            k: v
+            for k, v in f.to_dict().items()
+            if k not in deep
+            or k
+            in ("interval_s", "history", "components", "signature_parts", "signature_waited_for")
+        }
+    )
+    assert json.dumps(f.to_dict()) == json.dumps(deep)
+    assert isinstance(f, Forecast) and len(f.history) > 10
+    lens.close()
+
+
+def test_lens_forecast_read_every_step_is_recomputed_once_a_second(tmp_path):
+    """Progress bars read ``lens.forecast`` at every step end; each recomputation is a
+    snapshot (the recurring-extras search). Over 10 s of 10 ms steps (past the first steps,
+    where a quarter more steps refreshes it sooner) it is recomputed about once a second
+    (at 0.1 s: a hundred times), and shows the forecast of a step at most a second old."""
+    from ailens import Lens
+
+    class Clock:
+        now = 10**9
+
+        def __call__(self) -> int:
+            return self.now
+
+    class Work:
+        kind, unit, fallback_reason = "cpu-ns", "ns", None
+
+        def read(self) -> int:
+            return clock.now
+
+        def close(self) -> None:
+            pass
+
+    clock = Clock()
+    lens = Lens(run_dir=tmp_path / "run", clock=clock, work_counter=Work(), total_steps=5000)
+    for _ in range(1000):  # 10 s of 10 ms steps
+        clock.now += 10_000_000
+        lens.step_end()
+        assert lens.forecast is not None or lens.steps < 10
+    made = set()
+    for _ in range(1000):  # 10 s more
+        clock.now += 10_000_000
+        lens.step_end()
+        live = lens.forecast
+        made.add(live.step)
+        assert lens.steps - live.step <= 100  # a second of steps at most
+    assert 9 <= len(made) <= 11, sorted(made)
+    lens.close()
