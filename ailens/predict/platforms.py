@@ -232,7 +232,13 @@ def ring_links(nvlinks: tuple, k: int) -> float:
     for perm in permutations(range(1, k)):
         edges = [((0, *perm)[i], (0, *perm)[(i + 1) % k]) for i in range(k)]
         if all(e in cap for e in edges):
-            cycles.append(edges)
+            cycles.append(tuple((e, 1) for e in edges))
+    return _most_rings(cap, cycles, k)
+
+
+def _most_rings(cap: dict, rings: list, k: int) -> float:
+    """The most of ``rings`` (each a tuple of (link direction, uses)) that fit at once in the
+    link capacities ``cap`` over ``k`` devices, found by a bounded depth-first search."""
     bound = min(sum(c for (i, _), c in cap.items() if i == v) for v in range(k))
     best = 0
 
@@ -241,14 +247,14 @@ def ring_links(nvlinks: tuple, k: int) -> float:
         best = max(best, count)
         if best >= bound:
             return True
-        for ci in range(start, len(cycles)):
-            c = cycles[ci]
-            if all(cap[e] > 0 for e in c):
-                for e in c:
-                    cap[e] -= 1
-                done = search(ci, count + 1)
-                for e in c:
-                    cap[e] += 1
+        for ri in range(start, len(rings)):
+            ring = rings[ri]
+            if all(cap[e] >= m for e, m in ring):
+                for e, m in ring:
+                    cap[e] -= m
+                done = search(ri, count + 1)
+                for e, m in ring:
+                    cap[e] += m
                 if done:
                     return True
         return False
@@ -292,29 +298,7 @@ def relayed_ring_links(nvlinks: tuple, k: int) -> float:
                 rings.add(tuple(sorted(Counter(e for r in choice for e in r).items())))
                 if len(rings) >= _MAX_RELAYED_RINGS:
                     break
-    use = sorted(rings)
-    bound = min(sum(c for (i, _), c in cap.items() if i == v) for v in range(k))
-    best = 0
-
-    def search(start: int, count: int) -> bool:
-        nonlocal best
-        best = max(best, count)
-        if best >= bound:
-            return True
-        for ri in range(start, len(use)):
-            ring = use[ri]
-            if all(cap[e] >= m for e, m in ring):
-                for e, m in ring:
-                    cap[e] -= m
-                done = search(ri, count + 1)
-                for e, m in ring:
-                    cap[e] += m
-                if done:
-                    return True
-        return False
-
-    search(0, 0)
-    return float(best)
+    return _most_rings(cap, sorted(rings), k)
 
 
 # --------------------------------------------------------------------------- defaults
