@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from ..model.timeline import Section, Timeline
+from ..record.reader import Run, load_run
+from ..record.schedule import Schedule
 from .logformats import LogError, format_names, read_log, read_text
 from .logformats.csv_steps import read_csv
 from .logformats.mlperf import parse_mlperf, read_mlperf
@@ -91,7 +95,34 @@ def read_run_dir(path: str | Path) -> Timeline:
     """Rank 0's step ends, sections and schedule from an ailens run directory (seconds from
     its Lens's start); the run's end when every rank closed. Its forecast is
     ``analysis.run_forecast.forecast_run`` (through ``analyze``, as the run recorded it)."""
-    from ..record.reader import load_run
-    from .run_forecast import run_timeline
-
     return run_timeline(load_run(path))
+
+
+def run_timeline(run: Run) -> Timeline:
+    """Rank 0's step ends, sections and schedule as a timeline (seconds from its Lens's
+    start); the run's end when every rank closed (then, for a run that ended normally, its
+    steps are its total when the schedule did not say)."""
+    first = run.ranks[0]
+    step_s = first.steps["t_ns"].astype(np.int64) / 1e9
+    sections, schedule = [], Schedule()
+    for m in first.marks:
+        if m.get("kind") == "section":
+            sections.append(Section(str(m["name"]), m["t_begin_ns"] / 1e9, m["t_end_ns"] / 1e9))
+        elif m.get("kind") == "schedule":
+            schedule = schedule.merged(m)
+    sched = schedule.to_dict()
+    end = first.info.get("end_ns") if run.complete else None
+    if end is not None and not first.info.get("crashed") and not sched.get("total_steps"):
+        sched["total_steps"] = len(step_s)  # a run that ended normally ran all its steps
+    spe = sched.get("steps_per_epoch")
+    return Timeline(
+        step_end_s=tuple(step_s.tolist()),
+        sections=tuple(sections),
+        schedule=sched,
+        end_s=None if end is None else end / 1e9,
+        name=str(run.path),
+        source="ailens",
+        unit="step",
+        steps_per_epoch=float(spe) if spe else None,
+        info={"file": str(run.path), "ranks": run.world_size},
+    )

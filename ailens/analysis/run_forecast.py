@@ -11,10 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..model.timeline import (
-    Section,
     StepForecast,
     Timeline,
     TimelineForecast,
@@ -22,40 +19,10 @@ from ..model.timeline import (
     timeline_forecast,
 )
 from ..record.reader import Run, load_run
-from ..record.schedule import Schedule
+from .logs import read_timeline, run_timeline
 from .run_analysis import analyze
 
 __all__ = ["RunLatest", "forecast_path", "forecast_run", "latest_run", "run_timeline"]
-
-
-def run_timeline(run: Run) -> Timeline:
-    """Rank 0's step ends, sections and schedule as a timeline (seconds from its Lens's
-    start); the run's end when every rank closed (then, for a run that ended normally, its
-    steps are its total when the schedule did not say)."""
-    first = run.ranks[0]
-    step_s = first.steps["t_ns"].astype(np.int64) / 1e9
-    sections, schedule = [], Schedule()
-    for m in first.marks:
-        if m.get("kind") == "section":
-            sections.append(Section(str(m["name"]), m["t_begin_ns"] / 1e9, m["t_end_ns"] / 1e9))
-        elif m.get("kind") == "schedule":
-            schedule = schedule.merged(m)
-    sched = schedule.to_dict()
-    end = first.info.get("end_ns") if run.complete else None
-    if end is not None and not first.info.get("crashed") and not sched.get("total_steps"):
-        sched["total_steps"] = len(step_s)  # a run that ended normally ran all its steps
-    spe = sched.get("steps_per_epoch")
-    return Timeline(
-        step_end_s=tuple(step_s.tolist()),
-        sections=tuple(sections),
-        schedule=sched,
-        end_s=None if end is None else end / 1e9,
-        name=str(run.path),
-        source="ailens",
-        unit="step",
-        steps_per_epoch=float(spe) if spe else None,
-        info={"file": str(run.path), "ranks": run.world_size},
-    )
 
 
 def _total(tl: Timeline, total_steps: int | None, epochs: float | None) -> int | None:
@@ -153,7 +120,6 @@ def forecast_path(
     """The forecast of what ``path`` holds: an ailens run directory through
     :func:`forecast_run`, any other log through ``read_timeline`` (``read``: its other
     keywords, e.g. a format) and ``forecast_timeline``."""
-    from .logs import read_timeline
 
     p = Path(path)
     if p.is_dir():
