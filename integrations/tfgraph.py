@@ -110,7 +110,13 @@ def wrap(tf: Any, key: str, real: Callable, op: str, payload_of: Payload) -> Cal
         except Exception:  # noqa: BLE001 - an unexpected signature: the same on every rank
             got = None
         if got is None:
-            return real(*args, **kwargs)
+            if tf.executing_eagerly():
+                return real(*args, **kwargs)
+            graph = tf.compat.v1.get_default_graph()
+            first = len(graph.get_operations())
+            out = real(*args, **kwargs)
+            _exempt_conds(graph, first)
+            return out
         return _record(tf, key, att, real, op, got, args, kwargs)
 
     wrapper.__name__ = getattr(real, "__name__", op)
@@ -465,6 +471,43 @@ def _run_independently(tf, tensor) -> None:
     manager = getattr(tf.compat.v1.get_default_graph(), "experimental_acd_manager", None)
     if manager is not None:
         manager.run_independently(tensor.op)
+
+
+def _exempt_conds(graph, first: int) -> None:
+    """Exempt the conds made in ``graph`` from its ``first`` op on, that are stateful only
+    through ailens's hooks in their branches, from tf.function's chaining of stateful ops.
+
+    A cond whose branch holds a stateful op is itself a stateful op, so each such cond (e.g.
+    Horovod's ``tf.cond`` around an allreduce whose branch ailens hooks) would wait for the
+    previous one to finish, branch and collective included: collectives that are
+    independent without ailens would run one at a time, each in its own negotiation round.
+    Exempted, they are as independent as without ailens, and still run before the function
+    returns. A branch with a stateful op of its own keeps its chaining, as without ailens.
+    """
+    manager = getattr(graph, "experimental_acd_manager", None)
+    if manager is None:
+        return
+    try:
+        from tensorflow.python.framework import op_def_registry
+
+        for op in graph.get_operations()[first:]:
+            if op.type != "If":  # StatelessIf: not chained
+                continue
+            names = [op.get_attr(b).name for b in ("then_branch", "else_branch")]
+            if all(_stateful_only_through_hooks(graph, n, op_def_registry) for n in names):
+                manager.run_independently(op)
+    except Exception:  # noqa: BLE001 - TF internals moved: keep the chaining, as before
+        return
+
+
+def _stateful_only_through_hooks(graph, fname: str, registry) -> bool:
+    """Whether every stateful node of function ``fname`` is one of ailens's hooks."""
+    for node in graph._get_function(fname).definition.node_def:
+        op_def = registry.get(node.op)
+        stateful = op_def is None or op_def.is_stateful  # None: a call of another function
+        if stateful and not node.name.rsplit("/", 1)[-1].startswith("ailens_"):
+            return False
+    return True
 
 
 def _begin_hook(key: str, op: str, nbytes, token, name: str, call) -> np.int64:
