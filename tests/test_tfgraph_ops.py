@@ -97,7 +97,9 @@ def test_hooks_leave_horovods_collectives_as_independent_as_without(tmp_path, ra
     assert plain["ordered"] == []  # Horovod's own graph: the allreduces are independent
     assert lensed["ordered"] == plain["ordered"]
     assert lensed["before_collective"] == []
-    if ranks > 1:  # the slate path: two stamps per collective, each free of the others
+    if ranks == 1:  # the branch path: hooks inside the conds made them stateful Ifs
+        assert "If" in facts["ailens_op_types"]
+    else:  # the slate path: two stamps per collective, each free of the others
         assert "Timestamp" in facts["ailens_op_types"]
         assert len(lensed["stamps"]) == 2 * len(lensed["collectives"])
         for name, stamp in lensed["stamps"].items():
