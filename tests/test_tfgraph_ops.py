@@ -6,9 +6,13 @@ timestamps, the row, its index and the write per collective; a graph's call coun
 from __future__ import annotations
 
 import collections
+import json
+import re
+import sys
 import tempfile
 
 import pytest
+from conftest import REPO, run_ranks, venv_tool
 
 
 def test_a_collective_on_a_slate_adds_five_ops_and_no_cast():
@@ -56,3 +60,47 @@ def test_a_collective_on_a_slate_adds_five_ops_and_no_cast():
     assert added["AddV2"] == n - 1
     executed = sum(v for k, v in added.items() if k not in ("Const", "NoOp", "Placeholder"))
     assert executed == 5 * n - 1 + 4, added  # + the call count: read, increment, sub, mod
+
+
+# ------------------------------------------------ Keras + Horovod: the collectives' ordering
+
+GRAPH = REPO / "tests/parallel/keras_hvd_graph.py"
+
+
+def _graph_facts(tmp_path, ranks: int) -> dict:
+    """keras_hvd_graph.py's RESULT: one process, or ``ranks`` under horovodrun."""
+    pytest.importorskip("horovod.tensorflow.keras")
+    cmd = [sys.executable, str(GRAPH), str(tmp_path)]
+    if ranks > 1:
+        tool = venv_tool("horovodrun")
+        if tool is None:
+            pytest.skip("horovodrun is not installed")
+        cmd = [tool, "--gloo", "-np", str(ranks), "-H", f"localhost:{ranks}", *cmd]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "TF_USE_LEGACY_KERAS": "1"}
+    out = run_ranks(cmd, timeout=150, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    found = re.findall(r"RESULT (\{.*\})", out.stdout)
+    assert len(found) == 1, out.stdout[-3000:]
+    return json.loads(found[0])
+
+
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_hooks_leave_horovods_collectives_as_independent_as_without(tmp_path, ranks):
+    """Tracing-time facts of the real training function, not timings. One rank: ailens hooks
+    the allreduce inside Horovod's tf.cond branch (as with HOROVOD_ELASTIC or a custom
+    compression), which makes the cond a stateful op; tf.function then chained the conds, so
+    each collective waited for the previous one to finish. Two ranks: the cond is timed as a
+    whole on the slate; no stamp, write or count may come before a collective."""
+    facts = _graph_facts(tmp_path, ranks)
+    plain, lensed = facts["plain"], facts["lensed"]
+    assert len(lensed["collectives"]) == len(plain["collectives"]) == 6  # 3 kernels, 3 biases
+    assert plain["ordered"] == []  # Horovod's own graph: the allreduces are independent
+    assert lensed["ordered"] == plain["ordered"]
+    assert lensed["before_collective"] == []
+    if ranks == 1:  # the branch path: hooks inside the conds made them stateful Ifs
+        assert "If" in facts["ailens_op_types"]
+    else:  # the slate path: two stamps per collective, each free of the others
+        assert "Timestamp" in facts["ailens_op_types"]
+        assert len(lensed["stamps"]) == 2 * len(lensed["collectives"])
+        for name, stamp in lensed["stamps"].items():
+            assert stamp["independent"] and stamp["waits_for"] == [], name
