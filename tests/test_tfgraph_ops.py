@@ -17,8 +17,9 @@ from conftest import REPO, run_ranks, venv_tool
 
 def test_a_collective_on_a_slate_adds_five_ops_and_no_cast():
     tf = pytest.importorskip("tensorflow")
-    from ailens import Lens
     from ailens.integrations import Attachment, tfgraph
+
+    from ailens import Lens
 
     def collective(tensor, name=None):  # stands where horovod's allreduce is
         return tf.identity(tensor, name=name)

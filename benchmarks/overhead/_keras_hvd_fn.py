@@ -48,10 +48,9 @@ def main() -> None:
     import horovod.tensorflow as hvd
     import horovod.tensorflow.keras as hvd_keras
     import tensorflow as tf
-    from horovod.tensorflow.compression import Compression, Compressor
-
     from ailens.integrations import tfgraph
     from ailens.integrations.keras import LensCallback
+    from horovod.tensorflow.compression import Compression, Compressor
 
     class Same(Compressor):  # a compression of the user's own: not one ailens knows
         @staticmethod

@@ -31,11 +31,11 @@ def main() -> None:
     import horovod.tensorflow as hvd
     import horovod.tensorflow.keras as hvd_keras
     import tensorflow as tf
-
-    from ailens import Lens
     from ailens.integrations import horovod as ailens_hvd
     from ailens.integrations import tfgraph
     from ailens.integrations.keras import LensCallback
+
+    from ailens import Lens
 
     hvd.init()
     tf.config.threading.set_intra_op_parallelism_threads(1)
