@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import calendar
 import gzip
+import itertools
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -31,7 +32,8 @@ __all__ = [
     "LogError",
     "LogFormat",
     "Point",
-    "count_matches",
+    "has_lines",
+    "lines_like",
     "first_line",
     "first_timestamp_s",
     "last_timestamp_s",
@@ -187,14 +189,14 @@ def section_mark(line: str) -> str | None:
     return None
 
 
-def count_matches(pattern: re.Pattern, text: str, enough: int) -> int:
-    """How many lines of ``text`` ``pattern`` finds, counting up to ``enough`` (detection)."""
-    n = 0
-    for _ in pattern.finditer(text):
-        n += 1
-        if n >= enough:
-            break
-    return n
+def has_lines(pattern: re.Pattern, text: str, n: int) -> bool:
+    """Whether ``pattern`` finds at least ``n`` lines of ``text`` (detection: stops at n)."""
+    return next(itertools.islice(pattern.finditer(text), n - 1, None), None) is not None
+
+
+def lines_like(pattern: re.Pattern, n: int = 2) -> Callable[[str], bool]:
+    """A format's ``detect``: the head has at least ``n`` lines that ``pattern`` finds."""
+    return lambda head: has_lines(pattern, head, n)
 
 
 def first_line(text: str, width: int = 80) -> str:

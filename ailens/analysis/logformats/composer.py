@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Section, Timeline
-from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+from ._base import LogError, LogFormat, Point, has_lines, timeline_from_points
 from ._clock import hold
 from ._table import whole_lines
 
@@ -88,7 +88,7 @@ _DETECT = re.compile(r"^\[(?:epoch=\d+\])?\[?batch=\d+/\d+\]:", re.MULTILINE)
 
 
 def _detect(head: str) -> bool:
-    return count_matches(_DETECT, head, 3) >= 3 and ("wall_clock/" in head or "time/" in head)
+    return has_lines(_DETECT, head, 3) and ("wall_clock/" in head or "time/" in head)
 
 
 FORMAT = LogFormat(

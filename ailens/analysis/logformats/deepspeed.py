@@ -23,8 +23,8 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
     first_timestamp_s,
+    has_lines,
     last_timestamp_s,
     section_mark,
     timeline_from_points,
@@ -79,7 +79,7 @@ def read_deepspeed(path: Path, text: str) -> Timeline:
 
 
 def _detect(head: str) -> bool:
-    return count_matches(_STEP, head, 2) >= 2 or count_matches(_TIMER, head, 2) >= 2
+    return has_lines(_STEP, head, 2) or has_lines(_TIMER, head, 2)
 
 
 FORMAT = LogFormat(

@@ -18,7 +18,7 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
+    lines_like,
     section_mark,
     timeline_from_points,
 )
@@ -67,14 +67,10 @@ def read_fairseq(path: Path, text: str) -> Timeline:
 _LINE = re.compile(r"""\bnum_updates["']?\s*[:=]?\s*["']?\d+.*\bwall["']?\s*[:=]?\s*["']?\d""")
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_LINE, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="fairseq",
     title="fairseq (train_inner json, simple or legacy lines with num_updates and wall)",
-    detect=_detect,
+    detect=lines_like(_LINE),
     read=read_fairseq,
     example='2021-03-08 12:32:33 | INFO | train_inner | {"epoch": 1, ..., "num_updates": "2", '
     '..., "wall": "161"}',

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+from ._base import LogError, LogFormat, Point, lines_like, timeline_from_points
 from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_llmc"]
@@ -68,14 +68,10 @@ def _summed(points: list[Point], zero_based: bool) -> float:
     return t
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_LINE, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="llm.c",
     title="llm.c train_gpt2 (step N/T | loss X | norm Y | lr Z | T ms | K tok/s)",
-    detect=_detect,
+    detect=lines_like(_LINE),
     read=read_llmc,
     example="step    1/19560 | loss 11.010252 (+nanz)| norm 15.1374 (+nanz)| lr 8.57e-07 | "
     "4688.25 ms | 28.8% bf16 MFU | 111830 tok/s",

@@ -22,9 +22,9 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    lines_like,
     section_mark,
     timeline_from_points,
     timestamp_s,
@@ -78,14 +78,10 @@ def read_megatron(path: Path, text: str) -> Timeline:
     )
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_LINE, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="megatron",
     title="Megatron-LM / Megatron-DeepSpeed (iteration N/ M | ... elapsed time per iteration (ms))",
-    detect=_detect,
+    detect=lines_like(_LINE),
     read=read_megatron,
     example=" [2025-04-13 23:41:12] iteration   10/ 1000 | consumed samples: 160 | elapsed time "
     "per iteration (ms): 1147.6 | ...",

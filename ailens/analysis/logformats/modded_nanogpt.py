@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+from ._base import LogError, LogFormat, Point, lines_like, timeline_from_points
 
 __all__ = ["FORMAT", "read_modded_nanogpt"]
 
@@ -31,14 +31,10 @@ def read_modded_nanogpt(path: Path, text: str) -> Timeline:
     return timeline_from_points(points, path=path, source="modded-nanogpt", clock="from_start")
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_STEP, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="modded-nanogpt",
     title="modded-nanogpt speedrun (step:N/T train_time:Xms step_avg:Yms)",
-    detect=_detect,
+    detect=lines_like(_STEP),
     read=read_modded_nanogpt,
     example="step:126/1385 train_time:14311ms step_avg:123.37ms",
 )

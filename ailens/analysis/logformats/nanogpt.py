@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...model.timeline import Section, Timeline
-from ._base import LogError, LogFormat, Point, count_matches, timeline_from_points
+from ._base import LogError, LogFormat, Point, lines_like, timeline_from_points
 
 __all__ = ["FORMAT", "read_nanogpt"]
 
@@ -66,14 +66,10 @@ def read_nanogpt(path: Path, text: str) -> Timeline:
     )
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_ITER, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="nanogpt",
     title="nanoGPT train.py (iter N: loss X, time Yms, mfu Z%)",
-    detect=_detect,
+    detect=lines_like(_ITER),
     read=read_nanogpt,
     example="iter 100: loss 3.4880, time 1438.35ms, mfu 12.01%",
 )

@@ -24,7 +24,7 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
+    lines_like,
     section_mark,
     timeline_from_points,
     timestamp_s,
@@ -89,14 +89,10 @@ def read_nemo(path: Path, text: str) -> Timeline:
     )
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_ITER, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="nemo",
     title="NeMo 2 / BioNeMo (Training epoch E, iteration N/M | ... | train_step_timing in s: X)",
-    detect=_detect,
+    detect=lines_like(_ITER),
     read=read_nemo,
     example="Training epoch 0, iteration 99/499 | lr: 0.0009055 | global_batch_size: 8 | "
     "global_step: 99 | reduced_train_loss: 8.816 | train_step_timing in s: 0.08686",

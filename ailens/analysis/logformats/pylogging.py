@@ -24,9 +24,9 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    lines_like,
     section_mark,
     timeline_from_points,
     timestamp_s,
@@ -129,14 +129,10 @@ def _restarts_with_epochs(rows) -> bool:
     return bool(went_back) and all(went_back)
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_DETECT, head, 3) >= 3
-
-
 FORMAT = LogFormat(
     name="pylogging",
     title="timestamped logger lines with a step number (Python logging, torchtitan, ...)",
-    detect=_detect,
+    detect=lines_like(_DETECT, 3),
     read=read_pylogging,
     example="2024-01-01 12:00:00,123 - INFO - step 100 loss 2.31",
 )

@@ -21,9 +21,9 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
-    count_matches,
     first_timestamp_s,
     last_timestamp_s,
+    lines_like,
     section_mark,
     timeline_from_points,
     timestamp_s,
@@ -94,14 +94,10 @@ _DETECT = re.compile(
 )
 
 
-def _detect(head: str) -> bool:
-    return count_matches(_DETECT, head, 2) >= 2
-
-
 FORMAT = LogFormat(
     name="torchtitan",
     title="torchtitan trainer ([titan] <timestamp> ... step: N  loss: X  memory: ...  tps: ...)",
-    detect=_detect,
+    detect=lines_like(_DETECT),
     read=read_torchtitan,
     example="[rank0]:[titan] 2025-06-04 08:51:48,074 - root - INFO - step:  1  loss: 12.2254  "
     "memory: 27.34GiB(28.78%)  tps: 375  tflops: 21.73  mfu: 2.20%",
