@@ -32,7 +32,6 @@ import gzip
 import json
 import math
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -41,40 +40,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's ailens
 
 from ailens import read_timeline  # noqa: E402
+from ailens.analysis.logformats import parse_mlperf  # noqa: E402
 from ailens.predict import (  # noqa: E402
     DEVICE_SPEED_FILE,
     PRECISION_PEAK_KEY,
     fit_device_speed,
 )
-
-# MLPerf's event lines: ``:::MLLOG {json}`` (v0.7 on) and ``:::MLL <time> key: {json}``
-# (v0.6); only what this script needs of them (times, keys, values, metadata).
-_MLLOG = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
-_MLL = re.compile(r":::MLL\s+([0-9.]+)\s+(\w+):\s*(.*?)\s*$")
-
-
-def mlperf_events(text: str) -> list[tuple[float, str, object, dict]]:
-    """(seconds, key, value, metadata) of each event line, in file order."""
-    out = []
-    for line in text.splitlines():
-        m = _MLLOG.search(line)
-        if m:
-            try:
-                d = json.loads(m.group(1))
-                out.append((d["time_ms"] / 1e3, d["key"], d.get("value"), d.get("metadata") or {}))
-            except (ValueError, KeyError, TypeError):
-                pass
-            continue
-        m = _MLL.search(line)
-        if m:
-            try:
-                d = json.loads(m.group(3)) if m.group(3) else {}
-            except ValueError:
-                d = {}
-            d = d if isinstance(d, dict) else {"value": d}
-            out.append((float(m.group(1)), m.group(2), d.get("value"), d.get("metadata") or {}))
-    return out
-
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
 FEATURES = {
@@ -257,7 +228,7 @@ def mlperf_observations(root: Path) -> list[dict]:
         if bench in _SKIP_BENCHMARKS or system not in MLPERF_SYSTEMS:
             continue
         text = gzip.open(root / e["file"], "rt", errors="replace").read()
-        ev = mlperf_events(text)
+        ev = parse_mlperf(text)
         starts = [t for t, k, _, _ in ev if k == "run_start"]
         stops = [t for t, k, _, _ in ev if k == "run_stop"]
         if not starts or not stops:

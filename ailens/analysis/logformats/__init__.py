@@ -52,6 +52,7 @@ from ._base import (
     read_text,
     timeline_from_points,
 )
+from .mlperf import parse_mlperf
 
 __all__ = [
     "FORMATS",
@@ -61,6 +62,7 @@ __all__ = [
     "detect_format",
     "format_names",
     "get_format",
+    "parse_mlperf",
     "read_log",
     "read_text",
     "timeline_from_points",
