@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .device_speed import DeviceRatio, load_device_speed
+from .device_speed import PRECISION_PEAK_KEY, DeviceRatio, load_device_speed, precision_class
 from .job import JobDescription
 from .nccl import latency_growth_beyond_measured, nccl_collective_s
 from .platforms import Platform, load_platform
@@ -83,8 +83,6 @@ TERM_NAMES = {"device": "device speed", "latency": "network latency beyond the m
 # the two-scale cases, which it was not fitted on, check it (``bench_whatif.py --public``:
 # ``goals.measured_scales.*.unexplained_band`` fits it again and leaves each source out).
 UNEXPLAINED_PER_DOUBLING = (-0.12, 0.145)
-# The job's precision -> the peak that bounds its compute (Platform.peak_tflops).
-_PEAK_OF = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16", "fp16": "fp16", "bf16": "fp16"}
 
 # Strong scaling without a measured curve: the share of the step that does not shrink with
 # the batch (kernel launches, optimizer, small layers) is taken as 10 %, between 0 and 30 %.
@@ -610,7 +608,7 @@ def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> DeviceR
     "same speed" with a wide interval (None: same platform)."""
     if src_p is tgt_p or src_p.name == tgt_p.name:
         return None
-    key = _PEAK_OF.get(job.precision, "fp32")
+    key = PRECISION_PEAK_KEY[precision_class(job.precision)]  # the peak that bounds it
     r = load_device_speed().ratio(
         # Fitted platforms name their device in the description only.
         src_p.device or src_p.description or src_p.name,

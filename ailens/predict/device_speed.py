@@ -106,13 +106,8 @@ class DeviceSpeedModel:
     evaluation: dict = field(default_factory=dict)
 
     def feature_effect(self, cell: str) -> float | None:
-        dev, prec = cell.split("|")
-        f = self.features.get(dev)
-        peak = (f or {}).get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
-        if not f or not peak or not f.get("mem_GBps"):
-            return None
-        c0, cp, cm = self.coef
-        return c0 + cp * math.log(peak) + cm * math.log(f["mem_GBps"])
+        x = _feature_row(self.features, cell)
+        return None if x is None else sum(c * v for c, v in zip(self.coef, x, strict=True))
 
     def half_width(self, *, measured: bool, same_stack: bool) -> float:
         return float(
