@@ -246,8 +246,7 @@ class OnlineAnalysis:
             fresh = now - cached[0] < _LIVE_REFRESH_NS and self.steps - step < max(step // 4, 1)
             if step == self.steps or fresh:
                 return cached[1]
-        self._catch_up()
-        snap = self.forecaster.snapshot()
+        snap = self.snapshot()
         p = snap.evaluate()
         if p.step_time_s is None:
             return None
@@ -262,7 +261,7 @@ class OnlineAnalysis:
             elapsed_s=p.elapsed_s,
             step_time_s=p.step_time_s,
             signature_ready=self.signature_ready,
-            epoch=epoch_forecast(snap, self.forecaster.schedule.steps_per_epoch),
+            epoch=self.epoch_forecast(snap),
         )
         self._live_cache = (now, live)
         return live
