@@ -192,14 +192,15 @@ def _candidates(
             # step k's interval, or in step k - 1's when it runs before the step's end.
             first = 0 if what != "evaluation" or plan is None else round(plan.start) % period
             first_at = frozenset(k for k in steps if k % period in (first, (first - 1) % period))
-        out += [
-            (
-                _Lattice(period, offset, 0, what, first_at),
-                [k for k in steps if k % period == offset],
-            )
+        members: dict[int, list[int]] = {
+            offset: []
             for offset, n in counts.items()
             if what or (n >= MIN_HITS and _dense(n, period, offset, firsts[offset], s))
-        ]
+        }
+        for offset, k in zip(mods, steps, strict=True):  # one pass, kept offsets only
+            if offset in members:
+                members[offset].append(k)
+        out += [(_Lattice(period, o, 0, what, first_at), ks) for o, ks in members.items()]
     jittered = _jittered(steps, recent)
     if jittered is not None:
         out.append(jittered)
