@@ -151,7 +151,7 @@ class Forecaster:
                 change_size2=0.0,
             )
         units, by_beside = self._beside_excess()
-        spent = self._under_way_spent(s, units, by_beside)
+        now = self._under_way_now(s, units, by_beside)
         spikes = {k: v for k, v in lv.spikes.items() if k not in by_beside}
         extras, explained = recurring_extras(spikes, s, self.schedule, self.warmup_steps)
         explained |= by_beside
@@ -203,7 +203,7 @@ class Forecaster:
             # with ``CHANGE_PRIOR_STEPS`` steps that had none.
             change_rate=len(changes) / (seen + self.CHANGE_PRIOR_STEPS),
             change_size2=size2,
-            parts=(*extras, *self._sections(s, level, units, extras, spent)),
+            parts=(*extras, *self._sections(s, level, units, extras, now)),
             unannounced=self._unannounced(),
             trend=slope,
             # Over all regimes, with the same parts taken out as from the regime's mean: their
@@ -229,9 +229,11 @@ class Forecaster:
             if what != "evaluation" and s <= period and (not n or period < n)
         )
 
-    def _sections(self, s: int, level: float, units=None, extras=(), spent=None):
+    def _sections(self, s: int, level: float, units=None, extras=(), now=None):
         units = self.beside_units if units is None else units
         in_step = any(e.name.endswith("(evaluation)") for e in extras)
+        if now is None:  # nothing of the one under way is known to be spent yet
+            now = {name: (at, 0.0) for name, at in self._under_way_at(s, units).items()}
         return section_parts(
             self.sections,
             self.beside,
@@ -240,26 +242,32 @@ class Forecaster:
             level,
             units,
             in_step_eval=in_step,
-            spent=spent,
+            under_way_now=now,
         )
 
-    def _under_way_spent(
-        self, s: int, units: dict[str, list[tuple[int, float]]], taken: set[int]
-    ) -> dict[str, float]:
-        """What the sections beside the steps under way took so far, by name: the slow
-        steps since its position (outliers of the current regime), added to ``taken`` (they
-        are its time, spent, not the level's)."""
-        lv = self.level
-        spent: dict[str, float] = {}
+    def _under_way_at(self, s: int, units: dict[str, list[tuple[int, float]]]) -> dict[str, int]:
+        """The position of each section beside the steps under way after ``s`` steps."""
+        out = {}
         for name, occ in units.items():
             at = under_way(name, self.sections, occ, self.schedule, s)
-            if at is None:
-                continue
+            if at is not None:
+                out[name] = at
+        return out
+
+    def _under_way_now(
+        self, s: int, units: dict[str, list[tuple[int, float]]], taken: set[int]
+    ) -> dict[str, tuple[int, float]]:
+        """By name, each section beside the steps under way: its position and what it took
+        so far, the slow steps since its position (outliers of the current regime), added to
+        ``taken`` (they are its time, spent, not the level's)."""
+        lv = self.level
+        now: dict[str, tuple[int, float]] = {}
+        for name, at in self._under_way_at(s, units).items():
             start = max(at, lv.regime_start or 0)
             ks = [k for k, v in lv.spikes.items() if k >= start and v > 0 and k not in taken]
             taken.update(ks)
-            spent[name] = sum(lv.spikes[k] for k in ks)
-        return spent
+            now[name] = (at, sum(lv.spikes[k] for k in ks))
+        return now
 
     def _beside_excess(self) -> tuple[dict[str, list[tuple[int, float]]], set[int]]:
         """What the sections that ran beside the steps cost: by name, (first unit, time over

@@ -56,13 +56,13 @@ def section_parts(
     level: float,
     beside_units: dict[str, list[tuple[int, float]]] | None = None,
     in_step_eval: bool = False,
-    spent: dict[str, float] | None = None,
+    under_way_now: dict[str, tuple[int, float]] | None = None,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
     evaluation the schedule announces but the run has not reached yet is assumed (said so).
     ``sections``: name -> (step, seconds) of each; ``beside``: the seconds of those that ran
-    beside the steps; ``spent``: by name, what the one under way took so far (the units
-    over the level since its position, ``under_way``)."""
+    beside the steps; ``under_way_now``: by name, the one under way (``under_way``): its
+    position and what it took so far (the units over the level since then)."""
     eval_plan = schedule.eval_plan()
     out = [_marked(name, seen, schedule, eval_plan, s) for name, seen in sections.items()]
     for name, secs in beside.items():
@@ -71,10 +71,8 @@ def section_parts(
             Part(f"section {name}", "beside the steps", "measured", mean, 0.0, len(secs), "one-off")
         )
     for name, units in (beside_units or {}).items():
-        now = under_way(name, sections, units, schedule, s)
-        out.append(
-            _beside_units(name, units, schedule, eval_plan, level, now, (spent or {}).get(name))
-        )
+        now, spent = (under_way_now or {}).get(name, (None, None))
+        out.append(_beside_units(name, units, schedule, eval_plan, level, now, spent))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     # A section is marked when it ends: one that runs beside the steps for a while after its
