@@ -36,9 +36,8 @@ and begins the tick, one runs once the outputs are ready and ends it (one Python
 ~40 us measured), also exempt from the chaining; so is a ``tf.cond`` whose branch is stateful
 only through these hooks (the hooks would make it a stateful op, chained after the previous
 one: the collectives in such conds would run one at a time). Collectives of one graph that
-become ready
-together begin in the order the executor runs them, which may differ between ranks within a
-step; the tick count is the same on every rank regardless.
+become ready together begin in the order the executor runs them, which may differ between
+ranks within a step; the tick count is the same on every rank regardless.
 
 A graph traced while an attachment is active records into whichever attachment of its key is
 active when it runs (slates: from that attachment's start on); graphs traced before carry no
