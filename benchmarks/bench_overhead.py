@@ -111,15 +111,19 @@ class Case:
     ranks: int  # processes (python: 1)
     script: str  # in benchmarks/overhead/
     requires: tuple[str, ...] = ()  # modules that must import, else the row is skipped
+    args: tuple[str, ...] = ()  # passed to the script after the common arguments
 
 
 # The cases, in table order: one line each.
 CASES = (
     Case("kmeans_mpi", "mpi4py", "mpiexec", 2, "kmeans_mpi.py", ("mpi4py",)),
     Case("resnet50_ddp", "torch-ddp", "torchrun", 2, "resnet50_ddp.py", ("torch",)),
+    Case("resnet50_ddp_control", "torch-ddp", "torchrun", 2, "resnet50_ddp.py", ("torch",), ("--control",)),  # noqa: E501
     Case("resnet50_hvd", "horovod-torch", "horovodrun", 2, "resnet50_hvd.py", ("horovod.torch",)),
     Case("mnist_ddp", "torch-ddp", "torchrun", 2, "mnist_ddp.py", ("torch",)),
+    Case("resnet50_hvd_control", "horovod-torch", "horovodrun", 2, "resnet50_hvd.py", ("horovod.torch",), ("--control",)),  # noqa: E501
     Case("mnist_hvd", "horovod-torch", "horovodrun", 2, "mnist_hvd.py", ("horovod.torch",)),
+    Case("mnist_hvd_control", "horovod-torch", "horovodrun", 2, "mnist_hvd.py", ("horovod.torch",), ("--control",)),  # noqa: E501
     Case("ddp_2ms", "torch-ddp", "torchrun", 2, "ddp_2ms.py", ("torch",)),
     Case("ddp_hook_floor", "torch-ddp", "torchrun", 2, "ddp_hook_floor.py", ("torch",)),
     Case("keras_hvd", "keras+horovod", "horovodrun", 2, "keras_hvd.py", ("tf_keras", "horovod.tensorflow.keras")),  # noqa: E501
@@ -179,7 +183,7 @@ JOBS = (
 # Every rank's attribution line (--kind attribution), horovodrun's prefix allowed.
 ATTRIBUTION_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?ATTRIBUTION (\{.*\})$", re.M)
 # Cases without ailens in them: nothing to attribute.
-NO_AILENS = ("ddp_hook_floor",)
+NO_AILENS = ("ddp_hook_floor", "resnet50_ddp_control", "resnet50_hvd_control", "mnist_hvd_control")
 
 
 def case_ranks(case: Case, ranks: int) -> int:
@@ -214,7 +218,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
     if why:
         return {**row, "skipped": why}
     env = harness.launch_env(OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 1) // ranks)))
-    argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s)]
+    argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s), *case.args]
     attribution = args.kind == "attribution"
     if attribution:
         argv.append("--attribution")
@@ -451,20 +455,20 @@ def attribution_table(rows: list[dict]) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = (f"{'case':<14} {'framework':<16} {'ranks':>5} {'step ms':>9} {'ratio':>8} "
+    head = (f"{'case':<20} {'framework':<16} {'ranks':>5} {'step ms':>9} {'ratio':>8} "
             f"{'95% CI':>19} {'+us/step':>9} {'load 1m':>7}")  # fmt: skip
     out = [head, "-" * len(head)]
     for r in rows:
         if "skipped" in r:
-            out.append(f"{r['name']:<14} {r.get('framework', ''):<16} skipped: {r['skipped']}")
+            out.append(f"{r['name']:<20} {r.get('framework', ''):<16} skipped: {r['skipped']}")
             continue
         lo, hi = r["ci95"]
         out.append(
-            f"{r['name']:<14} {r['framework']:<16} {r.get('ranks', ''):>5} {r['step_ms']:>9.3f} "
+            f"{r['name']:<20} {r['framework']:<16} {r.get('ranks', ''):>5} {r['step_ms']:>9.3f} "
             f"{r['ratio']:>8.4f} {f'[{lo:.4f}, {hi:.4f}]':>19} {r.get('added_us', 0):>9.1f} "
             f"{r.get('loadavg', [0])[0]:>7.2f}"
         )
-    measured = [r for r in rows if "skipped" not in r]
+    measured = [r for r in rows if "skipped" not in r and r["name"] not in NO_AILENS]
     if measured:
         worst = max(measured, key=lambda r: r["ratio"])
         out.append(f"worst case: {worst['name']} ratio {worst['ratio']:.4f} "

@@ -53,3 +53,20 @@ def test_settle_waits_at_most_its_bound_and_reports_the_load(monkeypatch):
     monkeypatch.setattr(bo.harness.os, "getloadavg", lambda: (3.0, 0.0, 0.0))
     got = bo.settle_load(0)
     assert not got["quiet"] and got["load"] == 3.0 and got["waited_s"] < 5
+
+
+def test_control_rows_run_both_arms_plain_and_are_not_the_worst_case():
+    """Issue 33: Horovod's A/B reads 1.04-1.10 where ailens's own CPU is 0.5 % of the step;
+    the control rows (the same two-model protocol with ailens in neither arm) say what the
+    protocol reads with no difference, and never stand as ailens's worst case."""
+    cases = {c.name: c for c in bo.CASES}
+    for name in ("resnet50_ddp_control", "resnet50_hvd_control", "mnist_hvd_control"):
+        assert cases[name].args == ("--control",) and name in bo.NO_AILENS
+        assert cases[name].script == cases[name.removesuffix("_control")].script
+    rows = [
+        {"name": "resnet50_hvd", "framework": "h", "ratio": 1.01, "ci95": [1.0, 1.02],
+         "step_ms": 800.0},
+        {"name": "resnet50_hvd_control", "framework": "h", "ratio": 1.09, "ci95": [1.0, 1.2],
+         "step_ms": 800.0},
+    ]  # fmt: skip
+    assert "worst case: resnet50_hvd ratio 1.0100" in bo.table(rows)

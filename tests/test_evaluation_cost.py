@@ -153,3 +153,39 @@ def test_lens_forecast_read_every_step_is_recomputed_once_a_second(tmp_path):
         assert lens.steps - live.step <= 100  # a second of steps at most
     assert 9 <= len(made) <= 11, sorted(made)
     lens.close()
+
+
+def test_a_progress_bar_reading_every_step_costs_no_second_snapshot(tmp_path, monkeypatch):
+    """Issue 33: the live forecast (what progress bars read every step) was refreshed from a
+    snapshot of its own every second, beside the one the exchange evaluates every second;
+    it now takes the exchange's, so a run read every step costs one snapshot a second."""
+    import ailens
+
+    class Clock:
+        now = 10**9
+
+        def __call__(self) -> int:
+            return self.now
+
+    clock = Clock()
+    lens = ailens.Lens(run_dir=tmp_path, clock=clock, total_steps=10_000)
+    snapshots = []
+    real = Forecaster.snapshot
+
+    def counting(self):
+        snapshots.append(self.steps)
+        return real(self)
+
+    monkeypatch.setattr(Forecaster, "snapshot", counting)
+    steps, step_s = 600, 0.2
+    for _ in range(steps):
+        clock.now += int(step_s * 1e9)
+        lens.collective_end(lens.collective_begin("allreduce", 4096))
+        lens.step_end()
+        assert lens.forecast is not None or lens.steps < 20
+    seconds = steps * step_s
+    lens.close()
+    # One a second for the exchange's evaluation, one per forecast.json rewrite (every ~5 s)
+    # and the geometric history points: ~1.5 a second. Reads refreshing on their own every
+    # second made it ~2.5 (298 here before).
+    assert len(snapshots) < 1.6 * seconds, (len(snapshots), seconds)

@@ -208,6 +208,10 @@ class OnlineAnalysis:
         if self.policy.on_evaluation(snap, p, self.forecaster.level):
             for sub in self._subscribers:
                 sub.on_signature(self)
+        # What progress bars read: this evaluation's, so a read within the refresh time
+        # after an exchange costs no second snapshot (issue 33: the snapshot's recurring-
+        # extras search was half of ailens's CPU at >= 50 ms steps).
+        self._refresh_live(snap, p)
 
     def _point(self) -> None:
         """A geometric history point (see ``_POINT_GROWTH``)."""
@@ -247,7 +251,11 @@ class OnlineAnalysis:
             if step == self.steps or fresh:
                 return cached[1]
         snap = self.snapshot()
-        p = snap.evaluate()
+        return self._refresh_live(snap, snap.evaluate())
+
+    def _refresh_live(self, snap: Snapshot, p: Prediction) -> LiveForecast | None:
+        """The live forecast of ``snap`` (evaluated as ``p``), kept as the one reads get until
+        the next refresh; None before a step time is known."""
         if p.step_time_s is None:
             return None
         total = p.predicted_total_s
@@ -263,7 +271,7 @@ class OnlineAnalysis:
             signature_ready=self.signature_ready,
             epoch=self.epoch_forecast(snap),
         )
-        self._live_cache = (now, live)
+        self._live_cache = (self.now_ns, live)
         return live
 
     def forecast(

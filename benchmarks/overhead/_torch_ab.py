@@ -26,6 +26,12 @@ def parse_args(doc: str, **defaults) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     add_common_args(p)
     p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    p.add_argument(
+        "--control",
+        action="store_true",
+        help="ailens in neither model (the protocol's reading with no "
+        "difference between the arms: what this machine resolves)",
+    )
     for name, value in defaults.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value)
     return p.parse_args()
@@ -107,7 +113,8 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     profiler = _profiler(args)
     if profiler is not None:
         profiler.intercept_comm_hook(lensed)
-    handle = attach(lensed, opt_lensed, run_dir=run_dir[0])  # the one line
+    # --control: ailens attached but disabled, the second model as plain as the first.
+    handle = attach(lensed, opt_lensed, run_dir=run_dir[0], enabled=not args.control)
     if profiler is not None:
         profiler.attach_handle(handle, ("torch.distributed",))
     unpatched = Unpatched("torch.distributed")
@@ -148,7 +155,8 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     # A name on every rank: Horovod's default is the object's type, which differs (str, None).
     run_dir = tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None
     run_dir = hvd.broadcast_object(run_dir, root_rank=0, name="ailens_run_dir")
-    handle = attach(hvd, optimizer=opts[1], run_dir=run_dir)  # the one line
+    # --control: ailens attached but disabled, the second model as plain as the first.
+    handle = attach(hvd, optimizer=opts[1], run_dir=run_dir, enabled=not args.control)
     profiler = _profiler(args)
     if profiler is not None:
         profiler.attach_handle(handle, ("horovod",))
