@@ -48,3 +48,24 @@ def test_editable_install_declares_every_package_and_ships_platform_data(tmp_pat
     assert fitted and all(f"ailens/predict/platform_data/{f}" in names for f in fitted), names
     # The device-speed model the cluster what-if reads (ailens/predict/device_speed.py).
     assert "ailens/predict/device_speed.json" in names, names
+
+
+def test_the_set_up_package_has_its_bytecode_compiled():
+    """Issue 33: an editable install compiles nothing and PYTHONDONTWRITEBYTECODE (set on this
+    VM and in many containers) keeps Python from writing what it compiles, so every launch
+    compiled ailens again (~40 ms of `import ailens`); scripts/setup compiles it, as a wheel
+    install does. Every module a recording imports has its bytecode beside it."""
+    import importlib.util
+
+    import ailens  # noqa: F401 - loads what a recording loads
+
+    mods = [
+        m
+        for name, m in sys.modules.items()
+        if name.startswith("ailens") and getattr(m, "__file__", "").endswith(".py")
+    ]
+    assert len(mods) > 20
+    missing = [
+        m.__name__ for m in mods if not os.path.exists(importlib.util.cache_from_source(m.__file__))
+    ]
+    assert not missing, f"no bytecode (run scripts/setup): {missing}"
