@@ -52,6 +52,12 @@ warm-up pair) and ``_ab.emit`` prints the line. "Bypassed" means without ailens:
 communicator, a second model without the hook, the original framework functions
 (``_ab.Unpatched``), never a disabled Lens.
 
+Controls, with no ailens in either arm (``NO_AILENS``; never the worst case): ``ddp_hook_floor``
+(DDP's built-in reduction against torch's own Python comm hook: the floor under any hook)
+and the ``*_control`` rows, the case's own script with ``--control`` (ailens in neither
+model) or a disabled ``LensCallback``: what the protocol reads where the arms do not differ,
+i.e. what this machine can resolve for that case.
+
 A script that does not exist yet, a framework that does not import, or a case that fails or
 prints no line is reported as skipped with the reason; the others still run.
 
@@ -127,6 +133,7 @@ CASES = (
     Case("ddp_2ms", "torch-ddp", "torchrun", 2, "ddp_2ms.py", ("torch",)),
     Case("ddp_hook_floor", "torch-ddp", "torchrun", 2, "ddp_hook_floor.py", ("torch",)),
     Case("keras_hvd", "keras+horovod", "horovodrun", 2, "keras_hvd.py", ("tf_keras", "horovod.tensorflow.keras")),  # noqa: E501
+    Case("keras_hvd_control", "keras+horovod", "horovodrun", 2, "keras_hvd.py", ("tf_keras", "horovod.tensorflow.keras"), ("--lens-config", '{"enabled": false}')),  # noqa: E501
     Case("keras_plain", "keras", "python", 1, "keras_plain.py", ("tf_keras",)),
 )  # fmt: skip
 
@@ -183,7 +190,13 @@ JOBS = (
 # Every rank's attribution line (--kind attribution), horovodrun's prefix allowed.
 ATTRIBUTION_LINE = re.compile(r"^(?:\[\d+\]<stdout>:)?ATTRIBUTION (\{.*\})$", re.M)
 # Cases without ailens in them: nothing to attribute.
-NO_AILENS = ("ddp_hook_floor", "resnet50_ddp_control", "resnet50_hvd_control", "mnist_hvd_control")
+NO_AILENS = (
+    "ddp_hook_floor",
+    "resnet50_ddp_control",
+    "resnet50_hvd_control",
+    "mnist_hvd_control",
+    "keras_hvd_control",
+)
 
 
 def case_ranks(case: Case, ranks: int) -> int:

@@ -61,8 +61,12 @@ def test_control_rows_run_both_arms_plain_and_are_not_the_worst_case():
     protocol reads with no difference, and never stand as ailens's worst case."""
     cases = {c.name: c for c in bo.CASES}
     for name in ("resnet50_ddp_control", "resnet50_hvd_control", "mnist_hvd_control"):
+        assert name in bo.NO_AILENS
         assert cases[name].args == ("--control",) and name in bo.NO_AILENS
         assert cases[name].script == cases[name.removesuffix("_control")].script
+    keras = cases["keras_hvd_control"]
+    assert keras.script == "keras_hvd.py" and '"enabled": false' in " ".join(keras.args)
+    assert "keras_hvd_control" in bo.NO_AILENS
     rows = [
         {"name": "resnet50_hvd", "framework": "h", "ratio": 1.01, "ci95": [1.0, 1.02],
          "step_ms": 800.0},
