@@ -104,7 +104,8 @@ class Platform:
     # "bandwidth": y}, ...} multiply its per-protocol base latency and bandwidth factor.
     protocols: dict = field(default_factory=dict)
     # The same, fitted per number of devices per node ({k: {protocol: {...}}}); between and
-    # beyond the measured counts as the bandwidths are (log interpolation, nearest outside).
+    # beyond the measured counts as the bandwidths are (log interpolation, log extrapolation
+    # by at most the measured span outside, ``_by_devices``).
     protocols_by_devices: dict = field(default_factory=dict)
     # nccl-tests -g N drives N devices from one thread: every call pays the launch of N
     # kernels one after the other. Fitted when a log was run so; a job with one process per
@@ -197,7 +198,9 @@ class Platform:
 
 def _by_devices(table: dict, k: int) -> tuple[float, str]:
     """A per-device-count figure at ``k``: measured, log-log interpolated between the nearest
-    measured counts, or the nearest measured count's outside them (no extrapolation)."""
+    measured counts, and outside them the log-log line through the two nearest measured
+    counts continued by at most their own span (``_extrapolated``); with one measured count,
+    or at one device per node (no intra-node hop to follow), the nearest count's."""
     k = max(int(k), 1)
     if k in table:
         return float(table[k]), f"measured at {k} devices per node"
@@ -208,8 +211,25 @@ def _by_devices(table: dict, k: int) -> tuple[float, str]:
         w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
         v = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
         return v, f"interpolated between {lo} and {hi} devices per node"
+    side = sorted(lower)[-2:] if lower else sorted(upper)[:2]
+    if len(side) == 2 and k >= 2:
+        return _extrapolated(table, side[0], side[1], k)
     near = max(lower) if lower else min(upper)
     return float(table[near]), f"as measured at {near} devices per node"
+
+
+def _extrapolated(table: dict, a: int, b: int, k: int) -> tuple[float, str]:
+    """The log-log line through the figures at ``a`` < ``b`` devices, at ``k`` outside them:
+    the bus bandwidth and NCCL's per-protocol efficiency move with the devices on a ring (the
+    measured A100 and V100 tables: 2 -> 4 -> 8 GPUs, each step alike in log k), so the
+    nearest count's figure is biased beyond it. Continued by at most the measured span (k
+    from a^2/b to b^2/a), held there beyond it: a trend is not carried further than it was
+    seen."""
+    span = math.log(b) - math.log(a)
+    w = (math.log(k) - math.log(a)) / span
+    w = min(max(w, -1.0), 2.0)
+    v = math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b]))
+    return v, f"extrapolated in log devices from {a} and {b} devices per node"
 
 
 @lru_cache(maxsize=64)
