@@ -285,6 +285,29 @@ def test_public_scaling_cases_carry_the_issue_keys():
     assert goals["scaling"]["cases"] == len(cases) and goals["ordering"]["pairs"] > 0
 
 
+def test_public_unet_cases_carry_their_counted_gradient_size():
+    """DeepLearningExamples' U-Net READMEs state no parameter count; the benchmark counts them
+    from the model code (``DLE_PARAMETERS``), so their weak-scaling cases get a
+    communication term instead of equalling ideal scaling."""
+    if not (DATA / "scaling").is_dir():
+        pytest.skip(f"{DATA}: public data not here (set AILENS_SCALING_DATA)")
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import public_scaling
+
+    cases = [
+        c
+        for c in public_scaling.scaling_cases(DATA)
+        if "UNet_Medical" in c["from"].get("readme", "")
+        or "UNet_3D_Medical" in c["from"].get("readme", "")
+    ]
+    assert len(cases) >= 12
+    for c in cases:
+        assert c["from"]["parameters"].startswith(("34,512,258", "31,196,196")), c["from"]
+        assert c["predicted_s"] > c["baseline_s"], c  # the allreduces add to ideal scaling
+
+
 def test_the_compute_floor_assumption_holds_on_the_measured_batch_curves():
     """Strong scaling without a curve assumes a per-step floor share (10 %, band 0-30 %):
     the development data's batch curves (Gavel's one-worker rows of each job at every batch)
