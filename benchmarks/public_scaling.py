@@ -105,6 +105,14 @@ DLE_PARAMETERS = {
         "filters, 2x2x2 transposed convolutions with bias; 4 input channels (BraTS "
         "modalities) assumed",
     ),
+    "TensorFlow2/Segmentation/MaskRCNN": (
+        44_178_993,
+        "trainable parameters counted from mrcnn_tf2/model/: mask_rcnn.py@dcd5071, "
+        "models/heads.py@8e46407, models/fpn.py@d58ccd7, models/resnet50/resnet.py@d58ccd7, "
+        "conv2d_block.py@8e46407, bottleneck_block.py@dcd5071: ResNet-50 groups 2-4 (stem, "
+        "group 1 and batch norm frozen), FPN levels 2-6, RPN, box and mask heads; 91 classes "
+        "(COCO, the heads' default) and 3 anchors per location assumed",
+    ),
 }
 
 
