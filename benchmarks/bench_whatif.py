@@ -474,7 +474,7 @@ def public_main(args) -> int:
     goals = {
         **pc.goals(cases),
         **public_scaling_goals.scaling_goals(cases),
-        "measured_scales": ps2.goals(cases),
+        "measured_scales": ps2.goals(cases, data),
         "compute_floor": ps.compute_floor_check(data),
     }
     print(json.dumps(goals, indent=2))

@@ -75,6 +75,11 @@ DGX1_P100 = replace(
 
 # Parameters of the DeepLearningExamples models whose size is published with the model
 # (paper or model card); the others get no communication term.
+_UNET2D = (
+    "counted from model/unet.py and model/layers.py (TensorFlow@3306ea2/11820597, "
+    "TensorFlow2@2de2945): U-Net, 3x3 valid convolutions 64-1024 filters with bias, 3x3 "
+    "transposed convolutions, 2 classes; 1 input channel (grayscale EM images) assumed"
+)
 DLE_PARAMETERS = {
     "PyTorch/LanguageModeling/BERT": (340_000_000, "BERT-large, Devlin et al. 2019"),
     "TensorFlow/LanguageModeling/BERT": (340_000_000, "BERT-large, Devlin et al. 2019"),
@@ -88,6 +93,26 @@ DLE_PARAMETERS = {
         "Transformer-XL base WT103, Dai et al. 2019",
     ),
     "PyTorch/Translation/Transformer": (210_000_000, "Transformer big, Vaswani et al. 2017"),
+    # Counted from the READMEs' own model code (layer by layer: k x k x in x out weights +
+    # biases), NVIDIA/DeepLearningExamples, model/ of each folder; only the code was read.
+    "TensorFlow/Segmentation/UNet_Medical": (34_512_258, _UNET2D),
+    "TensorFlow2/Segmentation/UNet_Medical": (34_512_258, _UNET2D),
+    "TensorFlow/Segmentation/UNet_3D_Medical": (
+        31_196_196,
+        "counted from model/unet3d.py@115867b, model/layers.py@6194324, model/model_fn.py@"
+        "115867b (4 classes), runtime/arguments.py@115867b (instancenorm by default: "
+        "convolutions without bias, scale and shift per channel): 3x3x3 convolutions 32-320 "
+        "filters, 2x2x2 transposed convolutions with bias; 4 input channels (BraTS "
+        "modalities) assumed",
+    ),
+    "TensorFlow2/Segmentation/MaskRCNN": (
+        44_178_993,
+        "trainable parameters counted from mrcnn_tf2/model/: mask_rcnn.py@dcd5071, "
+        "models/heads.py@8e46407, models/fpn.py@d58ccd7, models/resnet50/resnet.py@d58ccd7, "
+        "conv2d_block.py@8e46407, bottleneck_block.py@dcd5071: ResNet-50 groups 2-4 (stem, "
+        "group 1 and batch norm frozen), FPN levels 2-6, RPN, box and mask heads; 91 classes "
+        "(COCO, the heads' default) and 3 anchors per location assumed",
+    ),
 }
 
 

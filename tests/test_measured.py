@@ -263,3 +263,21 @@ def test_measured_steps_that_fall_under_weak_scaling_are_noise_the_interval_span
     rising = replace(two, step_s=0.0400)
     r = predict_measured([one, rising], [4])[0]
     assert not any("measurement noise" in a for a in r.assumptions)
+
+
+def test_the_interval_spans_other_splits_of_the_measured_growth_between_network_and_the_rest():
+    """Two runs (2 GPUs 100 ms, 4 GPUs 104 ms) fit the growth as a slow network; but the
+    4-GPU run may lie off the model by the unexplained range, so the network may explain
+    more of it (or less). The 16-GPU interval (2 nodes) spans the network fitted to 104 ms /
+    either end of that range, the rest of the 4-GPU step kept as residual: its high end is
+    that prediction widened by the unexplained range from 4 GPUs."""
+    two = _job(step_s=0.100, ranks=2, rpn=2)
+    four = _job(step_s=0.104, ranks=4, rpn=4)
+    row = predict_measured([two, four], [16], ranks_per_node=8)[0]
+    f_lo = unexplained_band(4, [2])[0]
+    more = replace(four, step_s=0.104 / f_lo)  # the network explains 104 ms / f_lo
+    alt = predict_measured([two, more], [16], ranks_per_node=8)[0].step_time_s
+    alt -= more.step_s - four.step_s  # the measured 4-GPU step: the rest is residual
+    assert alt > row.step_time_s
+    assert row.step_high_s == pytest.approx(alt * unexplained_band(16, [2, 4])[1])
+    assert row.step_low_s < row.step_time_s < row.step_high_s

@@ -427,3 +427,28 @@ def test_network_latency_beyond_the_measured_nodes_gets_a_range_not_a_point():
     assert (two.step_low_s, two.step_high_s) == (two_m.step_low_s, two_m.step_high_s)
     doc = platform_to_dict(fitted)
     assert platform_from_dict(doc, "x.json").network_nodes == 2
+
+
+def test_bus_bandwidth_follows_its_log_trend_beyond_the_measured_counts():
+    # Bus bandwidth measured at 4 and 8 devices: 2 devices lie one span below, on the log-log
+    # line through them, not at the nearest count's value (every public A100 table grows
+    # with the devices). The fitted protocol corrections follow no common trend: nearest.
+    a100 = DEFAULT_PLATFORMS["dgx-a100"]
+    p = replace(
+        a100,
+        intra_by_devices={4: 220e9, 8: 235e9},
+        protocols_by_devices={4: {"LL": {"bandwidth": 0.8}}, 8: {"LL": {"bandwidth": 1.0}}},
+    )
+    assert p.intra_bandwidth(2)[0] == pytest.approx(220e9**2 / 235e9)
+    assert "extrapolated" in p.intra_bandwidth(2)[1]
+    assert p.protocol_tuning(2, "LL")["bandwidth"] == pytest.approx(0.8)
+    # Continued by at most the measured span (4 -> 8: one doubling): 16 is 8's line, 32 too.
+    assert p.intra_bandwidth(16)[0] == pytest.approx(235e9**2 / 220e9)
+    assert p.intra_bandwidth(32)[0] == pytest.approx(p.intra_bandwidth(16)[0])
+    # One measured count: nothing to follow.
+    one = replace(a100, intra_by_devices={8: 235e9})
+    assert one.intra_bandwidth(2)[0] == pytest.approx(235e9)
+    # The 2-GPU time of a 32 MiB all-reduce follows: slower than at the 4-GPU bandwidth.
+    nearest = replace(p, intra_by_devices={4: 220e9})
+    t = nccl_collective_s("allreduce", 32 << 20, 2, p).seconds
+    assert t > nccl_collective_s("allreduce", 32 << 20, 2, nearest).seconds

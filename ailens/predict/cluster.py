@@ -553,12 +553,14 @@ def predict(
     return out
 
 
-def unexplained_band(q: int, measured_ranks: list[int]) -> tuple[float, float]:
-    """(low, high) factors on the step for what no term prices
-    (``UNEXPLAINED_PER_DOUBLING``): 1 at a measured scale, wider with each doubling of the
+def unexplained_band(
+    q: int, measured_ranks: list[int], per_doubling: tuple[float, float] | None = None
+) -> tuple[float, float]:
+    """(low, high) factors on the step for what no term prices (``per_doubling``, default
+    ``UNEXPLAINED_PER_DOUBLING``): 1 at a measured scale, wider with each doubling of the
     devices away from the nearest one; towards fewer devices the growth is taken off."""
     d = min((math.log2(q / p) for p in measured_ranks), key=abs)
-    lo, hi = UNEXPLAINED_PER_DOUBLING
+    lo, hi = per_doubling or UNEXPLAINED_PER_DOUBLING
     if d < 0:
         lo, hi = -hi, -lo
     d = abs(d)
@@ -566,11 +568,16 @@ def unexplained_band(q: int, measured_ranks: list[int]) -> tuple[float, float]:
 
 
 def widen_unexplained(
-    low: float, high: float, wide: str, q: int, measured_ranks: list[int]
+    low: float,
+    high: float,
+    wide: str,
+    q: int,
+    measured_ranks: list[int],
+    per_doubling: tuple[float, float] | None = None,
 ) -> tuple[float, float, str]:
     """The interval ``(low, high)`` widened by ``unexplained_band``; its term is the widest
     when the band adds more than the other terms span together."""
-    f_lo, f_hi = unexplained_band(q, measured_ranks)
+    f_lo, f_hi = unexplained_band(q, measured_ranks, per_doubling)
     new_low, new_high = low * min(f_lo, 1.0), high * max(f_hi, 1.0)
     if (low - new_low) + (new_high - high) > high - low:
         wide = "unexplained"

@@ -19,7 +19,10 @@ buckets, the fitted network, the residual term. Each row's ``assumptions`` say w
 came from which run; beyond the largest measured scale the row carries an interval between
 "nothing grows further" (ideal scaling from the nearest measured scale) and the
 measurements' own growth continued linearly in the number of devices (Amdahl's law through
-the two largest measured scales), with the model's point between them.
+the two largest measured scales), with the model's point between them. The interval also
+spans the other splits of the measured growth between the network and what no term prices
+(``_growth_split``): each run above the smallest may lie off the model by the unexplained
+range, so the network is fitted again at both ends of it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .cluster import (
     MeasuredScale,
     predict,
     scale_bandwidth,
+    unexplained_band,
     widen_unexplained,
 )
 from .job import JobDescription
@@ -187,11 +191,14 @@ def predict_measured(
     ranks_per_node: int | None = None,
     scaling: str | None = None,
     global_batch: float | None = None,
+    unexplained_per_doubling: tuple[float, float] | None = None,
 ) -> list[ClusterPrediction]:
     """The job's step at each device count from all its measured scales (``jobs``), on
     ``platform`` (default: the smallest run's). Rows as ``cluster.predict``'s, the term
     ``measured_residual`` priced from the runs and, beyond the largest measured scale, the
-    interval."""
+    interval. ``unexplained_per_doubling``: the unexplained range (default
+    ``cluster.UNEXPLAINED_PER_DOUBLING``; a benchmark passes one fitted without a source)."""
+    band = unexplained_per_doubling
     fit = fit_measured(jobs, platform, scaling=scaling, global_batch=global_batch)
     base = fit.base
     scaling = scaling or base.scaling
@@ -208,13 +215,20 @@ def predict_measured(
         source_platform=fit.platform,
         measured=fit.scales,
     )
+    split = _growth_split(jobs, fit, ranks, platform, ranks_per_node, scaling, gb, band)
     out = []
     for r in rows:
         low, high, wide = _extrapolation(fit.scales, r, r.step_time_s, scaling)
         if not wide:
             low, high, wide = r.step_low_s, r.step_high_s, r.wide_term
+        alt = split.get(r.ranks, ())
+        if alt and (min(alt) < low or max(alt) > high):
+            low, high = min(low, *alt), max(high, *alt)
+            wide = wide or "network"
         low, high, noise = _disagreement(fit.scales, r.ranks, low, high, scaling)
-        low, high, wide = widen_unexplained(low, high, wide, r.ranks, [m.ranks for m in fit.scales])
+        low, high, wide = widen_unexplained(
+            low, high, wide, r.ranks, [m.ranks for m in fit.scales], band
+        )
         out.append(
             replace(
                 r,
@@ -265,3 +279,42 @@ def _extrapolation(scales, row, step: float, scaling: str) -> tuple[float, float
         ideal = s2
     ends = (ideal, linear, step)
     return float(min(ends)), float(max(ends)), "extrapolation"
+
+
+def _growth_split(jobs, fit: MeasuredFit, ranks, platform, rpn, scaling, gb, band) -> dict:
+    """The target's step when the growth the runs measured is split otherwise between the
+    fitted network and what no term prices. Each run above the smallest may lie off the
+    model by the unexplained range (``unexplained_band`` at its doublings from the smallest
+    run, whose compute is the base), so the network is fitted again to each such run's step
+    / either end of that range, the rest of its step kept as the residual: the network that
+    explains more of the growth (or less) continues it faster (or slower) beyond the runs.
+    {ranks: (step at one end, step at the other)}; empty where no network was fitted."""
+    if fit.bandwidth_factor is None:
+        return {}
+    jobs = sorted(jobs, key=lambda j: (j.ranks, -j.ranks_per_node))
+    out: dict[int, list[float]] = {}
+    for end in (0, 1):
+        alt = [jobs[0]] + [
+            replace(j, step_s=j.step_s / unexplained_band(j.ranks, [jobs[0].ranks], band)[end])
+            for j in jobs[1:]
+        ]
+        other = fit_measured(alt, platform, scaling=scaling, global_batch=gb)
+        # The measured steps stay what was measured: the part the network no longer
+        # explains is the residual.
+        scales = tuple(
+            replace(m, step_s=j.step_s, residual_s=m.residual_s + (j.step_s - a.step_s))
+            for m, j, a in zip(other.scales, jobs, alt, strict=True)
+        )
+        rows = predict(
+            other.base,
+            ranks,
+            other.platform,
+            ranks_per_node=rpn,
+            scaling=scaling,
+            global_batch=gb,
+            source_platform=other.platform,
+            measured=scales,
+        )
+        for r in rows:
+            out.setdefault(r.ranks, []).append(r.step_time_s)
+    return {q: tuple(v) for q, v in out.items()}

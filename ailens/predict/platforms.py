@@ -103,8 +103,8 @@ class Platform:
     # Fitted corrections to NCCL's protocol constants: {"LL128": {"base_latency": x,
     # "bandwidth": y}, ...} multiply its per-protocol base latency and bandwidth factor.
     protocols: dict = field(default_factory=dict)
-    # The same, fitted per number of devices per node ({k: {protocol: {...}}}); between and
-    # beyond the measured counts as the bandwidths are (log interpolation, nearest outside).
+    # The same, fitted per number of devices per node ({k: {protocol: {...}}}); between the
+    # measured counts log interpolated, outside them the nearest count's (``_by_devices``).
     protocols_by_devices: dict = field(default_factory=dict)
     # nccl-tests -g N drives N devices from one thread: every call pays the launch of N
     # kernels one after the other. Fitted when a log was run so; a job with one process per
@@ -179,7 +179,7 @@ class Platform:
                     "NVLink: it crosses the host path)"
                 )
         if table:
-            bw, how = _by_devices(table, k)
+            bw, how = _by_devices(table, k, extrapolate=True)
             return bw, f"{self.intra.source} ({how})"
         return self.intra.bandwidth_Bps, self.intra.source
 
@@ -195,9 +195,11 @@ class Platform:
         }
 
 
-def _by_devices(table: dict, k: int) -> tuple[float, str]:
+def _by_devices(table: dict, k: int, *, extrapolate: bool = False) -> tuple[float, str]:
     """A per-device-count figure at ``k``: measured, log-log interpolated between the nearest
-    measured counts, or the nearest measured count's outside them (no extrapolation)."""
+    measured counts, and outside them the nearest count's; with ``extrapolate`` the log-log
+    line through the two nearest measured counts continued by at most their own span
+    (``_extrapolated``), except at one device per node (no intra-node hop to follow)."""
     k = max(int(k), 1)
     if k in table:
         return float(table[k]), f"measured at {k} devices per node"
@@ -208,8 +210,26 @@ def _by_devices(table: dict, k: int) -> tuple[float, str]:
         w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
         v = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
         return v, f"interpolated between {lo} and {hi} devices per node"
+    side = sorted(lower)[-2:] if lower else sorted(upper)[:2]
+    if extrapolate and len(side) == 2 and k >= 2:
+        return _extrapolated(table, side[0], side[1], k)
     near = max(lower) if lower else min(upper)
     return float(table[near]), f"as measured at {near} devices per node"
+
+
+def _extrapolated(table: dict, a: int, b: int, k: int) -> tuple[float, str]:
+    """The log-log line through the figures at ``a`` < ``b`` devices, at ``k`` outside them.
+    For the intra-node bus bandwidth: it grows with the devices on a ring in every public
+    table alike (A100 NVSwitch 186 -> 213 -> 226 and 195 -> 221 -> 235 GB/s at 2 -> 4 -> 8
+    GPUs), so the nearest count's figure is biased beyond it. (The fitted protocol
+    corrections follow no such common trend and are not extrapolated.) Continued by at most
+    the measured span (k from a^2/b to b^2/a), held there beyond it: a trend is not carried
+    further than it was seen."""
+    span = math.log(b) - math.log(a)
+    w = (math.log(k) - math.log(a)) / span
+    w = min(max(w, -1.0), 2.0)
+    v = math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b]))
+    return v, f"extrapolated in log devices from {a} and {b} devices per node"
 
 
 @lru_cache(maxsize=64)
