@@ -1,0 +1,199 @@
+"""The forecast's two early priors checked leave-one-benchmark-family-out on the MLPerf logs
+of the development corpus (issue 30): what a rule learned on the other families gets on the
+family left out, for every family in turn.
+
+    .venv/bin/python benchmarks/forecast_priors_lofo.py
+
+1. **The first unit's start-up** (``Forecaster.FIRST_UNIT_SHARE``): at the first step of a run
+   of epochs or blocks the level is a share of the first unit. Candidates: a constant share
+   (the rule), a constant number of seconds of start-up, a share that depends on the unit's
+   seconds (a line in log-log), the progress bar (share 1). Score: |estimated level / level
+   - 1| (level: the median unit after the first two, sections out).
+2. **An announced evaluation not seen yet** (``sections.EVAL_SHARE``, ``EVAL_SAMPLE_COST``):
+   the share of the training all evaluations take, estimated before one is seen. Candidates,
+   on the logs that state ``eval_samples`` and ``train_samples`` (samples per epoch) with the
+   epochs of a step known: the flat 5 % prior (the rule), the samples at the other families'
+   median cost per evaluation sample, and the two combined in log space by the other
+   families' log spreads. Score: |estimated - actual share| in points.
+
+Families: the benchmark (``mask`` is ``maskrcnn``, ``dlrm_dcnv2`` is ``dlrm``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import ailens  # noqa: E402
+from ailens.analysis.logformats._base import read_text  # noqa: E402
+from ailens.analysis.logformats.mlperf import parse_mlperf  # noqa: E402
+
+MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
+FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
+PRIOR_SHARE = 0.05  # sections.EVAL_SHARE
+
+
+def runs() -> list[dict]:
+    """Per MLPerf log: its family, first unit, level, evaluations and stated sample counts."""
+    out = []
+    for x in json.loads((MLPERF / "index.json").read_text()):
+        path = MLPERF / x["file"]
+        tl = ailens.read_timeline(path, include_init=False)
+        stated: dict = {}
+        for _, key, value, _ in parse_mlperf(read_text(path)):
+            if key in ("eval_samples", "train_samples", "global_batch_size"):
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    stated.setdefault(key, float(value))
+        ends = np.asarray(tl.step_end_s)
+        units = np.diff(np.concatenate(([0.0], ends)))
+        evals = 0
+        eval_s = 0.0
+        for sec in tl.sections:
+            if sec.name != "eval":
+                continue
+            evals += 1
+            eval_s += sec.end_s - sec.begin_s
+            i = int(np.searchsorted(ends, sec.end_s, side="left"))
+            if i < len(units) and (i == 0 or sec.begin_s >= ends[i - 1]):
+                units[i] -= sec.end_s - sec.begin_s
+        n = len(units)
+        level = float(np.median(units[2:] if n > 3 else units[1:]))
+        out.append(
+            {
+                "family": FAMILY.get(x["benchmark"], x["benchmark"]),
+                "steps": n,
+                "first": float(units[0]),
+                "level": level,
+                "evals": evals,
+                "share": eval_s / (n * level),
+                "q": _samples_share(stated, tl.steps_per_epoch, evals, n),
+            }
+        )
+    return out
+
+
+def _samples_share(stated: dict, steps_per_epoch, evals: int, n: int) -> float | None:
+    """The evaluations' samples over the training's, when the log states both (a count below
+    2, or a step of fewer samples than a global batch, is not a sample count)."""
+    es, ts = stated.get("eval_samples"), stated.get("train_samples")
+    if not es or not ts or not steps_per_epoch or not evals or es < 2:
+        return None
+    per_step = ts / steps_per_epoch
+    batch = stated.get("global_batch_size")
+    if batch and (per_step < batch or per_step > ts * 1e3):
+        return None
+    return es * evals / (per_step * n)
+
+
+def _lofo(rows: list[dict], predict) -> dict[str, list[float]]:
+    """family -> the scores of its runs, each predicted from the other families."""
+    out: dict[str, list[float]] = {}
+    for fam in sorted({r["family"] for r in rows}):
+        train = [r for r in rows if r["family"] != fam]
+        out[fam] = [predict(train, r) for r in rows if r["family"] == fam]
+    return out
+
+
+def _line(name: str, by_family: dict[str, list[float]], unit: str) -> str:
+    a = np.array([x for v in by_family.values() for x in v])
+    fams = "  ".join(f"{f} {np.median(v):.2f}" for f, v in by_family.items())
+    return (
+        f"  {name:34s} median {np.median(a):6.2f}{unit} mean {np.mean(a):6.2f}{unit} "
+        f"75 % {np.percentile(a, 75):6.2f}{unit}   by family (median): {fams}"
+    )
+
+
+def first_unit(rows: list[dict]) -> None:
+    rows = [r for r in rows if r["steps"] >= 4]
+    print(f"1. the first unit's start-up: {len(rows)} runs of >= 4 units, LOFO")
+
+    def score(est, r):
+        return abs(est / r["level"] - 1)
+
+    def share(train, r):
+        return score(np.median([t["level"] / t["first"] for t in train]) * r["first"], r)
+
+    def seconds(train, r):
+        c = np.median([t["first"] - t["level"] for t in train])
+        return score(max(r["first"] - c, 0.1 * r["first"]), r)
+
+    def loglog(train, r):
+        x = np.log([t["first"] for t in train])
+        y = np.log([t["level"] / t["first"] for t in train])
+        a, b = np.polyfit(x, y, 1)
+        return score(min(math.exp(a * math.log(r["first"]) + b), 1.0) * r["first"], r)
+
+    for name, f in (
+        ("constant share (the rule)", share),
+        ("constant seconds of start-up", seconds),
+        ("share by the unit's seconds", loglog),
+        ("progress bar (share 1)", lambda train, r: score(r["first"], r)),
+    ):
+        print(_line(name, _lofo(rows, f), ""))
+    folds = [
+        np.median([t["level"] / t["first"] for t in rows if t["family"] != fam])
+        for fam in sorted({r["family"] for r in rows})
+    ]
+    print(
+        f"  the constant share learned per fold: {min(folds):.2f} to {max(folds):.2f} "
+        f"(all runs: {np.median([r['level'] / r['first'] for r in rows]):.2f}; the rule 0.70)"
+    )
+
+
+def eval_price(rows: list[dict]) -> None:
+    inside = [r for r in rows if r["evals"] and 0 < r["share"] < 0.5]
+    rows = [r for r in inside if r["q"]]
+    print(
+        f"2. an evaluation not seen yet: {len(rows)} runs with stated sample counts and "
+        f"evaluations inside the steps, LOFO (share error, points)"
+    )
+
+    def err(est, r):
+        return 100 * abs(est - r["share"])
+
+    def logs(train, f):
+        return [math.log(f(t)) for t in train]
+
+    weights: list[float] = []
+
+    def combined(train, r):
+        k = np.median([t["share"] / t["q"] for t in train])
+        sd_samples = np.std(logs(train, lambda t: t["share"] / t["q"]))
+        pool = [t for t in inside if t["family"] != r["family"]]
+        sd_share = np.std(logs(pool, lambda t: t["share"]))
+        w = sd_share**2 / (sd_share**2 + sd_samples**2)
+        weights.append(w)
+        return err(math.exp((1 - w) * math.log(PRIOR_SHARE) + w * math.log(k * r["q"])), r)
+
+    for name, f in (
+        ("flat 5 % prior (the rule)", lambda train, r: err(PRIOR_SHARE, r)),
+        (
+            "samples at the others' median cost",
+            lambda train, r: err(np.median([t["share"] / t["q"] for t in train]) * r["q"], r),
+        ),
+        ("both, by their log spreads", combined),
+    ):
+        print(_line(name, _lofo(rows, f), ""))
+    print(f"  the samples' weight learned per fold: {min(weights):.2f} to {max(weights):.2f}")
+    cost = {
+        fam: np.round([r["share"] / r["q"] for r in rows if r["family"] == fam], 2).tolist()
+        for fam in sorted({r["family"] for r in rows})
+    }
+    print(f"  an evaluation sample's cost in training samples, by family: {cost}")
+
+
+def main() -> None:
+    rows = runs()
+    first_unit(rows)
+    eval_price(rows)
+
+
+if __name__ == "__main__":
+    main()
