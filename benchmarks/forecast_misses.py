@@ -7,8 +7,8 @@ than 0.25 points, by mechanism, from a ``bench_forecast.py corpus --json`` resul
 
 Mechanisms, the first that applies:
 
-- ``first unit only``: the forecast at step 1 (the level is the first unit's stated
-  start-up share, 0.70 +/- 0.33 of it: nothing else is known yet);
+- ``first unit only``: the forecast at step 1 (the level is a stated share of the first
+  unit's training time, 0.83 +/- 0.37 of it: nothing else is known yet);
 - ``last unit partial``: a run of at most 10 units whose last unit is under half the others
   (the run stopped at its target accuracy inside it: its length in units is not its length);
 - ``change of speed after the point``: had the training's speed over the remaining units

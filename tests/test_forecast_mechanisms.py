@@ -4,12 +4,16 @@ that follows the timeline, or the Forecaster fed step ends and sections."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import ailens
 from ailens import analyze, load_run
 from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
+
+MLPERF = Path(__file__).resolve().parents[1] / "benchmarks" / "forecast_corpus" / "mlperf"
 
 
 class Clock:
@@ -486,6 +490,32 @@ def test_the_first_unit_alone_is_not_extrapolated_over_the_run():
         assert p.interval_s[0] <= truth <= p.interval_s[1], first
         bar = p.naive_total_s
         assert abs(p.predicted_total_s - truth) <= abs(bar - truth) or first == 1.0
+
+
+@pytest.mark.parametrize(
+    "log",
+    [
+        # RNN-T: the first epoch starts 4.7 s after run_start, its epochs take 4.5 s
+        "v1.1/Azure/nd96amsr_a100_v4_n16_ngc21.09_pytorch/rnnt/result_0.txt.gz",
+        # U-Net3D: the first block starts 13.4 s in, its blocks take 13.9 s
+        "v1.1/Dell/DSS8440x8A100-PCIE-80GB/unet3d/result_0.txt.gz",
+    ],
+)
+def test_the_start_up_before_the_training_begins_is_no_training_time(log):
+    """Issue 30, 2: a forecast from the first unit took the time before the training began
+    (the log's first epoch or block start, seconds after run_start: data loading,
+    compilation) for training time, and its level was 50-70 % too high. Where the log says
+    where the training begins, the time before it is a section (spent), out of the unit."""
+    tl = ailens.read_timeline(MLPERF / log, include_init=False)
+    startup = [s for s in tl.sections if s.name == "start-up"]
+    assert len(startup) == 1 and startup[0].begin_s == 0.0
+    assert 0 < startup[0].end_s < tl.step_end_s[0]
+    units = np.diff(tl.step_end_s)
+    steady = float(np.median(units[2:]))  # the units after the first (no evaluation inside)
+    first = ailens.forecast_timeline(tl).at_step(1)
+    level = next(c for c in first.components if c.name == "training steps").per_occurrence_s
+    assert abs(level / steady - 1) < 0.25, (level, steady)
+    assert first.interval_s[0] <= tl.end_s <= first.interval_s[1]
 
 
 def test_one_slow_first_evaluation_inside_the_steps_is_not_applied_to_all_later_ones():

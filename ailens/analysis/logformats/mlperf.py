@@ -7,7 +7,9 @@ at least 20 and twice as many as epochs; else ``epoch_stop`` (unit "epoch"), ``b
 block of ``epoch_count`` epochs), the training between evaluations (a log with more
 ``eval_start``, or only ``eval_accuracy``, than epoch or block starts: unit "eval interval"),
 or the gaps between successive ``epoch_start``/``block_start``. Sections: ``eval_start`` ->
-``eval_stop`` ("eval") and ``init_start`` -> ``init_stop`` ("init"). The origin is
+``eval_stop`` ("eval"), ``init_start`` -> ``init_stop`` ("init") and ``run_start`` -> the first
+``epoch_start``/``block_start`` when it comes later ("start-up": no training time of the first
+step). The origin is
 ``init_start`` (``include_init``, what a user waits for) or ``run_start`` (what MLPerf scores);
 the end is ``run_stop``.
 """
@@ -274,6 +276,9 @@ def read_mlperf(
     sections = [Section("eval", a - origin, b - origin) for a, b in pairs]
     if include_init and init is not None and "init_stop" in first and origin == init:
         sections.append(Section("init", 0.0, max(first["init_stop"] - origin, 0.0)))
+    startup = _startup(named, run_start, step_t[0], [a for a, _ in pairs])
+    if startup is not None:
+        sections.append(Section("start-up", run_start - origin, startup - origin))
 
     steps = [t - origin for t in step_t]
     schedule: dict = {}
@@ -351,6 +356,19 @@ def _progress(named: dict, run_stop) -> tuple[str, list, float | None] | None:
     else:
         return None
     return unit, step_t, epochs_per_step
+
+
+def _startup(named: dict, run_start: float, first_end: float, evals: list[float]) -> float | None:
+    """Where the training begins, when the log says it (its first ``epoch_start`` or
+    ``block_start``) after ``run_start`` and before the first step ends: the time before it
+    is the run's start-up (data loading, compilation), not training time of the first unit
+    (an evaluation that comes first ends it)."""
+    starts = [e[0] for key in ("epoch_start", "block_start") for e in named[key]]
+    begin = min((t for t in starts if t >= run_start), default=None)
+    if begin is None or begin >= first_end:
+        return None
+    begin = min([begin, *(t for t in evals if t > run_start)])
+    return begin if begin > run_start else None
 
 
 def _eval_pairs(starts: list[float], stops: list[float]) -> list[tuple[float, float]]:
