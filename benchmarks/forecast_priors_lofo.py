@@ -23,6 +23,7 @@ Families: the benchmark (``mask`` is ``maskrcnn``, ``dlrm_dcnv2`` is ``dlrm``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import sys
@@ -34,8 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import ailens  # noqa: E402
-from ailens.analysis.logformats._base import read_text  # noqa: E402
-from ailens.analysis.logformats.mlperf import parse_mlperf  # noqa: E402
+from ailens.analysis.logformats import parse_mlperf  # noqa: E402
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
@@ -49,7 +49,7 @@ def runs() -> list[dict]:
         path = MLPERF / x["file"]
         tl = ailens.read_timeline(path, include_init=False)
         stated: dict = {}
-        for _, key, value, _ in parse_mlperf(read_text(path)):
+        for _, key, value, _ in parse_mlperf(gzip.open(path, "rt", errors="replace").read()):
             if key in ("eval_samples", "train_samples", "global_batch_size"):
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     stated.setdefault(key, float(value))
