@@ -46,6 +46,7 @@ from ailens.predict import (  # noqa: E402
     PRECISION_PEAK_KEY,
     fit_device_speed,
 )
+from ailens.predict.device_speed import batch_term  # noqa: E402
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
 FEATURES = {
@@ -191,6 +192,7 @@ def gavel_observations(d: Path) -> list[dict]:
                     "cell": f"{r['worker_type']}|fp32",
                     "log_t": math.log(t),
                     "devices": 1,
+                    "batch": float(r["batch_per_worker"]),
                 }
             )
     return out
@@ -215,9 +217,17 @@ def dle_observations(d: Path) -> list[dict]:
             "cell": f"V100|{prec}",
             "log_t": float(np.mean(v)),
             "devices": 1,
+            "batch": _number(job.rsplit(":", 1)[1]),
         }
         for (job, prec), v in rows.items()
     ]
+
+
+def _number(s: str) -> float | None:
+    try:
+        return float(s)
+    except ValueError:
+        return None
 
 
 def mlperf_observations(root: Path) -> list[dict]:
@@ -262,7 +272,16 @@ def mlperf_observations(root: Path) -> list[dict]:
             continue
         device, n = MLPERF_SYSTEMS[system]
         job = f"mlperf:{e['round']}:{'maskrcnn' if bench == 'mask' else bench}"
-        per.setdefault((job, system), []).append((math.log(train_s * n / amount), device, n))
+        # The batch per device, from the standard logging (":::MLLOG", v0.7 on) only: v0.6's
+        # older format states it in each submitter's own unit (tokens for one, sentences for
+        # another on the same benchmark), so there it is unknown.
+        gbs = [
+            v
+            for _, k, v, _ in ev
+            if k == "global_batch_size" and isinstance(v, (int, float)) and ":::MLLOG" in text
+        ]
+        batch = float(gbs[0]) / n if gbs else None
+        per.setdefault((job, system), []).append((math.log(train_s * n / amount), device, n, batch))
     return [
         {
             "source": "mlperf",
@@ -270,6 +289,7 @@ def mlperf_observations(root: Path) -> list[dict]:
             "cell": f"{v[0][1]}|mixed",
             "log_t": float(np.mean([x[0] for x in v])),
             "devices": v[0][2],
+            "batch": v[0][3],
             "system": system,
         }
         for (job, system), v in per.items()
@@ -334,7 +354,14 @@ def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
     ea, eb = _effect(fitted, a["cell"]), _effect(fitted, b["cell"])
     if ea is None or eb is None:
         return None
+    xa, xb = batch_term(a.get("batch")), batch_term(b.get("batch"))
+    if not (a.get("batch") and b.get("batch")):
+        xa = xb = 0.0  # a batch not known on one side: the model's point at one batch
+    # The scale and batch corrections every method gets (only the device part differs).
     scale = fitted["scale_slope"] * (math.log2(b["devices"]) - math.log2(a["devices"]))
+    scale += fitted["batch_slope"] * (xb - xa)
+    slopes = fitted["batch_slopes"]
+    device_batch = slopes.get(b["cell"], 0.0) * xb - slopes.get(a["cell"], 0.0) * xa
     truth = b["log_t"] - a["log_t"]
     pa, pb = _peak(a["cell"]), _peak(b["cell"])
     return {
@@ -351,7 +378,7 @@ def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
         and fitted["groups"].get(a["cell"]) == fitted["groups"].get(b["cell"]),
         "same_stack": _stack(a["cell"]) == _stack(b["cell"]),
         "true_log_ratio": truth,
-        "model_log_ratio": eb[0] - ea[0] + scale,
+        "model_log_ratio": eb[0] - ea[0] + device_batch + scale,
         "same_speed_log_ratio": scale,
         "peak_log_ratio": (math.log(pa / pb) if pa and pb else 0.0) + scale,
     }
