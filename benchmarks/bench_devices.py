@@ -44,9 +44,9 @@ from ailens.analysis.logformats import parse_mlperf  # noqa: E402
 from ailens.predict import (  # noqa: E402
     DEVICE_SPEED_FILE,
     PRECISION_PEAK_KEY,
+    batch_term,
     fit_device_speed,
 )
-from ailens.predict.device_speed import batch_term  # noqa: E402
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
 FEATURES = {

@@ -46,6 +46,7 @@ __all__ = [
     "batch_term",
     "device_key",
     "fit_device_speed",
+    "linked_groups",
     "load_device_speed",
     "precision_class",
 ]
