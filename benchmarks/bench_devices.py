@@ -544,12 +544,26 @@ def main(argv=None) -> int:
     ]
     floor = float(np.median(own))
     print(f"in-sample (no job held out), across device types: median {floor:.1f} %")
+    # What no device model can remove: one job on two systems of the same cell and count.
+    same: dict = {}
+    for o in obs:
+        same.setdefault((o["job"], o["cell"], o["devices"]), []).append(o["log_t"])
+    twins = [
+        _err(x, y) for v in same.values() for i, x in enumerate(v) for y in v[i + 1 :]
+    ]  # fmt: skip
+    twin_median = float(np.median(twins)) if twins else float("nan")
+    print(
+        f"one job on two systems of the same cell and device count: median "
+        f"{twin_median:.1f} %, worst {max(twins, default=float('nan')):.1f} % "
+        f"({len(twins)} pairs)"
+    )
     if args.json:
         Path(args.json).write_text(
             json.dumps(
                 {
                     "summary": summary,
                     "in_sample_across_device_types_median_pct": floor,
+                    "same_cell_and_count_two_systems_median_pct": twin_median,
                     "half_widths_log": hw,
                     "cases": cases,
                 },
