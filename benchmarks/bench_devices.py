@@ -578,7 +578,8 @@ def main(argv=None) -> int:
             "kind": "ailens.device_speed",
             "source": "benchmarks/bench_devices.py --write: Gavel (P100/V100), NVIDIA "
             "DeepLearningExamples (V100 fp32/mixed, 1 GPU), MLPerf Training v0.6/v1.1/v2.1/v3.0 "
-            "development logs; features from vendor datasheets",
+            "development logs; features from vendor datasheets; robust (Huber) fit with "
+            "per-cell slopes on log2(batch per device / 32)",
             **fitted,
             "half_widths": hw,
             "evaluation": {

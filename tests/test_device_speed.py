@@ -2,6 +2,7 @@
 its held-out accuracy on public pairs, the fallback for a device it does not know, and the
 cluster what-if that prices Compute with it."""
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -204,3 +205,18 @@ def test_cluster_whatif_prices_compute_on_another_device_and_names_the_term():
     assert rows[0]["wide_term"] == "device" and rows[0]["step_time_s"] == pytest.approx(
         h100.step_time_s
     )
+
+
+def test_cluster_whatif_prices_the_device_speed_at_the_jobs_batch_per_device():
+    """The what-if hands the job's batch per device to the device-speed model: a job at 4
+    per device moves by the ratio at 4, not by the one at 32."""
+    job = load_job(EXAMPLE)
+    small = dataclasses.replace(job, batch_per_device=4)
+    model = load_device_speed()
+    k4 = model.ratio("V100", "H100 SXM5", job.precision, batch_per_device=4)
+    k32 = model.ratio("V100", "H100 SXM5", job.precision, batch_per_device=32)
+    assert k4.ratio != pytest.approx(k32.ratio, rel=1e-3)
+    own = predict(small, [1], "dgx1-v100")[0]
+    h100 = predict(small, [1], "dgx-h100")[0]
+    assert h100.step_time_s == pytest.approx(own.step_time_s * k4.ratio)
+
