@@ -355,10 +355,12 @@ def _case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
     if ea is None or eb is None:
         return None
     xa, xb = batch_term(a.get("batch")), batch_term(b.get("batch"))
+    beta = fitted["scale_slope"]
     if not (a.get("batch") and b.get("batch")):
-        xa = xb = 0.0  # a batch not known on one side: the model's point at one batch
+        xa = xb = 0.0  # a batch not known on one side: the model's point at one batch,
+        beta = fitted["scale_slope_batch_unknown"]  # the device count standing for it
     # The scale and batch corrections every method gets (only the device part differs).
-    scale = fitted["scale_slope"] * (math.log2(b["devices"]) - math.log2(a["devices"]))
+    scale = beta * (math.log2(b["devices"]) - math.log2(a["devices"]))
     scale += fitted["batch_slope"] * (xb - xa)
     slopes = fitted["batch_slopes"]
     device_batch = slopes.get(b["cell"], 0.0) * xb - slopes.get(a["cell"], 0.0) * xa
@@ -429,14 +431,16 @@ def half_widths(cases: list[dict]) -> dict:
 
 
 def _cross_width(cases: list[dict], c: dict) -> float:
-    """The 95 % half-width for case ``c`` from the residuals of other jobs and target
-    devices (the shipped widths use every case)."""
+    """The 95 % half-width for case ``c`` from the residuals of other jobs and, for a pair
+    across device types, other target devices (the shipped widths use every case). A pair
+    on one device at two precisions (DLE's V100) keeps the other jobs' such pairs: without
+    them its width would come from device changes only."""
     key = _width_key(c)
     res = [
         abs(x["model_log_ratio"] - x["true_log_ratio"])
         for x in cases
         if x["job"] != c["job"]
-        and x["to"].split("|")[0] != c["to"].split("|")[0]
+        and (c["same_device_type"] or x["to"].split("|")[0] != c["to"].split("|")[0])
         and _in_width_set(x, key)
     ]
     return float(np.quantile(res, 0.95))

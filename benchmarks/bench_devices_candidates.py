@@ -1,7 +1,8 @@
 """Job x device interactions tried for the device-speed model (issue 32 item 3) and not
 kept: each candidate is added to the shipped model's design (``fit_device_speed``: robust
-fit, per-cell batch slope) and evaluated held out as ``bench_devices.py`` does, beside the
-shipped model ("shipped" row, which must reproduce ``bench_devices.py``'s medians).
+fit, per-cell batch slope, a scale slope of its own where the batch is unknown) and
+evaluated held out as ``bench_devices.py`` does, beside the shipped model ("shipped" row,
+which must reproduce ``bench_devices.py``'s medians).
 
 Candidates (each a ridge-pulled term, 0 for a job whose label or feature is unknown):
 
@@ -133,7 +134,7 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         p(("cell", c)), p(("g", c))
         if "step" in pulls:
             p(("h", c))
-    for k in ("beta", "delta", "c0", "c1", "c2"):
+    for k in ("beta", "beta_u", "delta", "c0", "c1", "c2"):
         p(k)
     rows, ys = [], []
     for o in obs:
@@ -142,6 +143,8 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         x = batch_term(o.get("batch"))
         terms["delta"] = x
         terms[("g", o["cell"])] = x
+        if not o.get("batch"):
+            terms["beta_u"] = terms["beta"]
         if "class" in pulls and o["class"]:
             terms[("u", o["class"], o["cell"])] = 1.0
         if "family" in pulls and o[family_key]:
@@ -191,6 +194,7 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         "effects": {c: t[("cell", c)] for c in cells},
         "coef": [t["c0"], t["c1"], t["c2"]],
         "scale_slope": t["beta"],
+        "scale_slope_batch_unknown": t["beta"] + t["beta_u"],
         "batch_slope": t["delta"],
         "batch_slopes": {c: t[("g", c)] for c in cells},
         "terms": t,

@@ -144,6 +144,35 @@ def test_a_small_batch_per_device_gains_less_from_a_faster_device():
     assert small > model.ratio("P100", "V100", "fp32", batch_per_device=256).ratio
 
 
+def test_where_the_batch_is_unknown_the_device_count_stands_for_it():
+    """A fixed global batch over more devices: each device's batch shrinks and its time per
+    sample grows. Where the logs state the batch, the batch slope takes that up and the
+    device count adds nothing; where they do not, the device count's own slope carries it."""
+    obs = []
+    for m in range(6):
+        known = m % 2 == 0
+        # Logs that state the batch: several global batches; the others: 256 over n.
+        runs = [(8, 32), (8, 4), (32, 8), (128, 2), (128, 16)] if known else [
+            (n, 256 / n) for n in (8, 32, 128)
+        ]  # fmt: skip
+        for n, batch in runs:
+            log_t = 0.2 * m - 0.15 * math.log2(batch / 32)
+            for cell, b in (("P100|fp32", 0.0), ("V100|fp32", -0.5)):
+                obs.append(
+                    {
+                        "job": f"job {m}",
+                        "cell": cell,
+                        "log_t": log_t + b,
+                        "devices": n,
+                        "batch": batch if known else None,
+                    }  # fmt: skip
+                )
+    fitted = fit_device_speed(obs, _TOY_FEATURES)
+    assert fitted["batch_slope"] == pytest.approx(-0.15, abs=0.02)
+    assert fitted["scale_slope"] == pytest.approx(0.0, abs=0.02)
+    assert fitted["scale_slope_batch_unknown"] == pytest.approx(0.15, abs=0.02)
+
+
 def test_one_wild_measurement_does_not_drag_a_cells_effect():
     """Eight jobs run 2x faster on B; a ninth (a system unlike its device: another
     submitter's software, under one sample per device) was 5x slower there. The robust fit
@@ -219,4 +248,3 @@ def test_cluster_whatif_prices_the_device_speed_at_the_jobs_batch_per_device():
     own = predict(small, [1], "dgx1-v100")[0]
     h100 = predict(small, [1], "dgx-h100")[0]
     assert h100.step_time_s == pytest.approx(own.step_time_s * k4.ratio)
-

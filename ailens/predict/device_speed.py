@@ -9,7 +9,9 @@ time per sample per device::
 
 A *cell* is a device at a precision class (``"V100|fp32"``, ``"A100-SXM|mixed"``); ``n`` the
 devices the measurement ran on (MLPerf's large systems lose per-device speed to scale);
-``x(b) = log2(batch per device / 32)`` (0 where the batch is not known). ``g_cell`` is how
+``x(b) = log2(batch per device / 32)`` (0 where the batch is not known; there the device
+count, which shrinks the batch of a fixed global one, has a slope of its own,
+``scale_slope_batch_unknown``). ``g_cell`` is how
 much the cell's speed depends on the work per step: a small batch per device is bound by
 kernel launches and the host, and gains less from a faster device than a large one. The job
 effect cancels in a ratio, so the ratio of two cells at one batch is
@@ -278,7 +280,7 @@ def fit_device_speed(
     """Robust least squares of ``log t = a_job + b_cell + beta log2 n + (delta + g_cell) x``
     with every cell's ``b`` pulled (weight ``pull``, log units) towards
     ``c . [1, log peak, log mem]`` and every ``g`` towards 0 (weight ``batch_pull``), solved
-    jointly; measurements whose residual exceeds ``huber`` (log) are down-weighted by Huber's
+    jointly, ``beta`` plus a slope of its own for measurements whose batch is unknown; measurements whose residual exceeds ``huber`` (log) are down-weighted by Huber's
     rule (iteratively reweighted). ``observations``: dicts with ``job``, ``cell``,
     ``log_t``, ``devices`` and optionally ``batch`` (per device; x = 0 where absent)."""
     jobs = sorted({o["job"] for o in observations})
@@ -289,7 +291,8 @@ def fit_device_speed(
     ci = {c: nj + i for i, c in enumerate(cells)}
     gi = {c: nj + nc + i for i, c in enumerate(cells)}
     beta_i, delta_i, c_i = nj + 2 * nc, nj + 2 * nc + 1, nj + 2 * nc + 2
-    n_par = c_i + 3
+    beta_u_i = c_i + 3
+    n_par = c_i + 4
     rows, ys = [], []
     for o in observations:
         r = np.zeros(n_par)
@@ -299,6 +302,8 @@ def fit_device_speed(
         x = batch_term(o.get("batch"))
         r[delta_i] = x
         r[gi[o["cell"]]] = x
+        if not o.get("batch"):  # the device count also stands for the batch it shrinks
+            r[beta_u_i] = r[beta_i]
         rows.append(r)
         ys.append(o["log_t"])
     for c in cells:  # the pull towards the feature line (none for a cell without features)
@@ -338,6 +343,7 @@ def fit_device_speed(
         "coef": [float(x) for x in theta[c_i : c_i + 3]],
         "scale_slope": float(theta[beta_i]),
         "batch_slope": float(theta[delta_i]),
+        "scale_slope_batch_unknown": float(theta[beta_i] + theta[beta_u_i]),
         "batch_slopes": {c: float(theta[gi[c]]) for c in cells},
         "jobs": {j: float(theta[ji[j]]) for j in jobs},
     }
