@@ -280,8 +280,9 @@ def fit_device_speed(
     """Robust least squares of ``log t = a_job + b_cell + beta log2 n + (delta + g_cell) x``
     with every cell's ``b`` pulled (weight ``pull``, log units) towards
     ``c . [1, log peak, log mem]`` and every ``g`` towards 0 (weight ``batch_pull``), solved
-    jointly, ``beta`` plus a slope of its own for measurements whose batch is unknown; measurements whose residual exceeds ``huber`` (log) are down-weighted by Huber's
-    rule (iteratively reweighted). ``observations``: dicts with ``job``, ``cell``,
+    jointly, with ``beta`` plus a slope of its own for measurements whose batch is unknown;
+    measurements whose residual exceeds ``huber`` (log) are down-weighted by Huber's rule
+    (iteratively reweighted). ``observations``: dicts with ``job``, ``cell``,
     ``log_t``, ``devices`` and optionally ``batch`` (per device; x = 0 where absent)."""
     jobs = sorted({o["job"] for o in observations})
     cells = sorted({o["cell"] for o in observations})
