@@ -18,8 +18,11 @@ Data (development parts only; the READMEs there name what is held out and is nev
 
 Evaluation: every ordered pair (A, B) of cells measured for one job: predict t_B from t_A.
 Leave-one-job-out (the model refitted without the job) and leave-one-device-out (without
-any measurement on B's device: B priced from its features). All methods get the same
-scale correction (the fold's ``beta``) so only the device part differs.
+any measurement on B's device: B priced from its features). All methods get the same scale
+and batch correction (the fold's ``beta`` and ``delta``, or where a batch is unknown its
+unknown-batch slope) so only the device part differs. The batch per device: Gavel's and
+DLE's tables, MLPerf's ``global_batch_size`` / devices in the standard ``:::MLLOG`` logs.
+Interactions tried and not kept: ``bench_devices_candidates.py``.
 
     python benchmarks/bench_devices.py [--json OUT] [--write [PATH]]
 """

@@ -11,9 +11,9 @@ A *cell* is a device at a precision class (``"V100|fp32"``, ``"A100-SXM|mixed"``
 devices the measurement ran on (MLPerf's large systems lose per-device speed to scale);
 ``x(b) = log2(batch per device / 32)`` (0 where the batch is not known; there the device
 count, which shrinks the batch of a fixed global one, has a slope of its own,
-``scale_slope_batch_unknown``). ``g_cell`` is how
-much the cell's speed depends on the work per step: a small batch per device is bound by
-kernel launches and the host, and gains less from a faster device than a large one. The job
+``scale_slope_batch_unknown``). ``g_cell`` is how much the cell's speed depends on the work
+per step: a small batch per device is bound by kernel launches and the host, and gains less
+from a faster device than a large one. The job
 effect cancels in a ratio, so the ratio of two cells at one batch is
 ``exp(b_B - b_A + (g_B - g_A) x(b))``. Each cell's effect is pulled towards a line in the
 device's features (log peak TFLOP/s at the precision, log memory bandwidth), which is also
