@@ -72,6 +72,12 @@ def test_the_shipped_model_is_what_the_script_fits_on_the_public_data():
     assert fitted["coef"] == pytest.approx(shipped["coef"], abs=1e-9)
     assert fitted["scale_slope"] == pytest.approx(shipped["scale_slope"], abs=1e-9)
     assert fitted["batch_slopes"] == pytest.approx(shipped["batch_slopes"], abs=1e-9)
+    for key in ("batch_slope", "scale_slope_batch_unknown"):
+        assert fitted[key] == pytest.approx(shipped[key], abs=1e-9), key
+    # MLPerf's batch per device comes from the standard logs only (v0.6's is unknown).
+    mlperf = [o for o in bench.observations() if o["source"] == "mlperf"]
+    assert all(o["batch"] is None for o in mlperf if ":v0.6:" in o["job"])
+    assert all(o["batch"] > 0 for o in mlperf if ":v0.6:" not in o["job"])
     model = load_device_speed()
     # Intervals are 95 % bands in log time: a factor between 1 and 10 either way, wider
     # across software stacks than within one.
