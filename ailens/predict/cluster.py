@@ -623,6 +623,7 @@ def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> DeviceR
         job.precision,
         src_peak=src_p.peak_tflops.get(key),
         tgt_peak=tgt_p.peak_tflops.get(key),
+        batch_per_device=job.batch_per_device,
     )
     notes.append(f"device speed: {r.basis}")
     return r

@@ -5,13 +5,21 @@ The model (fitted offline by ``benchmarks/bench_devices.py --write`` with
 ``fit_device_speed``, shipped as ``device_speed.json`` beside this module) is additive in log
 time per sample per device::
 
-    log t(job, cell, n) = a_job + b_cell + beta * log2(n)
+    log t(job, cell, n, b) = a_job + b_cell + beta * log2(n) + (delta + g_cell) * x(b)
 
 A *cell* is a device at a precision class (``"V100|fp32"``, ``"A100-SXM|mixed"``); ``n`` the
-devices the measurement ran on (MLPerf's large systems lose per-device speed to scale). The
-job effect cancels in a ratio, so the ratio of two cells is ``exp(b_B - b_A)``. Each cell's
-effect is pulled towards a line in the device's features (log peak TFLOP/s at the precision,
-log memory bandwidth), which is also what prices a cell no measurement covers. The interval
+devices the measurement ran on (MLPerf's large systems lose per-device speed to scale);
+``x(b) = log2(batch per device / 32)`` (0 where the batch is not known; there the device
+count, which shrinks the batch of a fixed global one, has a slope of its own,
+``scale_slope_batch_unknown``). ``g_cell`` is how much the cell's speed depends on the work
+per step: a small batch per device is bound by kernel launches and the host, and gains less
+from a faster device than a large one. The job
+effect cancels in a ratio, so the ratio of two cells at one batch is
+``exp(b_B - b_A + (g_B - g_A) x(b))``. Each cell's effect is pulled towards a line in the
+device's features (log peak TFLOP/s at the precision, log memory bandwidth), which is also
+what prices a cell no measurement covers. The fit is robust (Huber weights on the
+measurements): a public log whose system behaves unlike its device (another submitter's
+software, a run at under one sample per device) does not drag a cell's effect. The interval
 is the 95 % quantile of held-out residuals: leave-one-job-out where both cells were
 measured, leave-one-device-out where one comes from the features. A device the table does
 not know keeps "same speed" as its point, with an interval from that to the ratio of the
@@ -36,8 +44,11 @@ __all__ = [
     "DeviceRatio",
     "DeviceSpeedModel",
     "PRECISION_PEAK_KEY",
+    "REFERENCE_BATCH",
+    "batch_term",
     "device_key",
     "fit_device_speed",
+    "linked_groups",
     "load_device_speed",
     "precision_class",
 ]
@@ -46,6 +57,15 @@ DEVICE_SPEED_FILE = Path(__file__).with_name("device_speed.json")
 _PRECISION_CLASS = {"fp32": "fp32", "fp64": "fp32", "tf32": "tf32"}
 # The peak that bounds a precision class (keys of the features' ``peak_tflops``).
 PRECISION_PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "mixed": "fp16"}
+# The batch per device at which a cell's effect is defined (x(b) = log2(b / this)).
+REFERENCE_BATCH = 32.0
+
+
+def batch_term(batch_per_device: float | None) -> float:
+    """``x(b) = log2(b / 32)``: the model's batch feature; 0 (the reference) when unknown."""
+    if not batch_per_device or batch_per_device <= 0:
+        return 0.0
+    return math.log2(float(batch_per_device) / REFERENCE_BATCH)
 
 
 def precision_class(precision: str) -> str:
@@ -104,6 +124,11 @@ class DeviceSpeedModel:
     half_widths: dict
     source: str = ""
     evaluation: dict = field(default_factory=dict)
+    # cell -> g: the cell's slope on x(b) = log2(batch per device / 32) (0 for a cell not
+    # fitted); ``batch_slope`` (delta) is the slope every cell shares, which cancels in a
+    # ratio at one batch.
+    batch_slopes: dict = field(default_factory=dict)
+    batch_slope: float = 0.0
 
     def feature_effect(self, cell: str) -> float | None:
         x = _feature_row(self.features, cell)
@@ -135,10 +160,12 @@ class DeviceSpeedModel:
         *,
         src_peak: float | None = None,
         tgt_peak: float | None = None,
+        batch_per_device: float | None = None,
     ) -> DeviceRatio:
         """Compute time on ``tgt_device`` over ``src_device`` at ``precision`` (free-text
         device names; ``*_peak``: the platforms' peak TFLOP/s, used when a device is not in
-        the model)."""
+        the model; ``batch_per_device``: the job's, on both, where known: a small batch
+        gains less from a faster device)."""
         prec = precision_class(precision)
         ka, kb = device_key(src_device), device_key(tgt_device)
         if ka is not None and ka == kb:
@@ -168,7 +195,11 @@ class DeviceSpeedModel:
                 f"at {prec}: {how}, widened x/ {f:.3g} (wide: {min(ends) / f:.3g}-"
                 f"{max(ends) * f:.3g})",
             )
-        k = math.exp(eb[0] - ea[0])
+        x = batch_term(batch_per_device)
+        slope = self.batch_slopes.get(f"{kb}|{prec}", 0.0) - self.batch_slopes.get(
+            f"{ka}|{prec}", 0.0
+        )
+        k = math.exp(eb[0] - ea[0] + slope * x)
         both = (
             ea[1] and eb[1] and self.groups.get(f"{ka}|{prec}") == self.groups.get(f"{kb}|{prec}")
         )
@@ -180,6 +211,8 @@ class DeviceSpeedModel:
             if both
             else "from the device features (peak at the precision, memory bandwidth)"
         ) + ("" if same_stack else "; across software stacks")
+        if x:
+            how += f"; at {batch_per_device:g} per device"
         return DeviceRatio(
             ratio=k,
             low=k * math.exp(-h),
@@ -207,6 +240,8 @@ def model_from_dict(doc: dict) -> DeviceSpeedModel:
         half_widths={str(k): float(v) for k, v in doc["half_widths"].items()},
         source=str(doc.get("source", "")),
         evaluation=dict(doc.get("evaluation", {})),
+        batch_slopes={str(k): float(v) for k, v in doc.get("batch_slopes", {}).items()},
+        batch_slope=float(doc.get("batch_slope", 0.0)),
     )
 
 
@@ -234,24 +269,42 @@ def linked_groups(observations: list[dict]) -> dict:
     return {o["cell"]: roots.index(root(("cell", o["cell"]))) for o in observations}
 
 
-def fit_device_speed(observations: list[dict], features: dict, *, pull: float = 0.5) -> dict:
-    """Least squares of ``log t = a_job + b_cell + beta log2 n`` with every cell's ``b``
-    pulled (weight ``pull``, log units) towards ``c . [1, log peak, log mem]``, solved
-    jointly. ``observations``: dicts with ``job``, ``cell``, ``log_t``, ``devices``."""
+def fit_device_speed(
+    observations: list[dict],
+    features: dict,
+    *,
+    pull: float = 0.5,
+    batch_pull: float = 1.0,
+    huber: float = 0.1,
+) -> dict:
+    """Robust least squares of ``log t = a_job + b_cell + beta log2 n + (delta + g_cell) x``
+    with every cell's ``b`` pulled (weight ``pull``, log units) towards
+    ``c . [1, log peak, log mem]`` and every ``g`` towards 0 (weight ``batch_pull``), solved
+    jointly, with ``beta`` plus a slope of its own for measurements whose batch is unknown;
+    measurements whose residual exceeds ``huber`` (log) are down-weighted by Huber's rule
+    (iteratively reweighted). ``observations``: dicts with ``job``, ``cell``,
+    ``log_t``, ``devices`` and optionally ``batch`` (per device; x = 0 where absent)."""
     jobs = sorted({o["job"] for o in observations})
     cells = sorted({o["cell"] for o in observations})
     feat = {c: _feature_row(features, c) for c in cells}
     nj, nc = len(jobs), len(cells)
     ji = {j: i for i, j in enumerate(jobs)}
     ci = {c: nj + i for i, c in enumerate(cells)}
-    beta_i, c_i = nj + nc, nj + nc + 1
-    n_par = c_i + 3
+    gi = {c: nj + nc + i for i, c in enumerate(cells)}
+    beta_i, delta_i, c_i = nj + 2 * nc, nj + 2 * nc + 1, nj + 2 * nc + 2
+    beta_u_i = c_i + 3
+    n_par = c_i + 4
     rows, ys = [], []
     for o in observations:
         r = np.zeros(n_par)
         r[ji[o["job"]]] = 1.0
         r[ci[o["cell"]]] = 1.0
         r[beta_i] = math.log2(max(o["devices"], 1))
+        x = batch_term(o.get("batch"))
+        r[delta_i] = x
+        r[gi[o["cell"]]] = x
+        if not o.get("batch"):  # the device count also stands for the batch it shrinks
+            r[beta_u_i] = r[beta_i]
         rows.append(r)
         ys.append(o["log_t"])
     for c in cells:  # the pull towards the feature line (none for a cell without features)
@@ -262,13 +315,24 @@ def fit_device_speed(observations: list[dict], features: dict, *, pull: float = 
             r[c_i : c_i + 3] = -pull * np.asarray(x)
         rows.append(r)
         ys.append(0.0)
+        r = np.zeros(n_par)  # each cell's batch slope: towards the shared one
+        r[gi[c]] = batch_pull
+        rows.append(r)
+        ys.append(0.0)
     # Job and cell effects are defined up to a constant: a tiny ridge on the job effects.
     for j in jobs:
         r = np.zeros(n_par)
         r[ji[j]] = 1e-3
         rows.append(r)
         ys.append(0.0)
-    theta = np.linalg.lstsq(np.asarray(rows), np.asarray(ys), rcond=None)[0]
+    a, y = np.asarray(rows), np.asarray(ys)
+    theta = np.linalg.lstsq(a, y, rcond=None)[0]
+    m = len(observations)
+    for _ in range(20):  # Huber weights on the measurements (the priors keep theirs)
+        res = np.abs(a[:m] @ theta - y[:m])
+        w = np.ones(len(y))
+        w[:m] = np.sqrt(np.minimum(1.0, huber / np.maximum(res, 1e-12)))
+        theta = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
     counts: dict = {}
     for o in observations:
         counts[o["cell"]] = counts.get(o["cell"], 0) + 1
@@ -279,5 +343,8 @@ def fit_device_speed(observations: list[dict], features: dict, *, pull: float = 
         "features": features,
         "coef": [float(x) for x in theta[c_i : c_i + 3]],
         "scale_slope": float(theta[beta_i]),
+        "batch_slope": float(theta[delta_i]),
+        "scale_slope_batch_unknown": float(theta[beta_i] + theta[beta_u_i]),
+        "batch_slopes": {c: float(theta[gi[c]]) for c in cells},
         "jobs": {j: float(theta[ji[j]]) for j in jobs},
     }

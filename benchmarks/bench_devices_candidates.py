@@ -1,0 +1,289 @@
+"""Job x device interactions tried for the device-speed model (issue 32 item 3) and not
+kept: each candidate is added to the shipped model's design (``fit_device_speed``: robust
+fit, per-cell batch slope, a scale slope of its own where the batch is unknown) and
+evaluated held out as ``bench_devices.py`` does, beside the shipped model ("shipped" row,
+which must reproduce ``bench_devices.py``'s medians).
+
+Candidates (each a ridge-pulled term, 0 for a job whose label or feature is unknown):
+
+* ``class x cell``: an effect per (model class, cell); classes (CNN, detection,
+  segmentation, transformer, RNN, recommender, graph) from the job's name (``CLASSES``);
+* ``family x cell``: per (model family, cell): coarse families from the name (ResNet-50,
+  BERT, Mask R-CNN, ...), or fine ones (the DeepLearningExamples model directory, the MLPerf
+  benchmark with SSD and its v2.0+ RetinaNet apart, Gavel's model);
+* ``class roofline``: per class, a weight on log peak FLOP/s and on log memory bandwidth (how
+  much of the class's time follows each);
+* ``family scale``: a per-family slope on log2(devices);
+* ``step time x cell``: a per-cell slope on log2 of the job's step time (Gavel's measured
+  step, MLPerf's where the unit is samples or the dataset is known), the held-out job's from
+  its source measurement.
+
+Folds: leave-one-job-out (LOJO), leave-one-device-out (LODO; the target's device unseen)
+and leave-one-family-out (LOFO; every job of the held-out job's fine family removed, for
+families with several jobs). Columns: median |error| % across device types / across CUDA
+GPU types / across software stacks / V100 fp32 <-> mixed (DLE; LOJO and LOFO only).
+
+    python benchmarks/bench_devices_candidates.py        (2.5 minutes on 2 busy cores)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import bench_devices as bench  # noqa: E402
+
+from ailens.predict import PRECISION_PEAK_KEY, batch_term, linked_groups  # noqa: E402
+
+# name pattern -> (coarse family, class); the first match wins.
+CLASSES = (
+    (r"resnet-?50|^resnet$", "resnet50", "cnn"),
+    (r"resnet-?18", "resnet18", "cnn"),
+    (r"resnext", "resnext", "cnn"),
+    (r"mask-?rcnn", "maskrcnn", "detection"),
+    (r"\bssd\b|/ssd/", "ssd", "detection"),
+    (r"unet.?3d|3d.?unet|unet_3d", "unet3d", "segmentation"),
+    (r"unet|vnet", "unet", "segmentation"),
+    (r"se3transformer", "se3transformer", "graph"),
+    (r"transformer-?xl", "transformer-xl", "transformer"),
+    (r"bert|electra", "bert", "transformer"),
+    (r"gpt", "gpt", "transformer"),
+    (r"/tft/", "tft", "transformer"),
+    (r"fastspeech|fastpitch", "fastpitch", "transformer"),
+    (r"transformer", "transformer", "transformer"),
+    (r"rnnt", "rnnt", "rnn"),
+    (r"gnmt", "gnmt", "rnn"),
+    (r"\blm\b|lstm", "lstm", "rnn"),
+    (r"jasper|quartznet", "jasper", "cnn"),
+    (r"hifigan", "hifigan", "cnn"),
+    (r"dlrm", "dlrm", "recommender"),
+    (r"ncf|vae-cf|wideanddeep", "recommender", "recommender"),
+)
+# Training-set sizes of MLPerf's epoch benchmarks (public; for a step time from an epoch).
+DATASET = {"resnet": 1281167, "unet3d": 168, "rnnt": 278528, "maskrcnn": 117266}
+
+
+def _feature_row(features: dict, cell: str) -> list[float] | None:
+    """[1, log peak at the cell's precision, log memory bandwidth] (the model's features)."""
+    dev, prec = cell.split("|")
+    f = features.get(dev) or {}
+    peak = f.get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
+    return [1.0, math.log(peak), math.log(f["mem_GBps"])] if peak and f.get("mem_GBps") else None
+
+
+def _name(o: dict) -> str:
+    if o["source"] == "mlperf":
+        return o["job"].split(":")[2]
+    if o["source"] == "dle":
+        return o["job"].split(":")[1]
+    return o["job"]
+
+
+def labelled(obs: list[dict]) -> list[dict]:
+    steps = {}
+    for r in bench.csv.DictReader(open(bench.scaling_dir() / "gavel_dp_throughputs.csv")):
+        if r["workers"] == "1" and r["placement"] == "consolidated":
+            steps[(f"gavel:{r['job_type']}", r["worker_type"])] = float(r["per_step_s_derived"])
+    out = []
+    for o in obs:
+        s = _name(o).lower()
+        fam, cls = next(((f, c) for rx, f, c in CLASSES if re.search(rx, s)), (None, None))
+        if o["source"] == "dle":
+            fine = o["job"].split(":")[1].rsplit("/", 1)[0]
+        elif o["source"] == "gavel":
+            fine = o["job"].split(" (")[0]
+        else:
+            rnd, bn = o["job"].split(":")[1:3]
+            fine = "retinanet" if bn == "ssd" and rnd not in ("v0.6", "v1.1") else bn
+        step = None
+        if o["source"] == "gavel":
+            step = steps[(o["job"], o["cell"].split("|")[0])]
+        elif o["source"] == "mlperf" and o["batch"]:
+            bn = o["job"].split(":")[2]
+            per_unit = math.exp(o["log_t"]) * o["batch"]
+            step = per_unit if bn in bench._SAMPLE_BENCHMARKS else None
+            step = per_unit / DATASET[bn] if bn in DATASET else step
+        out.append({**o, "family": fam, "fine": fine, "class": cls, "step": step})
+    z: dict = {}
+    for o in out:
+        if o["step"]:
+            z.setdefault(o["job"], []).append(math.log2(o["step"] / 0.1))
+    return [{**o, "z_job": float(np.mean(z[o["job"]])) if o["job"] in z else None} for o in out]
+
+
+def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
+    """``fit_device_speed``'s design (same pulls, Huber 0.1, batch slopes) plus the
+    candidate terms named in ``pulls`` (their ridge weights)."""
+    idx: dict = {}
+
+    def p(key):
+        return idx.setdefault(key, len(idx))
+
+    cells = sorted({o["cell"] for o in obs})
+    feat = {c: _feature_row(bench.FEATURES, c) for c in cells}
+    for o in obs:
+        p(("job", o["job"]))
+    for c in cells:
+        p(("cell", c)), p(("g", c))
+        if "step" in pulls:
+            p(("h", c))
+    for k in ("beta", "beta_u", "delta", "c0", "c1", "c2"):
+        p(k)
+    rows, ys = [], []
+    for o in obs:
+        terms = {("job", o["job"]): 1.0, ("cell", o["cell"]): 1.0}
+        terms["beta"] = math.log2(max(o["devices"], 1))
+        x = batch_term(o.get("batch"))
+        terms["delta"] = x
+        terms[("g", o["cell"])] = x
+        if not o.get("batch"):
+            terms["beta_u"] = terms["beta"]
+        if "class" in pulls and o["class"]:
+            terms[("u", o["class"], o["cell"])] = 1.0
+        if "family" in pulls and o[family_key]:
+            terms[("v", o[family_key], o["cell"])] = 1.0
+        if "family_scale" in pulls and o[family_key]:
+            terms[("fb", o[family_key])] = math.log2(max(o["devices"], 1))
+        if "roof" in pulls and o["class"] and feat[o["cell"]]:
+            terms[("roof", o["class"], 0)] = feat[o["cell"]][1] - 3.5
+            terms[("roof", o["class"], 1)] = feat[o["cell"]][2] - 7.0
+        if "step" in pulls and o["z_job"] is not None:
+            terms[("h", o["cell"])] = o["z_job"]
+        rows.append({p(k): v for k, v in terms.items()})
+        ys.append(o["log_t"])
+    n = len(idx)
+    a = np.zeros((len(rows) + 2 * len(cells) + n, n))
+    y = np.zeros(len(a))
+    for i, r in enumerate(rows):
+        for j, v in r.items():
+            a[i, j] = v
+        y[i] = ys[i]
+    i = len(rows)
+    for c in cells:
+        a[i, idx[("cell", c)]] = 0.5
+        if feat[c]:
+            for k in range(3):
+                a[i, idx[f"c{k}"]] = -0.5 * feat[c][k]
+        a[i + 1, idx[("g", c)]] = 1.0
+        i += 2
+    weight = {"job": 1e-3, "u": pulls.get("class"), "v": pulls.get("family"),
+              "fb": pulls.get("family_scale"), "roof": pulls.get("roof"),
+              "h": pulls.get("step")}  # fmt: skip
+    for key, j in idx.items():
+        w = weight.get(key[0]) if isinstance(key, tuple) else None
+        if w:
+            a[i, j] = w
+        i += 1
+    theta = np.linalg.lstsq(a, y, rcond=None)[0]
+    m = len(rows)
+    for _ in range(20):
+        res = np.abs(a[:m] @ theta - y[:m])
+        w = np.ones(len(y))
+        w[:m] = np.sqrt(np.minimum(1.0, 0.1 / np.maximum(res, 1e-12)))
+        theta = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
+    t = {k: float(theta[j]) for k, j in idx.items()}
+    return {
+        "groups": linked_groups(obs),
+        "effects": {c: t[("cell", c)] for c in cells},
+        "coef": [t["c0"], t["c1"], t["c2"]],
+        "scale_slope": t["beta"],
+        "scale_slope_batch_unknown": t["beta"] + t["beta_u"],
+        "batch_slope": t["delta"],
+        "batch_slopes": {c: t[("g", c)] for c in cells},
+        "terms": t,
+        "family_key": family_key,
+    }
+
+
+def case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
+    c = bench._case(fitted, a, b, fold)
+    if c is None:
+        return None
+    t, fk = fitted["terms"], fitted["family_key"]
+    d = 0.0
+    for key in (("u", a["class"]), ("v", a[fk])):
+        d += t.get((*key, b["cell"]), 0.0) - t.get((*key, a["cell"]), 0.0)
+    d += t.get(("fb", a[fk]), 0.0) * (math.log2(b["devices"]) - math.log2(a["devices"]))
+    xa, xb = _feature_row(bench.FEATURES, a["cell"]), _feature_row(bench.FEATURES, b["cell"])
+    if xa and xb:
+        d += t.get(("roof", a["class"], 0), 0.0) * (xb[1] - xa[1])
+        d += t.get(("roof", a["class"], 1), 0.0) * (xb[2] - xa[2])
+    if a["step"]:
+        z = math.log2(a["step"] / 0.1)
+        d += (t.get(("h", b["cell"]), 0.0) - t.get(("h", a["cell"]), 0.0)) * z
+    c["model_log_ratio"] += d
+    return c
+
+
+def evaluate(obs: list[dict], **kw) -> dict:
+    jobs = sorted({o["job"] for o in obs})
+    cases = []
+    for job in jobs:
+        f = fit([o for o in obs if o["job"] != job], **kw)
+        cases += [c for a, b in bench._pairs(obs, job) if (c := case(f, a, b, "LOJO"))]
+    for dev in sorted({o["cell"].split("|")[0] for o in obs}):
+        f = fit([o for o in obs if o["cell"].split("|")[0] != dev], **kw)
+        for job in jobs:
+            for a, b in bench._pairs(obs, job):
+                if b["cell"].split("|")[0] == dev != a["cell"].split("|")[0]:
+                    cases += [c] if (c := case(f, a, b, "LODO")) else []
+    fams: dict = {}
+    for o in obs:
+        fams.setdefault(o["fine"], set()).add(o["job"])
+    for fam, js in sorted(fams.items()):
+        if len(js) > 1:
+            f = fit([o for o in obs if o["fine"] != fam], **kw)
+            for job in sorted(js):
+                cases += [c for a, b in bench._pairs(obs, job) if (c := case(f, a, b, "LOFO"))]
+    subsets = {
+        "devices": lambda c: not c["same_device_type"],
+        "CUDA": lambda c: not c["same_device_type"] and c["same_stack"],
+        "stacks": lambda c: not c["same_stack"],
+        "precision": lambda c: c["same_device_type"],
+    }
+    out = {}
+    for fold in ("LOJO", "LODO", "LOFO"):
+        for name, keep in subsets.items():
+            e = [
+                bench._err(c["model_log_ratio"], c["true_log_ratio"])
+                for c in cases
+                if c["fold"] == fold and keep(c)
+            ]
+            if e:
+                out[f"{fold} {name}"] = float(np.median(e))
+    return out
+
+
+CANDIDATES = {
+    "shipped": {},
+    "class x cell": {"class": 1.0},
+    "family x cell (coarse)": {"family": 1.0},
+    "family x cell (fine)": {"family": 1.0, "family_key": "fine"},
+    "family x cell (fine, pull 0.3)": {"family": 0.3, "family_key": "fine"},
+    "class roofline": {"roof": 1.0},
+    "family scale (fine)": {"family_scale": 1.0, "family_key": "fine"},
+    "step time x cell": {"step": 1.0},
+}
+
+
+def main() -> int:
+    obs = labelled(bench.observations())
+    head = None
+    for name, kw in CANDIDATES.items():
+        r = evaluate(obs, **kw)
+        if head is None:
+            head = list(r)
+            print(f"{'candidate':32} " + " ".join(f"{k:>15}" for k in head))
+        print(f"{name:32} " + " ".join(f"{r[k]:15.1f}" for k in head), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
