@@ -36,6 +36,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from forecast_replay import unit_training_s  # noqa: E402
+
 import ailens  # noqa: E402
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
@@ -48,17 +50,6 @@ def _index() -> dict[str, str]:
         "mlperf/" + x["file"].removesuffix(".txt.gz"): x["file"]
         for x in json.loads((MLPERF / "index.json").read_text())
     }
-
-
-def _units(tl) -> np.ndarray:
-    """Each unit's training time: its duration less the marked sections inside it."""
-    ends = np.asarray(tl.step_end_s)
-    u = np.diff(np.concatenate(([0.0], ends)))
-    for sec in tl.sections:
-        i = int(np.searchsorted(ends, sec.end_s, side="left"))
-        if i < len(u) and (i == 0 or sec.begin_s >= ends[i - 1]):
-            u[i] -= sec.end_s - sec.begin_s
-    return u
 
 
 def classify(rows: list[dict]) -> list[tuple[str, str, float, float, float, str]]:
@@ -82,7 +73,7 @@ def classify(rows: list[dict]) -> list[tuple[str, str, float, float, float, str]
             n = tl.total_steps
             s = max(1, int(int(pct) / 100 * n))
             p = fr.at_step(s)
-            u = _units(tl)
+            u = unit_training_s(tl)
             rest = u[s:]
             speed = rest[rest <= 1.25 * np.median(rest)].mean() if len(rest) > 3 else rest.mean()
             # error = (predicted - actual) / actual: a faster rest makes the forecast high.

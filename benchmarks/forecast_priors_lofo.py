@@ -34,6 +34,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from forecast_replay import unit_training_s  # noqa: E402
+
 import ailens  # noqa: E402
 from ailens.analysis.logformats import parse_mlperf  # noqa: E402
 
@@ -53,20 +55,15 @@ def runs() -> list[dict]:
             if key in ("eval_samples", "train_samples", "global_batch_size"):
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     stated.setdefault(key, float(value))
-        ends = np.asarray(tl.step_end_s)
-        units = np.diff(np.concatenate(([0.0], ends)))
-        evals = 0
-        eval_s = startup_s = 0.0
-        for sec in tl.sections:
-            secs = sec.end_s - sec.begin_s
-            if sec.name == "eval":
-                evals += 1
-                eval_s += secs
-            i = int(np.searchsorted(ends, sec.end_s, side="left"))
-            if i < len(units) and (i == 0 or sec.begin_s >= ends[i - 1]):
-                units[i] -= secs  # sections inside a unit are no training time
-                if i == 0 and sec.name != "eval":
-                    startup_s += secs
+        units = unit_training_s(tl)  # sections inside a unit are no training time
+        evals = sum(sec.name == "eval" for sec in tl.sections)
+        eval_s = sum(sec.end_s - sec.begin_s for sec in tl.sections if sec.name == "eval")
+        # The start-up: the sections other than evaluations inside the first unit.
+        startup_s = sum(
+            sec.end_s - sec.begin_s
+            for sec in tl.sections
+            if sec.name != "eval" and sec.end_s <= tl.step_end_s[0]
+        )
         n = len(units)
         level = float(np.median(units[2:] if n > 3 else units[1:]))
         out.append(

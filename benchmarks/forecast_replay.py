@@ -161,15 +161,21 @@ def replay_mlperf(path: Path) -> dict:
     return row
 
 
+def unit_training_s(tl) -> np.ndarray:
+    """Each unit's (step's) training time in a timeline: its duration less the marked
+    sections that lie inside it."""
+    ends = np.asarray(tl.step_end_s)
+    units = np.diff(np.concatenate(([0.0], ends)))
+    for sec in tl.sections:
+        i = int(np.searchsorted(ends, sec.end_s, side="left"))
+        if i < len(units) and (i == 0 or sec.begin_s >= ends[i - 1]):
+            units[i] -= sec.end_s - sec.begin_s
+    return units
+
+
 def _timeline_cv(tl) -> float:
     """Coefficient of variation of a timeline's step times after the warm-up, sections out."""
-    t = np.asarray(tl.step_end_s)
-    d = np.diff(np.concatenate(([0.0], t)))
-    for sec in tl.sections:
-        i = int(np.searchsorted(t, sec.end_s, side="left"))
-        if i < len(d) and (i == 0 or sec.begin_s >= t[i - 1]):
-            d[i] -= sec.end_s - sec.begin_s
-    d = d[2:]
+    d = unit_training_s(tl)[2:]
     return float(d.std() / d.mean()) if len(d) > 1 and d.mean() > 0 else 0.0
 
 
