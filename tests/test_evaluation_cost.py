@@ -12,6 +12,15 @@ import random
 from ailens.model.forecast import Forecaster, extras
 
 
+class Clock:
+    """A Lens clock the test moves (ns)."""
+
+    now = 10**9
+
+    def __call__(self) -> int:
+        return self.now
+
+
 def _fed(outlier_every: float, steps: int = 4000, seed: int = 3, period: int = 0) -> Forecaster:
     """A forecaster fed ``steps`` steps of 50 ms +/- 1 %, with random outliers (about one in
     ``outlier_every``; none at 0) and, with ``period``, a 3x step every ``period`` steps."""
@@ -123,12 +132,6 @@ def test_lens_forecast_read_every_step_is_recomputed_once_a_second(tmp_path):
     (at 0.1 s: a hundred times), and shows the forecast of a step at most a second old."""
     from ailens import Lens
 
-    class Clock:
-        now = 10**9
-
-        def __call__(self) -> int:
-            return self.now
-
     class Work:
         kind, unit, fallback_reason = "cpu-ns", "ns", None
 
@@ -159,16 +162,10 @@ def test_a_progress_bar_reading_every_step_costs_no_second_snapshot(tmp_path, mo
     """Issue 33: the live forecast (what progress bars read every step) was refreshed from a
     snapshot of its own every second, beside the one the exchange evaluates every second;
     it now takes the exchange's, so a run read every step costs one snapshot a second."""
-    import ailens
-
-    class Clock:
-        now = 10**9
-
-        def __call__(self) -> int:
-            return self.now
+    from ailens import Lens
 
     clock = Clock()
-    lens = ailens.Lens(run_dir=tmp_path, clock=clock, total_steps=10_000)
+    lens = Lens(run_dir=tmp_path, clock=clock, total_steps=10_000)
     snapshots = []
     real = Forecaster.snapshot
 
