@@ -205,16 +205,7 @@ def predict_measured(
     gb = global_batch or base.global_batch
     if scaling == "strong" and gb is None and base.batch_per_device:
         gb = base.batch_per_device * base.ranks
-    rows = predict(
-        base,
-        ranks,
-        fit.platform,
-        ranks_per_node=ranks_per_node,
-        scaling=scaling,
-        global_batch=gb,
-        source_platform=fit.platform,
-        measured=fit.scales,
-    )
+    rows = _predict_fit(base, fit.platform, fit.scales, ranks, ranks_per_node, scaling, gb)
     split = _growth_split(jobs, fit, ranks, platform, ranks_per_node, scaling, gb, band)
     out = []
     for r in rows:
@@ -240,6 +231,21 @@ def predict_measured(
             )
         )
     return out
+
+
+def _predict_fit(base, platform, scales, ranks, rpn, scaling, gb) -> list[ClusterPrediction]:
+    """``cluster.predict`` from a measured fit: its base job on its fitted platform (the
+    source platform too), the measured scales pricing the residual."""
+    return predict(
+        base,
+        ranks,
+        platform,
+        ranks_per_node=rpn,
+        scaling=scaling,
+        global_batch=gb,
+        source_platform=platform,
+        measured=scales,
+    )
 
 
 def _disagreement(scales, q: int, low: float, high: float, scaling: str):
@@ -305,16 +311,7 @@ def _growth_split(jobs, fit: MeasuredFit, ranks, platform, rpn, scaling, gb, ban
             replace(m, step_s=j.step_s, residual_s=m.residual_s + (j.step_s - a.step_s))
             for m, j, a in zip(other.scales, jobs, alt, strict=True)
         )
-        rows = predict(
-            other.base,
-            ranks,
-            other.platform,
-            ranks_per_node=rpn,
-            scaling=scaling,
-            global_batch=gb,
-            source_platform=other.platform,
-            measured=scales,
-        )
+        rows = _predict_fit(other.base, other.platform, scales, ranks, rpn, scaling, gb)
         for r in rows:
             out.setdefault(r.ranks, []).append(r.step_time_s)
     return {q: tuple(v) for q, v in out.items()}
