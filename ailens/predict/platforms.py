@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import permutations, product
 from pathlib import Path
 from typing import Any
 
@@ -207,8 +209,7 @@ def _by_devices(table: dict, k: int, *, extrapolate: bool = False) -> tuple[floa
     upper = [a for a in table if a > k]
     if lower and upper:
         lo, hi = max(lower), min(upper)
-        w = (math.log(k) - math.log(lo)) / (math.log(hi) - math.log(lo))
-        v = math.exp((1 - w) * math.log(table[lo]) + w * math.log(table[hi]))
+        v = _log_line(table, lo, hi, k)
         return v, f"interpolated between {lo} and {hi} devices per node"
     side = sorted(lower)[-2:] if lower else sorted(upper)[:2]
     if extrapolate and len(side) == 2 and k >= 2:
@@ -225,11 +226,16 @@ def _extrapolated(table: dict, a: int, b: int, k: int) -> tuple[float, str]:
     corrections follow no such common trend and are not extrapolated.) Continued by at most
     the measured span (k from a^2/b to b^2/a), held there beyond it: a trend is not carried
     further than it was seen."""
-    span = math.log(b) - math.log(a)
-    w = (math.log(k) - math.log(a)) / span
-    w = min(max(w, -1.0), 2.0)
-    v = math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b]))
+    v = _log_line(table, a, b, k, w_min=-1.0, w_max=2.0)
     return v, f"extrapolated in log devices from {a} and {b} devices per node"
+
+
+def _log_line(table: dict, a: int, b: int, k: int, w_min: float = 0.0, w_max: float = 1.0) -> float:
+    """The figure at ``k`` on the log-log line through ``table[a]`` and ``table[b]``, its
+    position ``w`` (0 at ``a``, 1 at ``b``) held within ``w_min`` .. ``w_max``."""
+    w = (math.log(k) - math.log(a)) / (math.log(b) - math.log(a))
+    w = min(max(w, w_min), w_max)
+    return math.exp((1 - w) * math.log(table[a]) + w * math.log(table[b]))
 
 
 @lru_cache(maxsize=64)
@@ -246,8 +252,6 @@ def ring_links(nvlinks: tuple, k: int) -> float:
     }
     if k == 2:
         return float(min(cap.get((0, 1), 0), cap.get((1, 0), 0)))
-    from itertools import permutations
-
     cycles = []
     for perm in permutations(range(1, k)):
         edges = [((0, *perm)[i], (0, *perm)[(i + 1) % k]) for i in range(k)]
@@ -293,9 +297,6 @@ def relayed_ring_links(nvlinks: tuple, k: int) -> float:
     of the set (NCCL's PATH_NVB paths, tried before PCIe when no ring closes over direct
     NVLinks): each such hop takes one link direction on both of its legs. 0 when no ring
     closes even so (the ring then crosses the host path)."""
-    from collections import Counter
-    from itertools import permutations, product
-
     k = int(k)
     direct = ring_links(nvlinks, k)
     if k < 3 or direct > 0:  # NCCL relaxes the path type only when no ring closes
