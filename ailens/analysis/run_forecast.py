@@ -120,7 +120,6 @@ def forecast_path(
     """The forecast of what ``path`` holds: an ailens run directory through
     :func:`forecast_run`, any other log through ``read_timeline`` (``read``: its other
     keywords, e.g. a format) and ``forecast_timeline``."""
-
     p = Path(path)
     if p.is_dir():
         return forecast_run(p, total_steps=total_steps, epochs=epochs)

@@ -267,7 +267,7 @@ def _kind(op: str, nbytes: float) -> tuple[str, float, list[str]]:
     return kind, nbytes, notes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class _Path:
     """What the ranks' collectives cross: the intra-node hardware NCCL models (``nvlink`` or
     ``pcie``), whether the ring goes over the host, the bottleneck's bus bandwidth and name,
@@ -329,15 +329,15 @@ def _path(platform: Platform, n: int, ppn: int, nodes: int, notes: list[str]) ->
         s_intra = platform.host.latency_s / NCCL_PCI_STEP_S
     s_net = platform.network.latency_s / NCCL_NET_STEP_S if platform.network else 1.0
     return _Path(
-        hw_intra,
-        relayed,
-        ring_over_host,
-        ceiling,
-        bottleneck,
-        s_base,
-        s_intra,
-        s_net,
-        platform.net_overhead_s,
+        hw_intra=hw_intra,
+        relayed=relayed,
+        ring_over_host=ring_over_host,
+        ceiling=ceiling,
+        bottleneck=bottleneck,
+        s_base=s_base,
+        s_intra=s_intra,
+        s_net=s_net,
+        net_overhead=platform.net_overhead_s,
     )
 
 
