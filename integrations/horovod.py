@@ -284,8 +284,7 @@ class HorovodLens(EpochWatch, Attachment):
                 nbytes = _torch_nbytes(args[0] if args else _payload(args, kwargs))
             except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes, no fault
                 nbytes = 0
-            # Attachment.begin without its frame where no step inference observes the call
-            tick = self._begin_tick(op, nbytes) if self._finder is None else self.begin(op, nbytes)
+            tick = self.begin(op, nbytes)
             depth = local.depth
             local.depth = depth + 1  # what Horovod calls inside is this collective's
             try:
@@ -312,10 +311,7 @@ class HorovodLens(EpochWatch, Attachment):
                 return real(handle)
             finally:
                 if tick is not None:
-                    try:  # Attachment.end, inlined: one call per gradient
-                        self.lens.collective_end(tick)
-                    except Exception as e:  # noqa: BLE001
-                        self.lens.disable(e)
+                    self.end(tick)
 
         return named_like(synchronize, real)
 
