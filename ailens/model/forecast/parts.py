@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from .schedule import EvalPlan
-from .stats import occurrences, t_quantile
+from .stats import NORMAL_95, occurrences, t_quantile
 
 # The spread of a part's occurrences before they show it: 10 %, worth 2 occurrences.
 SECTION_CV = 0.1
@@ -26,7 +25,7 @@ FIRST_WARM_SD = 0.25
 def cold_precision() -> float:
     """The precision of a part priced from its cold first occurrence alone (normal
     quantile: a stated prior)."""
-    return NormalDist().inv_cdf(0.975) * FIRST_WARM_SD / FIRST_WARM
+    return NORMAL_95 * FIRST_WARM_SD / FIRST_WARM
 
 
 def per_occurrence_precision(mean: float, sd_seen: float, m: int) -> float | None:

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from statistics import NormalDist
 
 from .forecaster import Forecaster
 from .level import StepLevel
 from .result import Forecast
 from .snapshot import Prediction, Snapshot
-from .stats import t_quantile
+from .stats import NORMAL_95, t_quantile
 
 # The first point a forecast is asked for: 5 % of the steps (a run of tens of steps has one).
 EARLY_SHARE = 0.05
@@ -42,8 +41,6 @@ UNSTEADY_RUN = 2
 # points of a steady run with 5 % noise (4 % with 5).
 SETTLE_STEPS = 8
 SETTLE_T = 3.0
-# The 95 % normal quantile: a stated spread's half-width (the interval's own).
-NORMAL_95 = NormalDist().inv_cdf(0.975)
 
 
 @dataclass(frozen=True)

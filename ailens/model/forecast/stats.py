@@ -9,6 +9,8 @@ from statistics import NormalDist
 
 # Degrees of freedom that make Student's t the normal quantile: for stated priors.
 NORMAL_DF = 10**6
+# The 97.5 % normal quantile: the half-width of a stated spread's 95 % interval.
+NORMAL_95 = NormalDist().inv_cdf(0.975)
 
 
 def _t_two_sided_cdf(t: float, df: int) -> float:
