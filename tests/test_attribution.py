@@ -212,9 +212,11 @@ def test_attach_lens_times_a_real_lens_and_restore_puts_it_back(tmp_path):
     assert lens.disabled is None
 
 
-def test_the_set_up_step_is_left_out_of_the_counts(tmp_path, clocks):
+def test_the_set_up_the_ab_leaves_out_is_left_out_of_the_counts(tmp_path, clocks):
     """Issue 33: the first lensed call (with TF: the tracing of the training function, once
-    per run) is set-up; the figures are the steady steps' that follow."""
+    per run) and the warm-up block (the run's start: step inference's votes, the first
+    forecasts) are what the A/B leaves out; the figures are the steps it times, and the
+    set-up's ailens CPU is reported apart."""
     lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0)
     prof = attribution.Profiler()
     prof.attach_lens(lens)
@@ -225,16 +227,40 @@ def test_the_set_up_step_is_left_out_of_the_counts(tmp_path, clocks):
             hook(cost)
             lens.step_end()
 
-    costs = iter([1_000_000, 100, 100])  # the set-up call is 10^4 times dearer
+    # the set-up call is 10^4 times dearer, the warm-up block's steps 500 times
+    costs = iter([1_000_000, 50_000, 100, 100])
     counted = prof.count_steps(lambda n: run(n, next(costs)))
     counted(1)
     counted(4)
     counted(6)
+    counted(4)
     rep = prof.report(steps=lens.steps)
     lens.close()
     assert rep["steps"] == 10 == prof.steps_counted
     assert rep["components"]["hooks"]["calls_per_step"] == 1
     assert rep["components"]["hooks"]["cpu_us_per_step"] == pytest.approx(0.1)
+    assert rep["setup_steps"] == 5
+    assert rep["setup_cpu_us"] >= (1_000_000 + 4 * 50_000) / 1e3
+
+
+def test_lean_timers_leave_the_per_collective_path_untimed(tmp_path):
+    """``--timers lean``: begin/end and the event buffer get no timers of their own (their
+    time is the wrapper's around them); the rest is timed as before."""
+    lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0)
+    original_begin = lens.collective_begin
+    prof = attribution.Profiler(lean=True)
+    prof.attach_lens(lens)
+    assert lens.collective_begin == original_begin
+    for _ in range(20):
+        lens.collective_begin("allreduce", 4096)
+        lens.collective_end()
+        lens.step_end()
+    prof.restore()
+    lens.close()
+    rep = prof.report(steps=lens.steps)
+    assert rep["timers"] == "lean"
+    assert rep["components"]["buffer"]["calls_per_step"] == 0
+    assert rep["components"]["step_end"]["calls_per_step"] >= 1
 
 
 def test_the_collective_inside_a_tf_graph_wrapper_counts_as_the_framework(clocks):

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -129,7 +130,14 @@ def emit(name: str, framework: str, result: Result, *, ranks: int, **extra) -> N
         ],
         **extra,
     }
-    print("OVERHEAD " + json.dumps(line), flush=True)
+    print_line("OVERHEAD " + json.dumps(line))
+
+
+def print_line(line: str) -> None:
+    """``line`` to stdout in one write: the ranks share one pipe, and a write of up to 4 KiB
+    to a pipe is never interleaved with another process's (a buffered print can be split)."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def add_common_args(parser) -> None:
@@ -138,9 +146,12 @@ def add_common_args(parser) -> None:
     parser.add_argument("--block-s", type=float, default=1.0, help="target seconds per block")
     parser.add_argument(
         "--attribution",
-        action="store_true",
+        nargs="?",
+        const="full",
+        choices=("full", "lean"),
         help="also time ailens's parts directly (_attribution.py); every rank prints its "
-        "ATTRIBUTION line",
+        "ATTRIBUTION line. lean: no timers of their own inside the adapter's wrappers on the "
+        "per-collective path (begin/end, the event buffer)",
     )
 
 

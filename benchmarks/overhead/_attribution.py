@@ -55,6 +55,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _ab import print_line  # a sibling module, on the rank scripts' path like this one
+
 COMPONENTS = ("hooks", "buffer", "step_infer", "step_vote", "step_end", "flush", "exchange",
               "exchange_wait", "online", "live", "writer_thread", "other_threads")  # fmt: skip
 FRAMEWORK = "framework"  # the framework's own calls inside ailens's regions: not ailens's cost
@@ -85,7 +87,10 @@ def _proc_thread_cpu_ns(tid: int | None) -> int | None:
 class Profiler:
     """Exclusive-time timers per component and thread, and ailens's thread clocks."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lean: bool = False) -> None:
+        # lean: no timers of their own on the per-collective path inside the adapter's
+        # wrappers (``begin``/``end``, the event buffer): that time is the wrappers' then.
+        self.lean = lean
         self._local = threading.local()
         self._tables: list[dict[str, list[int]]] = []  # one per thread that ran a timer
         self._lock = threading.Lock()
@@ -100,6 +105,8 @@ class Profiler:
         self._lens = None
         self.block_cpu_ns = 0  # process CPU time of those steps (all threads)
         self.block_wall_ns = 0
+        self.setup_cpu_ns = 0  # ailens's CPU (training thread's timers) in the set-up calls
+        self.setup_steps = 0
 
     # ------------------------------------------------------------ timers
 
@@ -210,8 +217,9 @@ class Profiler:
     def attach_lens(self, lens) -> None:
         """Time the parts of a recording ``lens`` (call after it started, before training)."""
         self._lens = lens
-        self.patch(lens, "collective_begin", "buffer")
-        self.patch(lens, "collective_end", "buffer")
+        if not self.lean:
+            self.patch(lens, "collective_begin", "buffer")
+            self.patch(lens, "collective_end", "buffer")
         self.patch(lens, "record_collectives", "buffer")
         self.patch(lens, "step_end", "step_end")
         self.patch(lens, "_exchange", "exchange")
@@ -260,7 +268,7 @@ class Profiler:
 
         handle.call = self.timed(call, "hooks")
         self._undo.append(lambda: vars(handle).pop("call", None))
-        for name in ("begin", "end", "_record"):
+        for name in ("_record",) if self.lean else ("begin", "end", "_record"):
             if callable(getattr(handle, name, None)):
                 self.patch(handle, name, "hooks")
         if getattr(handle, "_finder", None) is not None:
@@ -323,12 +331,14 @@ class Profiler:
 
         model.register_comm_hook = register_timed
 
-    def count_steps(self, run: Callable[[int], None], set_up: int = 1) -> Callable[[int], None]:
+    def count_steps(self, run: Callable[[int], None], set_up: int = 2) -> Callable[[int], None]:
         """``run(n)`` (the lensed block) counting its steps and process CPU and wall time.
-        Its first ``set_up`` calls are the run's set-up (``_ab.measure`` runs one untimed
-        step first: with TF, the tracing of the training function and ailens's graph hooks
-        in it, seconds once per run): everything counted until they end is dropped
-        (:meth:`reset`), so the figures are the steady steps'."""
+        Its first ``set_up`` calls are what ``_ab.measure`` leaves out of the A/B: one
+        untimed step (with TF, the tracing of the training function and ailens's graph hooks
+        in it, seconds once per run) and the warm-up block (the run's start: step inference's
+        search and votes, the first forecasts, forecast.json rewritten at steps 1.25x apart).
+        Everything counted until they end is dropped (:meth:`reset`; its ailens CPU total is
+        kept as ``setup_cpu_ns``), so the figures are the steps the A/B times."""
         calls = [0]
 
         def counted(n: int) -> None:
@@ -337,7 +347,10 @@ class Profiler:
                 try:
                     run(n)
                 finally:
+                    self.setup_steps += n
                     if calls[0] == set_up:
+                        totals = self.totals()
+                        self.setup_cpu_ns = sum(totals.get(c, [0])[0] for c in COMPONENTS)
                         self.reset()
                 return
             c0, w0 = time.process_time_ns(), time.perf_counter_ns()
@@ -448,6 +461,10 @@ class Profiler:
             "step_wall_us": None if step_wall_us is None else round(step_wall_us, 1),
             "cpu_share_pct": None if not step_cpu_us else round(100 * total_cpu / step_cpu_us, 4),
             "bias_ns": dict(self.bias),
+            "timers": "lean" if self.lean else "full",
+            # The set-up left out above, once per run (timers' cost in: an upper bound).
+            "setup_steps": self.setup_steps,
+            "setup_cpu_us": round(self.setup_cpu_ns / 1e3, 1),
         }
 
 
@@ -509,11 +526,20 @@ def calibrate(profiler: Profiler, rounds: int = 20_000) -> dict[str, int]:
 
 def enabled(args) -> bool:
     """Whether this rank script attributes (``--attribution``, see ``_ab.add_common_args``)."""
-    return bool(getattr(args, "attribution", False))
+    return bool(getattr(args, "attribution", None))
+
+
+def profiler_for(args) -> Profiler | None:
+    """The calibrated profiler ``--attribution [full|lean]`` asks for; None without it."""
+    if not enabled(args):
+        return None
+    profiler = Profiler(lean=args.attribution == "lean")
+    calibrate(profiler)
+    return profiler
 
 
 def emit(profiler: Profiler, steps: int, *, rank: int, name: str, **extra) -> None:
     """Print this rank's ``ATTRIBUTION {json}`` line (every rank prints its own)."""
     doc = {"name": name, "rank": rank, **profiler.report(steps), "loadavg": list(os.getloadavg()),
            **extra}  # fmt: skip
-    print("ATTRIBUTION " + json.dumps(doc), flush=True)
+    print_line("ATTRIBUTION " + json.dumps(doc))

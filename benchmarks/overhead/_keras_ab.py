@@ -154,10 +154,8 @@ def run_case(case: dict, args, *, horovod: bool) -> None:
         if arm == "lensed":
             callbacks.append(lens_cb)
         fits[arm] = FitThread(keras, model, make_dataset(tf, args.batch, 1 + rank), callbacks)
-    profiler = None
-    if _attribution.enabled(args):  # after attach, before the Unpatched of its wrappers
-        profiler = _attribution.Profiler()
-        _attribution.calibrate(profiler)
+    profiler = _attribution.profiler_for(args)  # after attach, before the Unpatched of its wrappers
+    if profiler is not None:
         profiler.attach_handle(lens_cb._att, ("horovod",) if hvd else ())
         profiler.patch(lens_cb, "on_train_batch_end", "hooks")  # the callback's batch hook
         profiler.time_tf_reads(tf)

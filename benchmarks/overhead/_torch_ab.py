@@ -83,15 +83,6 @@ def ab_and_emit(case: dict, args, handle, unpatched, run_plain, run_lensed, shar
                           added_us=round(result.added_us, 2))  # fmt: skip
 
 
-def _profiler(args) -> _attribution.Profiler | None:
-    """The attribution profiler, calibrated, with ``--attribution``; else None."""
-    if not _attribution.enabled(args):
-        return None
-    profiler = _attribution.Profiler()
-    _attribution.calibrate(profiler)
-    return profiler
-
-
 def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, loss_fn,
             **ddp_kw) -> None:  # fmt: skip
     """The DDP case: ``make_model()`` is called twice under the same seed."""
@@ -110,7 +101,7 @@ def run_ddp(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     opt_lensed = torch.optim.SGD(lensed.parameters(), lr=1e-3, momentum=0.9)
     run_dir = [tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None]
     dist.broadcast_object_list(run_dir)
-    profiler = _profiler(args)
+    profiler = _attribution.profiler_for(args)
     if profiler is not None:
         profiler.intercept_comm_hook(lensed)
     # --control: ailens attached but disabled, the second model as plain as the first.
@@ -157,7 +148,7 @@ def run_hvd(case: dict, args, make_model: Callable[[], torch.nn.Module], batch, 
     run_dir = hvd.broadcast_object(run_dir, root_rank=0, name="ailens_run_dir")
     # --control: ailens attached but disabled, the second model as plain as the first.
     handle = attach(hvd, optimizer=opts[1], run_dir=run_dir, enabled=not args.control)
-    profiler = _profiler(args)
+    profiler = _attribution.profiler_for(args)
     if profiler is not None:
         profiler.attach_handle(handle, ("horovod",))
     unpatched = Unpatched("horovod")

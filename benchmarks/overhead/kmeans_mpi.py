@@ -39,10 +39,8 @@ def main() -> None:
     rank, size = world.Get_rank(), world.Get_size()
     run_dir = world.bcast(tempfile.mkdtemp(prefix="ailens-overhead-") if rank == 0 else None)
     lensed_comm = wrap(world, run_dir=run_dir)  # the one line
-    profiler = None
-    if _attribution.enabled(args):
-        profiler = _attribution.Profiler()
-        _attribution.calibrate(profiler)
+    profiler = _attribution.profiler_for(args)
+    if profiler is not None:
         profiler.attach_handle(lensed_comm)
     x = make_shard(args.points, args.dims, args.clusters, 7, rank, size)
     x2 = np.einsum("ij,ij->i", x, x)
