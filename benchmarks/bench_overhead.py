@@ -239,7 +239,7 @@ def run_case(case: Case, args: argparse.Namespace) -> dict:
     argv = [str(script), "--pairs", str(args.pairs), "--block-s", str(args.block_s), *case.args]
     attribution = args.kind == "attribution"
     if attribution:
-        argv += ["--attribution", args.timers]
+        argv += ["--attribution", "full" if args.timers == "both" else args.timers]
     cmd = launcher_command(case.launcher, ranks, argv)
     t0 = time.monotonic()
     try:
@@ -470,10 +470,56 @@ def attribution_table(rows: list[dict]) -> str:
                  for a in ranks]  # fmt: skip
         label = "set-up left out: ms CPU / steps"
         out.append(f"  {label:<36}" + "".join(f"{x:>22}" for x in setup))
+        if "attribution_lean" in r:
+            lean = r["attribution_lean"]
+            out.append(f"  {'lean timers: ailens, sum (CPU)':<36}" + "".join(
+                f"{a['total_cpu_us_per_step']:>22.1f}" for a in lean))  # fmt: skip
+            out.append(f"  {'    share of the step CPU time':<36}" + "".join(
+                f"{a['cpu_share_pct']:>20.3f} %" for a in lean))  # fmt: skip
+            xs = r["instrument_out"]
+            if all(x["timer_excess_us"] is not None for x in xs):
+                out.append(f"  {'timers in place: us each beyond calib.':<36}" + "".join(
+                    f"{x['timer_excess_us']:>22.2f}" for x in xs))  # fmt: skip
+                out.append(f"  {'ailens, sum, timers taken out (CPU)':<36}" + "".join(
+                    f"{x['total_cpu_us_per_step']:>22.1f}" for x in xs))  # fmt: skip
+                out.append(f"  {'    share of the step CPU time':<36}" + "".join(
+                    f"{x['cpu_share_pct']:>20.3f} %" for x in xs))  # fmt: skip
         out.append(f"  A/B difference (rank 0's blocks, timers in): {r.get('added_us', 0):.1f} "
                    f"us per step, ratio {r['ratio']:.4f}")  # fmt: skip
         out.append("")
     return "\n".join(out)
+
+
+def with_lean(full: dict, lean: dict) -> dict:
+    """``full``'s row with the lean run's attribution beside it (``attribution_lean``) and,
+    per rank, the timers' cost in place taken out (``instrument_out``). Every timer at or
+    inside the wrappers (theirs, begin/end's, the buffer's, the framework calls') costs in
+    place ``e`` beyond what the calibration removed; the lean run has ``n_l`` of them a step
+    where the full one has ``n_f``, so wrappers = W + e n: e from the two, W = lean - e n_l."""
+    if "skipped" in lean:
+        return {**full, "lean_skipped": lean["skipped"]}
+    out = []
+    for f, g in zip(full["attribution"], lean["attribution"], strict=True):
+        fc, gc = f["components"], g["components"]
+        n_f = sum(fc[c]["calls_per_step"] for c in ("hooks", "buffer", "framework"))
+        n_l = sum(gc[c]["calls_per_step"] for c in ("hooks", "buffer", "framework"))
+        w_f = fc["hooks"]["cpu_us_per_step"] + fc["buffer"]["cpu_us_per_step"]
+        w_l = gc["hooks"]["cpu_us_per_step"] + gc["buffer"]["cpu_us_per_step"]
+        if n_f <= n_l:  # no per-collective timers to drop (none inside the wrappers)
+            out.append({"rank": f["rank"], "timer_excess_us": None})
+            continue
+        e = max((w_f - w_l) / (n_f - n_l), 0.0)
+        wrappers = max(w_l - e * n_l, 0.0)
+        total = g["total_cpu_us_per_step"] - w_l + wrappers
+        step = g["step_cpu_us"]
+        out.append({
+            "rank": f["rank"],
+            "timer_excess_us": round(e, 3),
+            "wrappers_cpu_us_per_step": round(wrappers, 1),
+            "total_cpu_us_per_step": round(total, 1),
+            "cpu_share_pct": round(100 * total / step, 4) if step else None,
+        })  # fmt: skip
+    return {**full, "attribution_lean": lean["attribution"], "instrument_out": out}
 
 
 def table(rows: list[dict]) -> str:
@@ -514,11 +560,13 @@ def main() -> int:
     )
     p.add_argument(
         "--timers",
-        choices=("full", "lean"),
+        choices=("full", "lean", "both"),
         default="full",
-        help="attribution: full (every part timed, begin/end and the event buffer apart) or "
+        help="attribution: full (every part timed, begin/end and the event buffer apart), "
         "lean (no timers of their own on the per-collective path inside the adapter's "
-        "wrappers: fewer timers per collective, that time counted as the wrappers')",
+        "wrappers: fewer timers per collective, that time counted as the wrappers'), or both "
+        "(each case run with full, then lean: the timers' cost in place from the two "
+        "densities, and the wrappers' cost with it taken out)",
     )
     p.add_argument("--ranks", type=int, default=2, help="ranks of every multi-rank case and job")
     p.add_argument(
@@ -582,6 +630,9 @@ def main() -> int:
             print(f"{case.name}: running (load {os.getloadavg()[0]:.2f})", file=sys.stderr,
                   flush=True)  # fmt: skip
             row = runner(case, args)
+            if args.kind == "attribution" and args.timers == "both" and "skipped" not in row:
+                lean_args = argparse.Namespace(**{**vars(args), "timers": "lean"})
+                row = with_lean(row, runner(case, lean_args))
             if "skipped" in row:
                 print(f"{case.name}: skipped: {row['skipped']}", file=sys.stderr, flush=True)
             dest.append(row)

@@ -74,3 +74,31 @@ def test_control_rows_run_both_arms_plain_and_are_not_the_worst_case():
          "step_ms": 800.0},
     ]  # fmt: skip
     assert "worst case: resnet50_hvd ratio 1.0100" in bo.table(rows)
+
+
+def _rank(hooks, buffer, framework, *, total, step=100_000.0):
+    """One rank's attribution: (cpu us, calls) per step of the wrapper components."""
+    comps = {name: {"cpu_us_per_step": cpu, "wall_us_per_step": cpu, "calls_per_step": calls}
+             for name, (cpu, calls) in (("hooks", hooks), ("buffer", buffer),
+                                        ("framework", framework))}  # fmt: skip
+    return {"rank": 0, "components": comps, "total_cpu_us_per_step": total, "step_cpu_us": step,
+            "cpu_share_pct": 100 * total / step}  # fmt: skip
+
+
+def test_two_timer_densities_take_the_timers_in_place_out():
+    """Issue 33: each timer costs more in place than in the calibration loop. Full timers
+    have 50 a step at or inside the wrappers (hooks 20, buffer 20, framework 10), lean ones
+    30; the wrappers read 400 and 250 us: 7.5 us a timer beyond the calibration, so the
+    wrappers themselves are 250 - 30 x 7.5 = 25 us, and the sum 500 - 250 + 25."""
+    full = {"name": "x", "attribution": [_rank((300, 20), (100, 20), (900, 10), total=650)]}
+    lean = {"name": "x", "attribution": [_rank((250, 20), (0, 0), (900, 10), total=500)]}
+    row = bo.with_lean(full, lean)
+    (out,) = row["instrument_out"]
+    assert out["timer_excess_us"] == 7.5
+    assert out["wrappers_cpu_us_per_step"] == 25.0
+    assert out["total_cpu_us_per_step"] == 275.0
+    assert out["cpu_share_pct"] == 0.275
+    assert row["attribution_lean"] == lean["attribution"]
+    # No timer dropped (nothing inside the wrappers): nothing to extrapolate.
+    same = bo.with_lean(lean, lean)
+    assert same["instrument_out"][0]["timer_excess_us"] is None
