@@ -695,6 +695,343 @@ static PyTypeObject RecorderType = {
     .tp_getset = Recorder_getset,
 };
 
+/* ------------------------------------------------------------------ AsyncCall, HandleWait
+ *
+ * An adapter's per-tensor wrappers around an asynchronous framework call that returns a
+ * handle (Horovod torch's `_allreduce_async` and siblings: one call per gradient) and the
+ * wait that completes it (`synchronize(handle)`), with the behaviour of the Python closures
+ * they replace (integrations/horovod.py keeps those as the path without this module): no
+ * Python frame of ailens's per tensor. The owner is the adapter's Attachment: `attached`,
+ * `_finder` (not None: steps are inferred, and each call goes to `fallback`, the Python
+ * wrapper), `lens` (`collective_begin`, `collective_end` and `disable`, looked up per call,
+ * so a disabled or timed Lens is seen). `local.depth` > 0: inside ailens's own collective or
+ * a recorded call; the call then passes straight through. Faults (an Exception from the
+ * Lens) disable the Lens as Attachment does; the framework's own exceptions pass unchanged.
+ */
+
+static PyObject *small_one, *small_zero; /* 1 and 0, made once */
+static PyObject *s_attached, *s_depth, *s_finder, *s_lens, *s_collective_begin,
+    *s_collective_end, *s_disable, *s_nbytes;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *real, *owner, *local, *op, *handles, *fallback, *dict;
+    vectorcallfunc vectorcall;
+} AsyncCall;
+
+/* 1: the owner records this call; 0: it passes through; an error reading them: passes. */
+static int recording(PyObject *owner, PyObject *local)
+{
+    PyObject *v = PyObject_GetAttr(owner, s_attached);
+    int on = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (on > 0) {
+        v = PyObject_GetAttr(local, s_depth);
+        int deep = v == NULL ? -1 : PyObject_IsTrue(v);
+        Py_XDECREF(v);
+        on = deep < 0 ? -1 : !deep;
+    }
+    if (on < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    return on;
+}
+
+/* The payload's bytes: its `nbytes`, summed over a list or tuple; -1 with an error set. */
+static long long payload_nbytes(PyObject *x)
+{
+    if (PyList_Check(x) || PyTuple_Check(x)) {
+        long long total = 0;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(x); i++) {
+            long long b = payload_nbytes(PySequence_Fast_GET_ITEM(x, i));
+            if (b < 0)
+                return -1;
+            total += b;
+        }
+        return total;
+    }
+    PyObject *b = PyObject_GetAttr(x, s_nbytes);
+    if (b == NULL)
+        return -1;
+    long long v = PyLong_AsLongLong(b);
+    Py_DECREF(b);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    return v < 0 ? 0 : v;
+}
+
+/* The pending Exception goes to lens.disable(exc) (0); anything else stays raised (-1). */
+static int disable_lens(PyObject *lens)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *args[2] = {lens, value};
+    PyObject *r = PyObject_VectorcallMethod(s_disable, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* lens.collective_begin(op, nbytes): the tick (new ref), or NULL; a fault disables the Lens
+ * and the tick is counted by the disabled path (Attachment._begin_tick). */
+static PyObject *begin_tick(PyObject *owner, PyObject *op, long long nbytes)
+{
+    PyObject *lens = PyObject_GetAttr(owner, s_lens);
+    if (lens == NULL)
+        return NULL;
+    PyObject *nb = PyLong_FromLongLong(nbytes);
+    PyObject *tick = NULL;
+    if (nb != NULL) {
+        PyObject *args[3] = {lens, op, nb};
+        tick = PyObject_VectorcallMethod(s_collective_begin, args, 3, NULL);
+        if (tick == NULL && disable_lens(lens) == 0)
+            tick = PyObject_VectorcallMethod(s_collective_begin, args, 3, NULL);
+        Py_DECREF(nb);
+    }
+    Py_DECREF(lens);
+    return tick;
+}
+
+/* lens.collective_end(tick) (Attachment.end): 0, or -1 with an error that is not a fault. */
+static int end_tick(PyObject *owner, PyObject *tick)
+{
+    PyObject *lens = PyObject_GetAttr(owner, s_lens);
+    if (lens == NULL)
+        return -1;
+    PyObject *args[2] = {lens, tick};
+    PyObject *r = PyObject_VectorcallMethod(s_collective_end, args, 2, NULL);
+    int ok = 0;
+    if (r == NULL)
+        ok = disable_lens(lens);
+    Py_XDECREF(r);
+    Py_DECREF(lens);
+    return ok;
+}
+
+static PyObject *AsyncCall_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
+                                      PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!recording(self->owner, self->local))
+        return PyObject_Vectorcall(self->real, args, nargsf, kwnames);
+    PyObject *finder = PyObject_GetAttr(self->owner, s_finder);
+    if (finder == NULL)
+        PyErr_Clear();
+    int plain = finder == Py_None && nargs > 0;
+    Py_XDECREF(finder);
+    if (!plain) /* steps inferred, or the payload by keyword: the Python wrapper */
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    long long nbytes = payload_nbytes(args[0]);
+    if (nbytes < 0) { /* an argument we cannot size: 0 bytes, no fault */
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+        nbytes = 0;
+    }
+    PyObject *tick = begin_tick(self->owner, self->op, nbytes);
+    if (tick == NULL)
+        return NULL;
+    /* what the framework calls inside is this collective's */
+    if (PyObject_SetAttr(self->local, s_depth, small_one) < 0)
+        PyErr_Clear();
+    PyObject *handle = PyObject_Vectorcall(self->real, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyObject_SetAttr(self->local, s_depth, small_zero) < 0)
+        PyErr_Clear();
+    if (handle == NULL) {
+        if (end_tick(self->owner, tick) < 0)
+            PyErr_Clear(); /* the framework's exception is the one to raise */
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(tick);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    if (PyDict_SetItem(self->handles, handle, tick) < 0) { /* fail open: the real handle */
+        PyObject *lens = PyObject_GetAttr(self->owner, s_lens);
+        int ok = lens == NULL ? -1 : disable_lens(lens);
+        Py_XDECREF(lens);
+        if (ok < 0) {
+            Py_DECREF(tick);
+            Py_DECREF(handle);
+            return NULL;
+        }
+    }
+    Py_DECREF(tick);
+    return handle;
+}
+
+static PyObject *AsyncCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"real", "owner", "local", "op", "handles", "fallback", NULL};
+    PyObject *real, *owner, *local, *op, *handles, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOUO!O:AsyncCall", names, &real, &owner,
+                                     &local, &op, &PyDict_Type, &handles, &fallback))
+        return NULL;
+    if (!PyCallable_Check(real) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "AsyncCall: real and fallback must be callable");
+        return NULL;
+    }
+    AsyncCall *self = (AsyncCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->real = Py_NewRef(real);
+    self->owner = Py_NewRef(owner);
+    self->local = Py_NewRef(local);
+    self->op = Py_NewRef(op);
+    self->handles = Py_NewRef(handles);
+    self->fallback = Py_NewRef(fallback);
+    self->vectorcall = (vectorcallfunc)AsyncCall_vectorcall;
+    return (PyObject *)self;
+}
+
+static int AsyncCall_traverse(AsyncCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->real);
+    Py_VISIT(self->owner);
+    Py_VISIT(self->local);
+    Py_VISIT(self->op);
+    Py_VISIT(self->handles);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int AsyncCall_clear(AsyncCall *self)
+{
+    Py_CLEAR(self->real);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->local);
+    Py_CLEAR(self->op);
+    Py_CLEAR(self->handles);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void AsyncCall_dealloc(AsyncCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    AsyncCall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An unset slot reads as None (after a clear), never as NULL. */
+static PyMemberDef AsyncCall_members[] = {
+    {"real", T_OBJECT, offsetof(AsyncCall, real), 0, "the framework's function"},
+    {"fallback", T_OBJECT, offsetof(AsyncCall, fallback), READONLY, "the Python wrapper"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(AsyncCall, vectorcall), READONLY},
+    {"__dictoffset__", T_PYSSIZET, offsetof(AsyncCall, dict), READONLY},
+    {NULL},
+};
+
+static PyTypeObject AsyncCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ailens._recorder.AsyncCall",
+    .tp_doc = "AsyncCall(*, real, owner, local, op, handles, fallback): records each call of "
+              "the asynchronous `real` as `op`, its handle -> tick in `handles`.",
+    .tp_basicsize = sizeof(AsyncCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = AsyncCall_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AsyncCall, vectorcall),
+    .tp_dictoffset = offsetof(AsyncCall, dict),
+    .tp_traverse = (traverseproc)AsyncCall_traverse,
+    .tp_clear = (inquiry)AsyncCall_clear,
+    .tp_dealloc = (destructor)AsyncCall_dealloc,
+    .tp_members = AsyncCall_members,
+};
+
+/* HandleWait: `real(handle)` that ends the handle's tick (popped from `handles`) after it. */
+static PyObject *HandleWait_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
+                                       PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *tick = NULL;
+    if (PyDict_GET_SIZE(self->handles)) {
+        tick = PyDict_GetItemWithError(self->handles, args[0]); /* borrowed */
+        if (tick != NULL) {
+            Py_INCREF(tick);
+            if (PyDict_DelItem(self->handles, args[0]) < 0)
+                PyErr_Clear();
+        }
+        else if (PyErr_Occurred()) { /* an unhashable handle: not one of ours */
+            if (!PyErr_ExceptionMatches(PyExc_Exception))
+                return NULL;
+            PyErr_Clear();
+        }
+    }
+    PyObject *r = PyObject_Vectorcall(self->real, args, nargsf, kwnames);
+    if (tick != NULL) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        int ok = end_tick(self->owner, tick);
+        Py_DECREF(tick);
+        if (ok < 0 && r == NULL)
+            PyErr_Clear();
+        if (ok < 0 && r != NULL) {
+            Py_DECREF(r);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(tb);
+            return NULL;
+        }
+        PyErr_Restore(type, value, tb);
+    }
+    return r;
+}
+
+static PyObject *HandleWait_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"real", "owner", "handles", "fallback", NULL};
+    PyObject *real, *owner, *handles, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOO!O:HandleWait", names, &real, &owner,
+                                     &PyDict_Type, &handles, &fallback))
+        return NULL;
+    if (!PyCallable_Check(real) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "HandleWait: real and fallback must be callable");
+        return NULL;
+    }
+    AsyncCall *self = (AsyncCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->real = Py_NewRef(real);
+    self->owner = Py_NewRef(owner);
+    self->handles = Py_NewRef(handles);
+    self->fallback = Py_NewRef(fallback);
+    self->vectorcall = (vectorcallfunc)HandleWait_vectorcall;
+    return (PyObject *)self;
+}
+
+static PyTypeObject HandleWaitType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ailens._recorder.HandleWait",
+    .tp_doc = "HandleWait(*, real, owner, handles, fallback): `real(handle)`, then the end of "
+              "the tick `handles` holds for the handle.",
+    .tp_basicsize = sizeof(AsyncCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = HandleWait_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(AsyncCall, vectorcall),
+    .tp_dictoffset = offsetof(AsyncCall, dict),
+    .tp_traverse = (traverseproc)AsyncCall_traverse,
+    .tp_clear = (inquiry)AsyncCall_clear,
+    .tp_dealloc = (destructor)AsyncCall_dealloc,
+    .tp_members = AsyncCall_members,
+};
+
 static struct PyModuleDef recorder_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ailens._recorder",
@@ -712,14 +1049,27 @@ PyMODINIT_FUNC PyInit__recorder(void)
     Py_DECREF(time);
     if (perf_counter_ns_fn == NULL || process_time_ns_fn == NULL)
         return NULL;
-    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecorderType) < 0)
+    if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecorderType) < 0 ||
+        PyType_Ready(&AsyncCallType) < 0 || PyType_Ready(&HandleWaitType) < 0)
+        return NULL;
+    if ((s_attached = PyUnicode_InternFromString("attached")) == NULL ||
+        (s_depth = PyUnicode_InternFromString("depth")) == NULL ||
+        (s_finder = PyUnicode_InternFromString("_finder")) == NULL ||
+        (s_lens = PyUnicode_InternFromString("lens")) == NULL ||
+        (s_collective_begin = PyUnicode_InternFromString("collective_begin")) == NULL ||
+        (s_collective_end = PyUnicode_InternFromString("collective_end")) == NULL ||
+        (s_disable = PyUnicode_InternFromString("disable")) == NULL ||
+        (s_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
+        (small_one = PyLong_FromLong(1)) == NULL || (small_zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&recorder_module);
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "ABI", RECORDER_ABI) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
-        PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0) {
+        PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0 ||
+        PyModule_AddObjectRef(m, "AsyncCall", (PyObject *)&AsyncCallType) < 0 ||
+        PyModule_AddObjectRef(m, "HandleWait", (PyObject *)&HandleWaitType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

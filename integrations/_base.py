@@ -81,7 +81,9 @@ def goes_on_without(what: str, e: Exception) -> None:
 
 def named_like(wrapper: Callable, real: Callable) -> Callable:
     """``wrapper`` dressed as the framework function ``real`` it stands in for."""
-    wrapper.__name__ = getattr(real, "__name__", wrapper.__name__)
+    name = getattr(real, "__name__", None)
+    if name is not None:
+        wrapper.__name__ = name
     wrapper.__doc__ = getattr(real, "__doc__", None)
     wrapper.__wrapped__ = real
     return wrapper

@@ -79,6 +79,7 @@ from typing import Any
 import numpy as np
 
 from ailens import detect_rank_world
+from ailens.record.buffer import ASYNC_WRAPPERS
 
 from . import tfgraph
 from ._base import Attachment, log, named_like, open_lens, quiet
@@ -274,7 +275,9 @@ class HorovodLens(EpochWatch, Attachment):
             return tfgraph.wrap(tf, "tensorflow", real, op, _tf_payload(real))
 
         # One call per tensor (DistributedOptimizer: one per gradient), so the path is
-        # Attachment.call inlined: no closure per call, the tick kept by handle.
+        # Attachment.call inlined: no closure per call, the tick kept by handle. With the
+        # compiled buffer, the same path in C (``AsyncCall``): no Python frame of ours per
+        # tensor; this function is then its fallback (steps inferred, payload by keyword).
         handles, local = self._handles, _base_local
 
         def funnel(*args, **kwargs):
@@ -300,7 +303,12 @@ class HorovodLens(EpochWatch, Attachment):
                 self.lens.disable(e)
             return handle
 
-        return named_like(funnel, real)
+        funnel = named_like(funnel, real)
+        if ASYNC_WRAPPERS is None:
+            return funnel
+        native = ASYNC_WRAPPERS[0](real=real, owner=self, local=local, op=op, handles=handles,
+                                   fallback=funnel)  # fmt: skip
+        return _dressed(native, real)
 
     def _wrap_synchronize(self, real):
         handles = self._handles
@@ -313,7 +321,11 @@ class HorovodLens(EpochWatch, Attachment):
                 if tick is not None:
                     self.end(tick)
 
-        return named_like(synchronize, real)
+        synchronize = named_like(synchronize, real)
+        if ASYNC_WRAPPERS is None:
+            return synchronize
+        native = ASYNC_WRAPPERS[1](real=real, owner=self, handles=handles, fallback=synchronize)
+        return _dressed(native, real)
 
     def _wrap_poll(self, real):
         handles = self._handles
@@ -325,6 +337,12 @@ class HorovodLens(EpochWatch, Attachment):
             return done
 
         return named_like(poll, real)
+
+
+def _dressed(native, real):
+    """A compiled wrapper dressed as ``real``, from this module like the Python ones."""
+    native.__module__ = __name__
+    return named_like(native, real)
 
 
 def _run_facts(kind: str, optimizer: Any) -> dict:

@@ -307,3 +307,17 @@ def _load_native() -> type | None:
 NativeEventBuffer = _load_native()
 EventBuffer = NativeEventBuffer or PyEventBuffer
 IMPLEMENTATION = "python" if NativeEventBuffer is None else "c"
+
+
+def _native_wrappers() -> tuple[type, type] | None:
+    """The compiled per-tensor wrappers of an asynchronous call and its wait (``AsyncCall``,
+    ``HandleWait`` in ``_recorder.c``), where the compiled buffer is used; else None."""
+    if NativeEventBuffer is None:
+        return None
+    from .. import _recorder
+
+    call, wait = getattr(_recorder, "AsyncCall", None), getattr(_recorder, "HandleWait", None)
+    return None if call is None or wait is None else (call, wait)
+
+
+ASYNC_WRAPPERS = _native_wrappers()

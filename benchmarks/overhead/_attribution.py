@@ -196,6 +196,10 @@ class Profiler:
         one or two wrappers down (``tfgraph.wrap``'s wrapper sits inside AutoGraph's
         ``do_not_convert``: without this, the collective it calls, with the wait for the
         other ranks, counted as ailens's hook)."""
+        if getattr(fn, "real", None) is real and not hasattr(fn, "__closure__"):
+            fn.real = self.timed(real, FRAMEWORK)  # a compiled wrapper (_recorder.AsyncCall)
+            self._undo.append(lambda: setattr(fn, "real", real))
+            return
         names = _closure_names_of(fn, real)
         if names:
             self.swap_cells(fn, names)
