@@ -52,7 +52,10 @@ or ``poll`` completes; TensorFlow: ``_allreduce``, ``_grouped_allreduce``, ``all
 distributed optimizers and tapes call them). ``attach`` replaces those functions, and
 ``synchronize``/``poll``/``shutdown``, in every loaded ``horovod.*`` module that holds them
 (``horovod/torch/optimizer.py`` imports ``synchronize`` by name). Wrapping the funnel records
-a collective exactly once whichever public form called it. ``detach()`` (also done by
+a collective exactly once whichever public form called it. With torch these wrappers run
+once per gradient: where ailens's compiled buffer is built they are compiled too
+(``ailens.record.buffer.ASYNC_WRAPPERS``), no Python frame of ailens's per tensor; the Python
+ones below stay their fallback. ``detach()`` (also done by
 ``close()``) restores the originals. A name imported from Horovod *before* ``attach`` keeps
 the original: its collective is recorded, but its end is not seen (written as unfinished).
 
