@@ -49,7 +49,7 @@ from forecast_replay import unit_training_s  # noqa: E402
 
 import ailens  # noqa: E402
 from ailens.analysis.logformats import parse_mlperf  # noqa: E402
-from ailens.model.forecast.parts import (  # noqa: E402
+from ailens.model.forecast import (  # noqa: E402
     FIRST_WARM,
     FIRST_WARM_SD,
     cold_precision,
