@@ -3,7 +3,7 @@ MLPerf logs of the corpus, and why (issue 30): each (run, 5/10/20/50 %) point wo
 than 0.25 points, by mechanism, from a ``bench_forecast.py corpus --json`` result.
 
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json
-    .venv/bin/python benchmarks/forecast_misses.py OUT.json [--list] [--calibration]
+    .venv/bin/python benchmarks/forecast_misses.py OUT.json [--list] [--calibration] [--signature]
 
 Mechanisms, the first that applies:
 
@@ -21,6 +21,11 @@ Mechanisms, the first that applies:
 
 ``--calibration`` prints, on the same logs, what the cold-first prior rests on: the later
 evaluations' mean against the first (marked sections, and those beside the steps).
+
+``--signature`` lists the MLPerf runs whose signature comes after ``SIGNATURE_GOAL`` (15 %)
+of the steps with what held it, and how many of them are runs where the first evaluation
+point (``FIRST_POINT``, step 5) is already past it; with the median the step fraction would
+have were the signature at that point on every run (what the rule cannot beat).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ import ailens  # noqa: E402
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FRACTIONS = ("5", "10", "20", "50")
 NOISE = 0.25  # points: "worse" is worse by more than this
+SIGNATURE_GOAL = 0.15  # issue 30: the signature at a median <= 15 % of the steps
+FIRST_POINT = 5  # the first evaluation point: the first exchange, signature_window // 2
 
 
 def _index() -> dict[str, str]:
@@ -119,11 +126,30 @@ def calibration() -> None:
               f"quantiles {q}: {np.round(np.percentile(xs, q), 2).tolist()}")  # fmt: skip
 
 
+def signature(rows: list[dict]) -> None:
+    """The runs whose signature comes after the goal's fraction, and what held each."""
+    rows = [r for r in rows if r.get("set") == "mlperf" and r["signature_fraction"]]
+    late = [r for r in rows if r["signature_fraction"] > SIGNATURE_GOAL]
+    floor = [r for r in late if FIRST_POINT / r["steps"] > SIGNATURE_GOAL]
+    at_first = np.median([min(FIRST_POINT / r["steps"], 1.0) for r in rows])
+    print(
+        f"signature after {100 * SIGNATURE_GOAL:.0f} % of the steps on {len(late)} of "
+        f"{len(rows)} MLPerf runs with one; on {len(floor)} of them step {FIRST_POINT} (the "
+        f"first evaluation point) is already past it; at that point on every run the median "
+        f"would be {100 * at_first:.1f} %"
+    )
+    for r in sorted(late, key=lambda r: (r in floor, r["signature_fraction"])):
+        held = "; ".join(r["signature_held_by"])
+        print(f"  {100 * r['signature_fraction']:5.1f} %  {r['steps']:5d} steps  "
+              f"{r['name']:70.70s}  {held}")  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("corpus_json", type=Path, help="bench_forecast.py corpus --json's output")
     ap.add_argument("--list", action="store_true", help="print every point")
     ap.add_argument("--calibration", action="store_true", help="print what the priors rest on")
+    ap.add_argument("--signature", action="store_true", help="the runs whose signature is late")
     args = ap.parse_args()
     rows = json.loads(args.corpus_json.read_text())["runs"]
     points = classify(rows)
@@ -148,6 +174,8 @@ def main() -> int:
         print(f"  {k:3d}  {why}  ({by})")
     if args.calibration:
         calibration()
+    if args.signature:
+        signature(rows)
     return 0
 
 

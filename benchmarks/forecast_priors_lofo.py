@@ -17,6 +17,17 @@ family left out, for every family in turn.
    epochs of a step known: the flat 5 % prior (the rule), the samples at the other families'
    median cost per evaluation sample, and the two combined in log space by the other
    families' log spreads. Score: |estimated - actual share| in points.
+3. **A recurring part's later occurrences** (``parts.FIRST_WARM``, ``FIRST_WARM_SD``,
+   ``SECTION_CV``, ``SECTION_PRIOR``): what the signature needs to capture an evaluation
+   (marked sections, and those beside the steps: what the units they ran beside took over
+   the level, as the forecaster measured them at the end of each log; runs with 3 or more).
+   From the cold first alone: the later ones' mean over the first, the stated
+   0.75 +/- 0.25 (normal 95 %) against the other families' median and 2.5-97.5 % quantiles.
+   After ``k`` warm occurrences (the first left out): their mean against the later ones'
+   mean, the stated 95 % half-width (the spread seen pooled with 10 % worth 2, Student t)
+   against the other families' 95 % quantile of that error. Score: how often the range
+   held the left-out family's runs, and its half-width (the precision the signature
+   compares with ``signature_part_precision``).
 
 Families: the benchmark (``mask`` is ``maskrcnn``, ``dlrm_dcnv2`` is ``dlrm``).
 """
@@ -38,6 +49,12 @@ from forecast_replay import unit_training_s  # noqa: E402
 
 import ailens  # noqa: E402
 from ailens.analysis.logformats import parse_mlperf  # noqa: E402
+from ailens.model.forecast import (  # noqa: E402
+    FIRST_WARM,
+    FIRST_WARM_SD,
+    cold_precision,
+    per_occurrence_precision,
+)
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
@@ -198,10 +215,89 @@ def eval_price(rows: list[dict]) -> None:
     print(f"  an evaluation sample's cost in training samples, by family: {cost}")
 
 
+def occurrences() -> list[dict]:
+    """Per MLPerf log and kind (marked sections, beside the steps): the evaluations' times
+    as the forecaster measured them at the end of the log, where 3 or more were seen."""
+    out = []
+    for x in json.loads((MLPERF / "index.json").read_text()):
+        tl = ailens.read_timeline(MLPERF / x["file"], include_init=False)
+        replay = ailens.TimelineReplay()
+        replay.feed(tl)
+        fc = replay.oa.forecaster
+        kinds = {
+            "marked": [v for _, v in fc.sections.get("eval", [])],
+            "beside": [v for _, v in fc._beside_excess()[0].get("eval", [])],
+        }
+        for kind, xs in kinds.items():
+            if len(xs) >= 3 and xs[0] > 0 and np.mean(xs[1:]) > 0:
+                fam = FAMILY.get(x["benchmark"], x["benchmark"])
+                out.append({"family": fam, "kind": kind, "xs": [float(v) for v in xs]})
+    return out
+
+
+def later_occurrences(rows: list[dict]) -> None:
+    kinds = {k: sum(r["kind"] == k for r in rows) for k in ("marked", "beside")}
+    print(
+        f"3. a recurring part's later occurrences: {len(rows)} evaluation series of 3 or "
+        f"more ({kinds['marked']} marked, {kinds['beside']} beside the steps), LOFO"
+    )
+    ratio = {id(r): float(np.mean(r["xs"][1:]) / r["xs"][0]) for r in rows}
+    lo_st, hi_st = FIRST_WARM - 1.96 * FIRST_WARM_SD, FIRST_WARM + 1.96 * FIRST_WARM_SD
+    widths: list[float] = []
+
+    def stated(train, r):
+        return 100.0 * (lo_st <= ratio[id(r)] <= hi_st)
+
+    def learned(train, r):
+        xs = [ratio[id(t)] for t in train]
+        lo, c, hi = np.percentile(xs, [2.5, 50, 97.5])
+        widths.append(max(c - lo, hi - c) / c)
+        return 100.0 * (lo <= ratio[id(r)] <= hi)
+
+    print("  from the cold first alone: the later ones' mean / the first, held (%)")
+    print(_line("stated 0.75 +/- 0.25 (the rule)", _lofo(rows, stated), ""))
+    print(_line("the others' 2.5-97.5 % quantiles", _lofo(rows, learned), ""))
+    q = np.round(np.percentile(list(ratio.values()), [2.5, 25, 50, 75, 97.5]), 2).tolist()
+    print(
+        f"  stated precision {100 * cold_precision():.0f} %; learned (the wider side over "
+        f"the median) {100 * min(widths):.0f}-{100 * max(widths):.0f} %; all series, "
+        f"quantiles 2.5/25/50/75/97.5 %: {q}"
+    )
+    for k in (1, 2, 3):
+        _after_warm(rows, k)
+
+
+def _after_warm(rows: list[dict], k: int) -> None:
+    """After ``k`` warm occurrences: their mean against the later ones' mean, held by the
+    stated half-width and by the other families' 95 % quantile of that error."""
+    rows = [r for r in rows if len(r["xs"]) - 1 > k]  # k warm ones and a later one
+    err, stated = [], []
+    for r in rows:
+        warm = np.array(r["xs"][1:])
+        err.append(abs(np.mean(warm[:k]) / np.mean(warm[k:]) - 1))
+        sd = float(np.std(warm[:k], ddof=1)) if k > 1 else 0.0
+        stated.append(per_occurrence_precision(float(np.mean(warm[:k])), sd, k))
+    fams = [r["family"] for r in rows]
+    learned = {
+        f: float(np.percentile([e for e, g in zip(err, fams, strict=True) if g != f], 95))
+        for f in set(fams)
+    }
+    held_st = np.mean([e <= p for e, p in zip(err, stated, strict=True)])
+    held_l = np.mean([e <= learned[f] for e, f in zip(err, fams, strict=True)])
+    print(
+        f"  after {k} warm ({len(rows)} series): |their mean / the later ones' - 1| median "
+        f"{100 * np.median(err):.1f} %, 95 % {100 * np.percentile(err, 95):.1f} %; stated "
+        f"half-width median {100 * np.median(stated):.0f} %, held {100 * held_st:.0f} %; the "
+        f"others' 95 % quantile {100 * min(learned.values()):.0f}-"
+        f"{100 * max(learned.values()):.0f} %, held {100 * held_l:.0f} %"
+    )
+
+
 def main() -> None:
     rows = runs()
     first_unit(rows)
     eval_price(rows)
+    later_occurrences(occurrences())
 
 
 if __name__ == "__main__":

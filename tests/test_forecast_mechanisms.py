@@ -338,7 +338,10 @@ def test_a_section_that_runs_beside_the_steps_costs_no_time_of_its_own():
 def test_a_section_ending_with_a_step_is_inside_it_in_a_timeline():
     """A log whose evaluation ends on the same clock reading as the step (MLPerf unet3d: the
     block's end is logged after the evaluation's): the section is part of that step's
-    interval, not beside the steps, and not counted twice."""
+    interval, not beside the steps, and not counted twice. It ran after that step's
+    training: it comes after that step, not the one before, else the one at the current step
+    is taken as still to come (issue 30: MLPerf GNMT, +3.2 % at its signature, and +3.1 % at
+    its last step, one evaluation too many)."""
     from ailens import Section, Timeline, forecast_timeline
 
     ends, sections, t = [], [], 0.0
@@ -350,10 +353,10 @@ def test_a_section_ending_with_a_step_is_inside_it_in_a_timeline():
         ends.append(t)
     tl = Timeline(tuple(ends), tuple(sections), {"total_steps": 40}, end_s=t)
     r = forecast_timeline(tl)
-    p = r.at_step(20)
-    assert p.step_time_s == pytest.approx(10.0)
-    # Within one evaluation: whether one follows the last step is not in the data.
-    assert p.predicted_total_s == pytest.approx(t, abs=3.01)
+    for s in (20, 30, 40):
+        p = r.at_step(s)
+        assert p.step_time_s == pytest.approx(10.0)
+        assert p.predicted_total_s == pytest.approx(t, rel=1e-3), s
 
 
 # --------------------------------------------------------------------------- long warm-up

@@ -43,7 +43,7 @@ sums the parts), ``policy.py`` (which forecast is the run's, the signature rule)
 
 from .forecaster import Forecaster
 from .level import StepLevel
-from .parts import Part
+from .parts import FIRST_WARM, FIRST_WARM_SD, Part, cold_precision, per_occurrence_precision
 from .policy import EARLY_SHARE
 from .result import Forecast
 from .schedule import EvalPlan, Schedule
@@ -52,6 +52,8 @@ from .stats import t_quantile
 
 __all__ = [
     "EARLY_SHARE",
+    "FIRST_WARM",
+    "FIRST_WARM_SD",
     "INTERVAL_LEVEL",
     "Component",
     "EvalPlan",
@@ -62,6 +64,8 @@ __all__ = [
     "Schedule",
     "Snapshot",
     "StepLevel",
+    "cold_precision",
     "naive_total_s",
+    "per_occurrence_precision",
     "t_quantile",
 ]

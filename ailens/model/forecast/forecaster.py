@@ -50,6 +50,8 @@ class Forecaster:
         self.beside_spans: dict[str, list[tuple[int, int]]] = {}
         self._in_step = 0.0  # section seconds inside the step interval now running
         self._in_step_names: list[str] = []  # those sections' names, in order
+        # And where each is in ``sections[name]``, with its (begin, end) in ns.
+        self._in_step_spans: list[tuple[int, int, int]] = []
         self._warm: list[float] = []  # the warm-up steps' training times
         self._tied: list[int] = []  # steps that ended on the clock reading of the one before
         self.tick_s = 0.0  # a coarse clock's resolution, once steps shared a reading
@@ -73,6 +75,7 @@ class Forecaster:
         if step == self.steps:  # inside the running step interval: not training time
             self._in_step += secs
             self._in_step_names.append(name)
+            self._in_step_spans.append((len(self.sections[name]) - 1, t_begin_ns, t_end_ns))
         self.t_now = max(self.t_now, t_end_ns)
 
     def on_step(self, t_ns: int) -> None:
@@ -99,10 +102,13 @@ class Forecaster:
                     del self.sections[name]
                 self.beside_units.setdefault(name, []).append((i, (dt - c) / len(names)))
             x = c
+        elif self._in_step:
+            self._place_at_unit_end(i, t_ns)
         self.t_last = t_ns
         self.t_now = max(self.t_now, t_ns)
         self._in_step = 0.0
         self._in_step_names = []
+        self._in_step_spans = []
         tied, self._tied = self._tied, []
         k = len(tied) + 1
         share = max(x, 0.0) / k
@@ -114,6 +120,15 @@ class Forecaster:
                 self.level.add(k, share)
             else:
                 self._warm.append(share)
+
+    def _place_at_unit_end(self, i: int, t_ns: int) -> None:
+        """Sections inside unit ``i`` nearer its end than its start ran after its training (a
+        log whose unit ends with its evaluation: MLPerf's blocks): they come after step
+        ``i + 1`` ends, not after step ``i``. Else an evaluation every unit is one position
+        early, and the one at the current step is taken as still to come (issue 30)."""
+        for name, (j, begin, end) in zip(self._in_step_names, self._in_step_spans, strict=True):
+            if t_ns - end < begin - self.t_last:
+                self.sections[name][j] = (i + 1, self.sections[name][j][1])
 
     def _ran_beside(self, dt: float) -> bool:
         """Whether a unit of ``dt`` seconds with sections inside it ran them beside the
