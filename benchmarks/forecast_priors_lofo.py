@@ -28,6 +28,13 @@ family left out, for every family in turn.
    against the other families' 95 % quantile of that error. Score: how often the range
    held the left-out family's runs, and its half-width (the precision the signature
    compares with ``signature_part_precision``).
+4. **The share prior's form** (``sections.EVAL_SHARE``, ``EVAL_SHARE_LOG_SD``): on all the
+   logs whose evaluations run inside the steps, the flat 5 % +/- 5 % (the rule before), a
+   log-normal at 5 % whose log spread is the other families' (the rule), a log-normal at
+   the other families' log-mean, the 5 % point with the other families' 2.5-97.5 %
+   quantiles; and a line in log-log on what the schedule knows (the evaluations' count, the
+   run's units, their seconds). Scores: |estimated - actual share| in points and how often
+   the 95 % interval holds the actual share.
 
 Families: the benchmark (``mask`` is ``maskrcnn``, ``dlrm_dcnv2`` is ``dlrm``).
 """
@@ -59,6 +66,8 @@ from ailens.model.forecast import (  # noqa: E402
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
 PRIOR_SHARE = 0.05  # sections.EVAL_SHARE
+PRIOR_SHARE_SD = 0.05  # the rule before: 5 % +/- 5 %
+Z95 = 1.959964
 
 
 def runs() -> list[dict]:
@@ -293,11 +302,80 @@ def _after_warm(rows: list[dict], k: int) -> None:
     )
 
 
+def eval_share_form(rows: list[dict]) -> None:
+    rows = [r for r in rows if r["evals"] and 0 < r["share"] < 0.5]
+    log_share = np.log([r["share"] for r in rows])
+    print(
+        f"4. the share prior's form: {len(rows)} runs with evaluations inside the steps "
+        f"(share {100 * min(r['share'] for r in rows):.1f}-"
+        f"{100 * max(r['share'] for r in rows):.1f} %, median "
+        f"{100 * np.median([r['share'] for r in rows]):.1f} %, log-mean "
+        f"{100 * math.exp(log_share.mean()):.2f} %, log sd {log_share.std():.2f}), LOFO"
+    )
+
+    def lognormal(train, point=None):
+        logs_ = np.log([t["share"] for t in train])
+        mid = math.log(point) if point else logs_.mean()
+        w = Z95 * logs_.std()
+        return math.exp(mid), math.exp(mid - w), math.exp(mid + w)
+
+    def quantiles(train):
+        return (PRIOR_SHARE, *np.percentile([t["share"] for t in train], [2.5, 97.5]))
+
+    def by_counts(key):
+        def predict(train, r):
+            x = np.log([key(t) for t in train])
+            y = np.log([t["share"] for t in train])
+            a, b = np.polyfit(x, y, 1)
+            w = Z95 * np.std(y - (a * x + b))
+            mid = a * math.log(key(r)) + b
+            return math.exp(mid), math.exp(mid - w), math.exp(mid + w)
+
+        return predict
+
+    candidates = (
+        (
+            "flat 5 % +/- 5 % (before)",
+            lambda train, r: (
+                PRIOR_SHARE,
+                PRIOR_SHARE - Z95 * PRIOR_SHARE_SD,
+                PRIOR_SHARE + Z95 * PRIOR_SHARE_SD,
+            ),
+        ),
+        ("log-normal at 5 % (the rule)", lambda train, r: lognormal(train, PRIOR_SHARE)),
+        ("log-normal at the log-mean", lambda train, r: lognormal(train)),
+        ("5 %, empirical 2.5-97.5 %", lambda train, r: quantiles(train)),
+        ("by the evaluations' count", by_counts(lambda t: t["evals"])),
+        ("by the run's units", by_counts(lambda t: t["steps"])),
+        ("by a unit's seconds", by_counts(lambda t: t["level"])),
+    )
+    for name, f in candidates:
+        held: list[bool] = []
+
+        def score(train, r, f=f, held=held):
+            point, lo, hi = f(train, r)
+            held.append(lo <= r["share"] <= hi)
+            return 100 * abs(point - r["share"])
+
+        line = _line(name, _lofo(rows, score), "")
+        print(f"{line}   interval held {100 * np.mean(held):.1f} %")
+    folds = [
+        np.log([t["share"] for t in rows if t["family"] != fam])
+        for fam in sorted({r["family"] for r in rows})
+    ]
+    print(
+        f"  learned per fold: log-mean {100 * min(math.exp(x.mean()) for x in folds):.2f}-"
+        f"{100 * max(math.exp(x.mean()) for x in folds):.2f} %, log sd "
+        f"{min(x.std() for x in folds):.2f}-{max(x.std() for x in folds):.2f}"
+    )
+
+
 def main() -> None:
     rows = runs()
     first_unit(rows)
     eval_price(rows)
     later_occurrences(occurrences())
+    eval_share_form(rows)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,9 @@ class Part:
     after_last: bool = False
     # What the one under way (``due_now``, in-step) took so far: spent, not to come again.
     spent_s: float = 0.0
+    # A skewed prior's spread below the point (``sd_s`` is the one above): an assumed cost
+    # that cannot be much less than its point but may be many times more. None: symmetric.
+    sd_lo_s: float | None = None
 
     def _under_way(self) -> float:
         """The share of an in-step occurrence under way still to come."""

@@ -8,6 +8,9 @@ At ``S`` steps done of ``N``, with ``R = N - S``::
     interval        = predicted total +/- z * sqrt(R^2 var(level) + R sd^2 + drift(R)
                                                + sum over parts of their variance)
 
+(an assumed part with a skewed prior adds its spread below the point to the lower side's
+variance and the one above to the upper side's: a split normal, the interval asymmetric)
+
 ``var(level)`` is the uncertainty of the regime's mean step time (step-to-step, or from batch
 means of ``BLOCK`` steps when larger: slow swings), ``sd`` the step-to-step spread and
 ``drift(R)`` the risk that the speed moves again before the end: the changes of speed seen so
@@ -166,16 +169,16 @@ class Snapshot:
             # same prior share's spread on the remaining training, as room, not a cost.
             room = max(room, EVAL_SHARE_SD * r * lvl)
         var += room * room
-        var = self._add_parts(comps, var, s, n, r)
+        var_lo, var_hi = self._add_parts(comps, var, s, n, r)
         total = elapsed + sum(c.remaining_s for c in comps)
         # Student's t on the regime's steps: few steps, a wider interval.
-        half = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1)) * math.sqrt(var)
+        z = t_quantile(0.5 + INTERVAL_LEVEL / 2, max(self.df, 1))
         return Prediction(
             steps_done=s,
             total_steps=n,
             elapsed_s=elapsed,
             predicted_total_s=total,
-            interval_s=(total - half, total + half),
+            interval_s=(total - z * math.sqrt(var_lo), total + z * math.sqrt(var_hi)),
             naive_total_s=naive,
             step_time_s=lvl,
             step_time_sd_s=self.sd,
@@ -190,9 +193,12 @@ class Snapshot:
             return None
         return t_quantile(0.975, max(self.df, 1)) * math.sqrt(self.level_var) / self.level
 
-    def _add_parts(self, comps: list[Component], var: float, s: int, n: int, r: int) -> float:
+    def _add_parts(
+        self, comps: list[Component], var: float, s: int, n: int, r: int
+    ) -> tuple[float, float]:
         """Append each part's row to ``comps``; ``var`` plus their variance (added one after
-        the other, in order)."""
+        the other, in order), below and above the point: (lower side, upper side)."""
+        var_lo = var
         for part in self.parts:
             left = part.remaining(s, n)
             comps.append(
@@ -209,12 +215,17 @@ class Snapshot:
                 )
             )
             if part.seen:  # measured: its spread, and the uncertainty of its mean
-                var += left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
+                add = left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
+                add_lo = add
             else:  # assumed: one unknown cost that every occurrence shares
-                var += (left * part.sd_s) ** 2
+                add = (left * part.sd_s) ** 2
+                below = part.sd_s if part.sd_lo_s is None else part.sd_lo_s
+                add_lo = (left * below) ** 2
             if part.count_unknown:  # from none to one a step: uniform over the steps left
-                var += (r / math.sqrt(12) * part.per_occurrence_s) ** 2
-        return var
+                extra = (r / math.sqrt(12) * part.per_occurrence_s) ** 2
+                add, add_lo = add + extra, add_lo + extra
+            var, var_lo = var + add, var_lo + add_lo
+        return var_lo, var
 
     def _expected_level(self, r: int) -> float:
         """The mean step time over the remaining ``r`` steps. Speeds that went up and down
