@@ -350,6 +350,11 @@ def test_public_two_scale_cases_carry_both_baselines_and_intervals():
         assert {"baseline_error_pct", "amdahl_error_pct", "wide_term"} <= set(c)
     goals = public_scaling_two.goals(cases)["two_scales"]
     assert goals["median_abs_error_pct"] < goals["ideal_nearest_median_abs_error_pct"]
+    assert 0 < goals["mean_abs_log_error"] < 1
+    misses = goals["over_worst_goal_by_cause"]
+    assert sum(v["cases"] for v in misses.values()) == sum(
+        abs(c["error_pct"]) > public_scaling_two.WORST_GOAL_PCT for c in cases
+    )
     # The unexplained range was fitted on the one-scale cases: out of sample here, it still
     # covers most two-scale cases (Gavel V100's noisy rows are the misses), at a narrower
     # median width than a range fitted on these cases themselves would need.
