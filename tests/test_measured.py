@@ -301,3 +301,16 @@ def test_the_interval_spans_other_splits_of_the_measured_growth_between_network_
     assert alt > row.step_time_s
     assert row.step_high_s == pytest.approx(alt * unexplained_band(16, [2, 4])[1])
     assert row.step_low_s < row.step_time_s < row.step_high_s
+
+
+def test_a_network_that_explains_the_growth_leaves_no_residual_of_rounding():
+    """Where the fitted network meets the second run's step, what the model does not
+    explain there is 0, not the search's rounding printed as a cost ("-1.5e-07 ms")."""
+    grad = 4 * 13_987_678  # Gavel's LM
+    for step2 in (0.026, 0.0276, 0.0321):
+        one = replace(_job(step_s=0.011), grad_bytes=grad, buckets=ddp_buckets(grad))
+        two = replace(one, step_s=step2, ranks=2, ranks_per_node=2, source="run at 2")
+        fit = fit_measured([one, two])
+        assert 0 < fit.bandwidth_factor < 1
+        assert [m.residual_s for m in fit.scales] == [0.0, 0.0]
+        assert "+0 ms at 2 devices" in fit.notes[-1]
