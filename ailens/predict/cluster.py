@@ -302,7 +302,8 @@ class MeasuredResidual:
     per-rank costs, the slowest rank, host contention): interpolated in log2(devices)
     between measured scales, the nearest one's beyond them; 0 with one measured scale.
     Weak scaling keeps each device's work, so the step is not below the one measured at the
-    largest scale under the target (more devices only add waiting)."""
+    largest scale under the target (more devices only add waiting); where the other terms
+    price less, the runs decide (``weak_floor``: beyond the runs, their growth continued)."""
 
     name = "measured_residual"
     part = "compute"
