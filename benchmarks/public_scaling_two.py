@@ -13,6 +13,8 @@ Beside each, the two baselines a user would use with two measurements:
   ``a + b / n`` through the two.
 
 Each case carries the predicted interval and whether the measurement fell inside it.
+``goals`` adds the mean |log error| (every case, not the middle one) and the misses past
+the worst-case goal by what decides them (``misses_by_cause``).
 Series without a gradient size (DeepLearningExamples models not in ``DLE_PARAMETERS``)
 predict with no communication term (the residual carries what the second scale measured);
 gradient accumulation is not modelled here (its rows are left out).
