@@ -13,6 +13,8 @@ Beside each, the two baselines a user would use with two measurements:
   ``a + b / n`` through the two.
 
 Each case carries the predicted interval and whether the measurement fell inside it.
+``goals`` adds the mean |log error| (every case, not the middle one) and the misses past
+the worst-case goal by what decides them (``misses_by_cause``).
 Series without a gradient size (DeepLearningExamples models not in ``DLE_PARAMETERS``)
 predict with no communication term (the residual carries what the second scale measured);
 gradient accumulation is not modelled here (its rows are left out).
@@ -232,6 +234,58 @@ def unexplained_check(cases: list[dict]) -> dict:
     }
 
 
+# A case is a miss past issue 32's worst-case goal beyond this |error| (%).
+WORST_GOAL_PCT = 15.0
+# A weak-scaling series is noisy where a measured step falls by more than this share as
+# devices are added (each device keeps its work: more devices only add waiting); the data's
+# README uses the same 5 %.
+NOISE_FALL = 0.05
+
+
+def misses_by_cause(cases: list[dict]) -> dict:
+    """The two-scale cases past ``WORST_GOAL_PCT``, by what decides them (from the cases
+    alone): a weak-scaling series whose measured steps (the two runs and every target) fall
+    by more than ``NOISE_FALL`` somewhere as devices are added (noise no model of added costs
+    follows); else the growth beyond the runs larger ("under") or smaller ("over") than the
+    prediction continued, weak and strong apart. {cause: {"cases", "median_abs_error_pct",
+    "sources"}}."""
+    steps: dict[tuple, dict[int, float]] = {}
+
+    def key(c):
+        return c["source"], repr(sorted((k, str(v)) for k, v in c["from"].items()
+                                        if k not in ("gpus", "step_s")))  # fmt: skip
+
+    for c in cases:
+        s = steps.setdefault(key(c), {})
+        s.update(zip(c["from"]["gpus"], c["from"]["step_s"], strict=True))
+        s[int(c["to"]["gpus"])] = c["measured_s"]
+    by: dict[str, list[dict]] = {}
+    for c in cases:
+        if abs(c["error_pct"]) <= WORST_GOAL_PCT:
+            continue
+        s = steps[key(c)]
+        qs = sorted(s)
+        falls = any(s[b] < s[a] * (1 - NOISE_FALL) for a, b in zip(qs, qs[1:], strict=False))
+        side = "under" if c["error_pct"] < 0 else "over"
+        if c["scaling"] == "weak" and falls:
+            cause = "weak, noisy series (a measured step falls as devices are added)"
+        else:
+            cause = (
+                f"{c['scaling']}, {side}: the growth beyond the runs is "
+                + ("larger" if side == "under" else "smaller")
+                + " than the prediction continues"
+            )
+        by.setdefault(cause, []).append(c)
+    return {
+        cause: {
+            "cases": len(cs),
+            "median_abs_error_pct": statistics.median(abs(c["error_pct"]) for c in cs),
+            "sources": sorted({c["source"] for c in cs}),
+        }
+        for cause, cs in sorted(by.items(), key=lambda kv: -len(kv[1]))
+    }
+
+
 def goals(cases: list[dict], data: Path | None = None) -> dict:
     """Issue 32's goals on the public cases: one measured scale (kind "scaling") and two
     (kind "scaling-two"), the intervals' coverage; with ``data``, the two-scale coverage
@@ -264,6 +318,11 @@ def goals(cases: list[dict], data: Path | None = None) -> dict:
             "cases": len(two),
             "median_abs_error_pct": statistics.median(e),
             "max_abs_error_pct": max(e),
+            # Every case counts, not the middle one: a change that only moves cases across
+            # the median shows here as none.
+            "mean_abs_log_error": statistics.mean(
+                abs(math.log(c["predicted_s"] / c["measured_s"])) for c in two
+            ),
             "ideal_nearest_median_abs_error_pct": statistics.median(
                 abs(c["baseline_error_pct"]) for c in two
             ),
@@ -274,6 +333,7 @@ def goals(cases: list[dict], data: Path | None = None) -> dict:
             "interval_coverage": sum(c["covered"] for c in two) / len(two),
             "interval_median_width": statistics.median(_width(c) for c in two),
             "unexplained_band": unexplained_check(two),
+            "over_worst_goal_by_cause": misses_by_cause(two),
             "goal": "median <= 4 %, worst <= 15 %, closer than both baselines on >= 80 %, "
             "intervals cover 90-98 %",
         }

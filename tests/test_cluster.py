@@ -350,9 +350,41 @@ def test_public_two_scale_cases_carry_both_baselines_and_intervals():
         assert {"baseline_error_pct", "amdahl_error_pct", "wide_term"} <= set(c)
     goals = public_scaling_two.goals(cases)["two_scales"]
     assert goals["median_abs_error_pct"] < goals["ideal_nearest_median_abs_error_pct"]
+    assert 0 < goals["mean_abs_log_error"] < 1
+    misses = goals["over_worst_goal_by_cause"]
+    assert sum(v["cases"] for v in misses.values()) == sum(
+        abs(c["error_pct"]) > public_scaling_two.WORST_GOAL_PCT for c in cases
+    )
     # The unexplained range was fitted on the one-scale cases: out of sample here, it still
     # covers most two-scale cases (Gavel V100's noisy rows are the misses), at a narrower
     # median width than a range fitted on these cases themselves would need.
     band = goals["unexplained_band"]
     assert goals["interval_coverage"] >= 0.85 > band["coverage_without_band"]
     assert goals["interval_median_width"] < band["median_width_leave_one_source_out"]
+
+
+def test_two_scale_misses_are_told_apart_by_cause():
+    """``goals.measured_scales.two_scales.over_worst_goal_by_cause``: a weak series whose
+    measured steps fall as devices are added is noise; the other misses say whether the
+    growth beyond the runs was larger or smaller than the prediction continued."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import public_scaling_two
+
+    def case(job, scaling, steps, q, measured, predicted):
+        return {"source": "s", "scaling": scaling, "from": {"job": job, "gpus": [1, 2],
+                "step_s": steps}, "to": {"gpus": q}, "measured_s": measured,
+                "error_pct": 100 * (predicted - measured) / measured}  # fmt: skip
+
+    cases = [
+        case("noisy", "weak", [0.10, 0.15], 4, 0.11, 0.16),  # 0.15 at 2 -> 0.11 at 4
+        case("noisy", "weak", [0.10, 0.15], 8, 0.16, 0.17),  # within the goal: not a miss
+        case("grows", "weak", [0.10, 0.12], 8, 0.20, 0.13),
+        case("strong", "strong", [0.10, 0.06], 8, 0.03, 0.09),
+    ]
+    got = public_scaling_two.misses_by_cause(cases)
+    assert [v["cases"] for v in got.values()] == [1, 1, 1]
+    noisy, under, over = got
+    assert noisy.startswith("weak, noisy") and got[noisy]["median_abs_error_pct"] > 15
+    assert under.startswith("weak, under") and over.startswith("strong, over")

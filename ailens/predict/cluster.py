@@ -302,7 +302,8 @@ class MeasuredResidual:
     per-rank costs, the slowest rank, host contention): interpolated in log2(devices)
     between measured scales, the nearest one's beyond them; 0 with one measured scale.
     Weak scaling keeps each device's work, so the step is not below the one measured at the
-    largest scale under the target (more devices only add waiting)."""
+    largest scale under the target (more devices only add waiting); where the other terms
+    price less, the runs decide (``weak_floor``: beyond the runs, their growth continued)."""
 
     name = "measured_residual"
     part = "compute"
@@ -325,15 +326,45 @@ class MeasuredResidual:
         below = [m for m in pts if m.ranks <= q]
         if ctx.target.scaling == "weak" and below:
             others = sum(t.value(ctx).seconds for t in TERMS if t is not self)
-            floor = max(below, key=lambda m: m.ranks)
-            if others + resid < floor.step_s:
+            last = max(below, key=lambda m: m.ranks)
+            if others + resid < last.step_s:
+                floor, how = weak_floor(below, q)
                 notes.append(
                     f"the model's {(others + resid) * 1e3:.4g} ms is below the "
-                    f"{floor.step_s * 1e3:.4g} ms measured at {floor.ranks} devices: weak "
-                    "scaling does not speed a device up, that step kept"
+                    f"{last.step_s * 1e3:.4g} ms measured at {last.ranks} devices: weak "
+                    f"scaling does not speed a device up, so the runs decide: {how}"
                 )
-                resid = floor.step_s - others
+                resid = floor - others
         return TermValue(self.name, resid, tuple(notes))
+
+
+def weak_floor(below: list[MeasuredScale], q: int) -> tuple[float, str]:
+    """The weak-scaling step at q devices where the model's terms price less than the
+    largest run at or below q (``below``; each device keeps its work, so the step does not
+    fall): the model's shape contradicts the runs and they decide. At least that run's step;
+    beyond it, where the two largest runs' steps GREW with the devices, that growth is a
+    cost of more devices the model does not continue: it goes on as the slowest of q devices
+    lags further, E[max of q normals] with the spread the two runs imply, not flat. (step,
+    what it rests on)."""
+    pts = sorted(below, key=lambda m: m.ranks)
+    last = pts[-1]
+    how = f"the step measured at {last.ranks} devices kept"
+    if len(pts) < 2 or q <= last.ranks or pts[-2].ranks >= last.ranks:
+        return last.step_s, how
+    if last.step_s <= pts[-2].step_s:
+        return last.step_s, how
+    prev = pts[-2]
+    spread = (last.step_s - prev.step_s) / (
+        expected_max_normal(last.ranks) - expected_max_normal(prev.ranks)
+    )
+    lag = spread * (expected_max_normal(q) - expected_max_normal(last.ranks))
+    how = (
+        f"the step measured at {last.ranks} devices plus the growth measured from "
+        f"{prev.ranks} to {last.ranks} devices continued as the "
+        f"slowest of {q} lags ({spread * 1e3:.3g} ms spread x (E[max of {q}] - "
+        f"E[max of {last.ranks}]) = {lag * 1e3:.3g} ms)"
+    )
+    return last.step_s + lag, how
 
 
 # The step-time model: one instance per named term, summed.

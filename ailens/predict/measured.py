@@ -46,6 +46,9 @@ __all__ = ["MeasuredFit", "fit_measured", "predict_measured"]
 
 # The effective bandwidth factor is searched in [K_MIN, 1] (log scale, bisection).
 K_MIN = 1e-3
+# A measured step the fitted model meets within this share is met: 40 golden-section steps
+# on log k leave ~1e-8 of it, the search's rounding, not a residual to print or carry.
+FIT_TOLERANCE = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,7 +171,7 @@ def fit_measured(
     scales = []
     for j in jobs:
         m = _model_step(base, fitted, j.ranks, j.ranks_per_node, scaling, gb).step_time_s
-        if abs(j.step_s - m) <= 1e-9 * j.step_s:  # the fit's rounding, not a measurement
+        if abs(j.step_s - m) <= FIT_TOLERANCE * j.step_s:
             m = j.step_s
         scales.append(
             MeasuredScale(ranks=j.ranks, ranks_per_node=j.ranks_per_node, step_s=j.step_s,
