@@ -8,11 +8,11 @@ from torch.utils.data.distributed import DistributedSampler
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed import init_process_group, destroy_process_group
 import os
+import ailens.integrations.torch
 
 
 def ddp_setup():
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    init_process_group(backend="nccl")
+    init_process_group(backend="gloo")
 
 class Trainer:
     def __init__(
@@ -24,7 +24,7 @@ class Trainer:
         snapshot_path: str,
     ) -> None:
         self.gpu_id = int(os.environ["LOCAL_RANK"])
-        self.model = model.to(self.gpu_id)
+        self.model = model.to("cpu")
         self.train_data = train_data
         self.optimizer = optimizer
         self.save_every = save_every
@@ -34,7 +34,8 @@ class Trainer:
             print("Loading snapshot")
             self._load_snapshot(snapshot_path)
 
-        self.model = DDP(self.model, device_ids=[self.gpu_id])
+        self.model = DDP(self.model)
+        ailens.integrations.torch.attach(self.model, self.optimizer)
 
     def _load_snapshot(self, snapshot_path):
         loc = f"cuda:{self.gpu_id}"
@@ -55,8 +56,8 @@ class Trainer:
         print(f"[GPU{self.gpu_id}] Epoch {epoch} | Batchsize: {b_sz} | Steps: {len(self.train_data)}")
         self.train_data.sampler.set_epoch(epoch)
         for source, targets in self.train_data:
-            source = source.to(self.gpu_id)
-            targets = targets.to(self.gpu_id)
+            source = source.to("cpu")
+            targets = targets.to("cpu")
             self._run_batch(source, targets)
 
     def _save_snapshot(self, epoch):

@@ -19,6 +19,7 @@ from timeit import default_timer as timer
 
 import tensorflow as tf
 import horovod.tensorflow.keras as hvd
+import ailens.integrations.keras
 from tensorflow.keras import applications
 
 # Benchmark settings
@@ -94,6 +95,7 @@ callbacks = [
     # Note: This callback must be in the list before the ReduceLROnPlateau,
     # TensorBoard or other metrics-based callbacks.
     hvd.callbacks.MetricAverageCallback(),
+    ailens.integrations.keras.LensCallback(),
 ]
 
 class TimingCallback(tf.keras.callbacks.Callback):

@@ -19,6 +19,7 @@ import timeit
 
 import tensorflow as tf
 import horovod.tensorflow as hvd
+import ailens.integrations.horovod
 from tensorflow.keras import applications
 
 # Benchmark settings
@@ -48,6 +49,7 @@ args.cuda = not args.no_cuda
 
 # Horovod: initialize Horovod.
 hvd.init()
+ailens.integrations.horovod.attach(hvd)
 
 # Horovod: pin GPU to be used to process local rank (one GPU per process)
 if args.cuda:
