@@ -62,7 +62,7 @@ PUBLIC_SCRIPTS = {
         script="multigpu_torchrun.py",
         launcher="torchrun",
         ranks=2,
-        args=("30", "5", "--batch_size", "2"),
+        args=("20", "5", "--batch_size", "2"),
         smoke_args=("2", "1", "--batch_size", "16"),
         needs=("torch",),
     ),
