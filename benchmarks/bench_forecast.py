@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -258,6 +259,11 @@ def live_public(args) -> int:
     """Run the public scripts (``forecast_public.PUBLIC_SCRIPTS``) with only the one ailens
     line and score them as ``live`` scores the examples, with issue 30's live goal per script."""
     names = list(PUBLIC_SCRIPTS) if args.public == "all" else args.public.split(",")
+    unknown = [n for n in names if n not in PUBLIC_SCRIPTS]
+    if unknown:
+        print(f"bench_forecast live --public: no script {', '.join(unknown)}; the scripts: "
+              f"all, {', '.join(PUBLIC_SCRIPTS)}", file=sys.stderr)  # fmt: skip
+        return 2
     rows = []
     for name in names:
         missing = harness.missing_module(list(PUBLIC_SCRIPTS[name].needs))
@@ -267,12 +273,21 @@ def live_public(args) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             run_dir = Path(tmp) / "run"
             before = harness.loadavg_text()
-            code, out, wall = run_public(name, run_dir, smoke=args.smoke, timeout=args.timeout)
+            try:
+                code, out, wall = run_public(name, run_dir, smoke=args.smoke, timeout=args.timeout)
+            except subprocess.TimeoutExpired as e:
+                print(f"{name}: over --timeout {args.timeout:.0f} s; not scored", file=sys.stderr)
+                print(str(e.output or "")[-3000:], file=sys.stderr)
+                continue
             if code:
                 print(f"{name}: exit code {code}\n{out[-3000:]}", file=sys.stderr)
                 continue
             row = {"name": name, "kind": "live-public", "structure": [], "wall_s": round(wall, 1)}
-            row |= score_public(run_dir)
+            try:
+                row |= score_public(run_dir)
+            except (ValueError, ailens.TraceError) as e:
+                print(f"{name}: not scored: {e}", file=sys.stderr)
+                continue
             rows.append(row | {"load": [before, harness.loadavg_text()]})
     summary = summarise(rows)
     print(table(rows, summary))
@@ -280,9 +295,14 @@ def live_public(args) -> int:
     print("\n".join(goal_line(r["name"], r) for r in rows))
     print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
     held = sum(r["goal"]["holds"] for r in rows)
-    print(f"live goal (issue 30): holds on {held} of {len(rows)} public scripts")
+    unscored = len(names) - len(rows)
+    print(
+        f"live goal (issue 30): holds on {held} of {len(names)} public scripts"
+        + (f" ({unscored} not run or not scored: not reached)" if unscored else "")
+    )
     if args.json:
-        harness.write_json(args.json, {"runs": rows, "summary": summary, "goal_holds": held})
+        doc = {"runs": rows, "summary": summary, "scripts": names, "goal_holds": held}
+        harness.write_json(args.json, doc)
     return 0
 
 
