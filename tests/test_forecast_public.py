@@ -76,3 +76,19 @@ def _row(first_total, total_10, naive_10, *, first_epoch=None, epoch_10=None, ep
 def test_the_live_goal_rule(row, forecast, holds):
     goal = forecast_public.live_goal(row)
     assert goal["forecast"] == forecast and goal["holds"] is holds
+
+
+def test_the_epoch_level_forecast_is_scored_against_its_epochs_actual_end():
+    """At 10 % of 100 steps (step 10, 1 s elapsed, 0.1 s a step) the forecast says the
+    running epoch ends (step 20) at 2.2 s; it ended at 2.0 s: +10 %, where the epoch's
+    progress bar (1 s + 10 steps x 0.1 s) is exact. Points without a forecast stay null."""
+    from forecast_replay import epoch_scores
+
+    step_end_s = [0.1 * k for k in range(1, 101)]
+    got = epoch_scores({10: (20, 2.2, 1.0), 5: (120, 9.0, 0.5)}, step_end_s, 100)
+    assert got["first_epoch_forecast_step"] == 5
+    assert got["epoch_error_pct"]["ailens"]["10"] == pytest.approx(10.0)
+    assert got["epoch_error_pct"]["naive"]["10"] == pytest.approx(0.0)
+    # an epoch end past the run's last step has no actual end to score against
+    assert got["epoch_error_pct"]["ailens"]["5"] is None
+    assert got["epoch_error_pct"]["ailens"]["20"] is None
