@@ -116,13 +116,14 @@ def launch(
     *,
     merge_output: bool = False,
     preexec_fn: Callable[[], None] | None = None,
+    cwd: str | Path = REPO,
 ) -> tuple[int, str, str]:
-    """Run ``cmd`` from the repository root in its own process group: (exit status, stdout,
-    stderr; with ``merge_output`` stderr goes into stdout; ``env`` None: this process's). On a
-    timeout, or when this script is stopped, the whole group (launcher and ranks) is killed;
-    a timeout raises ``subprocess.TimeoutExpired`` carrying the output so far."""
+    """Run ``cmd`` from ``cwd`` (the repository root) in its own process group: (exit status,
+    stdout, stderr; with ``merge_output`` stderr goes into stdout; ``env`` None: this
+    process's). On a timeout, or when this script is stopped, the whole group (launcher and
+    ranks) is killed; a timeout raises ``subprocess.TimeoutExpired`` carrying the output so far."""
     proc = subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT if merge_output else subprocess.PIPE, text=True,
         start_new_session=True, preexec_fn=preexec_fn,
     )  # fmt: skip

@@ -4,6 +4,7 @@ a corpus of real runs replayed deterministically, and live on the examples.
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json   # replay the corpus
     .venv/bin/python benchmarks/bench_forecast.py record                   # re-record (quiet!)
     .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
+    .venv/bin/python benchmarks/bench_forecast.py live --public            # others' scripts
 
 ``corpus`` replays, each tagged with its ``source`` (``mlperf``, ``recorded`` or ``synthetic``)
 and its ``set`` (the source, with ``recorded-loaded`` for recordings made on a loaded machine):
@@ -45,13 +46,16 @@ summaries give ``signature_coverage_pct`` and count the kinds (``signature_held_
 
 Its rooms: ``forecast_replay.py`` scores one run, ``forecast_summary.py`` summarises and prints
 the scores, ``forecast_synthetic.py`` makes the synthetic runs, ``forecast_recording.py`` holds
-the recorded cases and ``record``.
+the recorded cases and ``record``, ``forecast_public.py`` the public scripts ``live --public``
+runs (issue 30's live goal: each script with only the one ailens line, scored the same way,
+with its epoch-level forecast where nothing says the length, and the goal per script).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -60,6 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import _harness as harness  # noqa: E402
+from forecast_public import PUBLIC_SCRIPTS, goal_line, run_public, score_public  # noqa: E402
 from forecast_recording import CASES, QUIET_LOAD, record, recording_set  # noqa: E402
 from forecast_replay import replay, replay_mlperf  # noqa: E402
 from forecast_summary import group_table, summarise, summary_lines, table  # noqa: E402
@@ -218,6 +223,8 @@ def _values(rows: list[dict], key: str) -> list[str]:
 
 def live(args) -> int:
     """Run examples end to end now and score their forecasts (the machine's load included)."""
+    if args.public:
+        return live_public(args)
     rows = []
     for name in args.examples.split(","):
         script, ranks, flags, structure, _ = CASES[name]
@@ -245,6 +252,57 @@ def live(args) -> int:
     print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
     if args.json:
         harness.write_json(args.json, {"runs": rows, "summary": summary})
+    return 0
+
+
+def live_public(args) -> int:
+    """Run the public scripts (``forecast_public.PUBLIC_SCRIPTS``) with only the one ailens
+    line and score them as ``live`` scores the examples, with issue 30's live goal per script."""
+    names = list(PUBLIC_SCRIPTS) if args.public == "all" else args.public.split(",")
+    unknown = [n for n in names if n not in PUBLIC_SCRIPTS]
+    if unknown:
+        print(f"bench_forecast live --public: no script {', '.join(unknown)}; the scripts: "
+              f"all, {', '.join(PUBLIC_SCRIPTS)}", file=sys.stderr)  # fmt: skip
+        return 2
+    rows = []
+    for name in names:
+        missing = harness.missing_module(list(PUBLIC_SCRIPTS[name].needs))
+        if missing:
+            print(f"{name}: skipped, {missing}", file=sys.stderr)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            run_dir = Path(tmp) / "run"
+            before = harness.loadavg_text()
+            try:
+                code, out, wall = run_public(name, run_dir, smoke=args.smoke, timeout=args.timeout)
+            except subprocess.TimeoutExpired as e:
+                print(f"{name}: over --timeout {args.timeout:.0f} s; not scored", file=sys.stderr)
+                print(str(e.output or "")[-3000:], file=sys.stderr)
+                continue
+            if code:
+                print(f"{name}: exit code {code}\n{out[-3000:]}", file=sys.stderr)
+                continue
+            row = {"name": name, "kind": "live-public", "structure": [], "wall_s": round(wall, 1)}
+            try:
+                row |= score_public(run_dir)
+            except (ValueError, ailens.TraceError) as e:
+                print(f"{name}: not scored: {e}", file=sys.stderr)
+                continue
+            rows.append(row | {"load": [before, harness.loadavg_text()]})
+    summary = summarise(rows)
+    print(table(rows, summary))
+    print("\n".join(summary_lines(summary)))
+    print("\n".join(goal_line(r["name"], r) for r in rows))
+    print("load average before/after: " + ", ".join(f"{r['name']} {r['load']}" for r in rows))
+    held = sum(r["goal"]["holds"] for r in rows)
+    unscored = len(names) - len(rows)
+    print(
+        f"live goal (issue 30): holds on {held} of {len(names)} public scripts"
+        + (f" ({unscored} not run or not scored: not reached)" if unscored else "")
+    )
+    if args.json:
+        doc = {"runs": rows, "summary": summary, "scripts": names, "goal_holds": held}
+        harness.write_json(args.json, doc)
     return 0
 
 
@@ -277,6 +335,18 @@ def main() -> int:
     )
     v = sub.add_parser("live", help="run examples end to end now and score their forecasts")
     v.add_argument("--examples", default="kmeans-2,resnet50-ddp-2,mnist-torch-2")
+    v.add_argument(
+        "--public",
+        nargs="?",
+        const="all",
+        help="run the public scripts instead, each with only the one ailens line (all, or "
+        "comma-separated: " + ", ".join(PUBLIC_SCRIPTS) + ")",
+    )
+    v.add_argument(
+        "--smoke",
+        action="store_true",
+        help="with --public: a few seconds each (checks the harness; its figures mean nothing)",
+    )
     v.add_argument("--json", type=Path)
     v.add_argument("--timeout", type=float, default=1800)
     args = ap.parse_args()

@@ -18,15 +18,22 @@ from ailens.model import composer_total_s, naive_total_s
 FRACTIONS = (1, 5, 10, 20, 50)
 
 
-def replay(run_dir: Path) -> dict:
+def replay(run_dir: Path, *, total_steps: int | None = None, epochs: bool = False) -> dict:
     """Score one recorded run: forecast, progress bar and Composer at each fraction of the
-    steps."""
-    seen: dict[int, tuple] = {}
-    a = harness.analyze_run(run_dir, watch=lambda oa: _watch(oa, seen))
+    steps, and the step of its first total forecast (``first_forecast_step``). A run whose
+    length nothing said during it scores null at every fraction, as its user saw it;
+    ``total_steps`` replays it told the length from the start (what the length hint asks
+    for). ``epochs``: also the epoch-level forecast (``epoch_scores``)."""
+    seen: dict = {"epochs": {} if epochs else None}
+    a = harness.analyze_run(run_dir, watch=lambda oa: _watch(oa, seen), total_steps=total_steps)
     f = a.forecast
     if f is None or not f.actual_total_s or not f.total_steps:
         raise ValueError(f"{run_dir}: no finished run with a known total ({a.warnings})")
     row = _score(f.total_steps, f.actual_total_s, seen)
+    row["first_forecast_step"] = seen.get("first_forecast_step")
+    row["warmup_steps"] = a.config.warmup_steps
+    if epochs:
+        row.update(epoch_scores(seen["epochs"], a.step_end_s, f.total_steps))
     row["ranks"] = a.ranks
     row["signature_fraction"] = f.signature_fraction
     row["signature_error_pct"] = f.error_pct if f.basis == "signature" else None
@@ -128,6 +135,29 @@ def _watch(oa, seen: dict) -> None:
         naive_total_s(p.elapsed_s, p.steps_done, p.total_steps),
         composer,
     )
+    if p.predicted_total_s is not None:
+        seen.setdefault("first_forecast_step", p.steps_done)
+    if seen.get("epochs") is not None and (e := oa.epoch_forecast()) is not None:
+        seen["epochs"][p.steps_done] = (e.epoch_end_step, e.predicted_end_s, p.elapsed_s)
+
+
+def epoch_scores(epochs: dict[int, tuple], step_end_s, n: int) -> dict:
+    """The epoch-level forecast (when the running epoch ends: what a run whose length nothing
+    says gets) scored like the total: at each fraction of the steps, its error against the
+    epoch's actual end, beside the progress bar of that epoch (elapsed + steps to the
+    epoch's end x mean step time so far), both in % of the actual end (time from the Lens
+    start); and the step it first appeared (``first_epoch_forecast_step``)."""
+    err: dict = {"ailens": {}, "naive": {}}
+    for pct in FRACTIONS:
+        s = max(1, math.floor(pct / 100 * n))
+        end_step, predicted, elapsed = epochs.get(s, (None, None, None))
+        ok = end_step is not None and end_step <= len(step_end_s)
+        actual = float(step_end_s[end_step - 1]) if ok else None
+        naive = elapsed + (end_step - s) * elapsed / s if ok else None
+        err["ailens"][str(pct)] = _pct(predicted, actual) if ok else None
+        err["naive"][str(pct)] = _pct(naive, actual) if ok else None
+    first = min(epochs) if epochs else None
+    return {"first_epoch_forecast_step": first, "epoch_error_pct": err}
 
 
 def replay_mlperf(path: Path) -> dict:
