@@ -37,6 +37,7 @@ from ailens.predict import (
     unexplained_band,
 )
 from ailens.predict.cluster import scale_bandwidth
+from ailens.predict.terms import expected_max_normal
 
 # The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)
@@ -372,12 +373,11 @@ def _growth_rate(c: dict) -> float:
     return math.log(c["measured_s"] / c["predicted_s"]) / d
 
 
-def _with_rate(cases: list[dict], rate_for) -> dict:
+def _scored(cases: list[dict], predicted) -> dict:
+    """Median |error|, cases closer than ideal and the median per source of ``predicted(c)``."""
     errs, closer, per = [], 0, {}
     for c in cases:
-        g = rate_for(c)
-        d = math.log2(int(c["to"]["gpus"]) / int(c["from"]["gpus"]))
-        e = abs(c["predicted_s"] * math.exp(g * d) - c["measured_s"]) / c["measured_s"] * 100
+        e = abs(predicted(c) - c["measured_s"]) / c["measured_s"] * 100
         errs.append(e)
         closer += e < abs(c["baseline_error_pct"])
         per.setdefault(c["source"], []).append(e)
@@ -388,20 +388,28 @@ def _with_rate(cases: list[dict], rate_for) -> dict:
     }
 
 
+def _lag_shape(c: dict) -> float:
+    """The slowest of q devices' lag per unit of spread, in source steps (``SlowestRank``
+    with a spread that is a share of the step)."""
+    return c["from"]["step_s"] * expected_max_normal(int(c["to"]["gpus"]))
+
+
 def growth_rate_transfer(cases: list[dict]) -> dict:
-    """Whether the growth beyond the model (``_growth_rate``: log measured / predicted per
-    doubling of the devices) carries from elsewhere to a one-scale case, as a factor
-    exp(rate x doublings) on its prediction: (a) ONE rate for every platform, the median of
+    """Whether the growth beyond the model carries from elsewhere to a one-scale case.
+    As a factor exp(rate x doublings) on its prediction (``_growth_rate``: log measured /
+    predicted per doubling of the devices): (a) ONE rate for every platform, the median of
     the OTHER sources' cases (leave one source out): a constant the model could ship; (b) a
     rate per platform, the median of the OTHER models' cases of the same source and platform
     (leave one model out): the platform calibrated by other jobs' runs on it, what a user's
-    history on the cluster could give. Each: median |error|, cases closer than ideal, the
-    median per source; beside the model as it is."""
-    none = _with_rate(cases, lambda c: 0.0)
+    history on the cluster could give. (c) As the slowest rank of a job with no measured
+    spread: a step-to-step spread of ONE share of the step for every job (leave one source
+    out), lag = share x source step x E[max of q normals]. Each: median |error|, cases
+    closer than ideal, the median per source; beside the model as it is."""
     rates = [(c, _growth_rate(c)) for c in cases]
+    shares = [(c, (c["measured_s"] - c["predicted_s"]) / _lag_shape(c)) for c in cases]
 
-    def universal(c):
-        return statistics.median(r for o, r in rates if o["source"] != c["source"])
+    def others(pairs, c):
+        return statistics.median(r for o, r in pairs if o["source"] != c["source"])
 
     def platform(c):
         same = [
@@ -413,10 +421,20 @@ def growth_rate_transfer(cases: list[dict]) -> dict:
         ]
         return statistics.median(same) if same else 0.0
 
+    def times_rate(rate_for):
+        def at(c):
+            d = math.log2(int(c["to"]["gpus"]) / int(c["from"]["gpus"]))
+            return c["predicted_s"] * math.exp(rate_for(c) * d)
+
+        return at
+
     return {
-        "model": none,
-        "one_rate_leave_one_source_out": _with_rate(cases, universal),
-        "rate_per_platform_leave_one_model_out": _with_rate(cases, platform),
+        "model": _scored(cases, lambda c: c["predicted_s"]),
+        "one_rate_leave_one_source_out": _scored(cases, times_rate(lambda c: others(rates, c))),
+        "rate_per_platform_leave_one_model_out": _scored(cases, times_rate(platform)),
+        "one_spread_share_leave_one_source_out": _scored(
+            cases, lambda c: c["predicted_s"] + others(shares, c) * _lag_shape(c)
+        ),
         "needed_rate_median_by_source": {
             s: statistics.median(r for o, r in rates if o["source"] == s)
             for s in sorted({c["source"] for c in cases})

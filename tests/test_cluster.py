@@ -442,7 +442,8 @@ def test_one_scale_misses_are_told_apart_by_cause():
 def test_growth_rate_transfer_tells_a_shipped_rate_from_a_calibrated_platform():
     """``growth_rate_transfer``: where one platform's jobs all grow 10 % per doubling beyond
     the model and another's not at all, one rate fitted on the other sources misses both,
-    while the rate of the other models on the same platform predicts each exactly."""
+    (and so does one slowest-rank spread), while the rate of the other models on the same
+    platform predicts each exactly."""
     import sys
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -458,6 +459,7 @@ def test_growth_rate_transfer_tells_a_shipped_rate_from_a_calibrated_platform():
     got = p2.growth_rate_transfer(cases)
     assert got["rate_per_platform_leave_one_model_out"]["median_abs_error_pct"] < 1e-9
     assert got["one_rate_leave_one_source_out"]["median_abs_error_pct"] > 9
+    assert got["one_spread_share_leave_one_source_out"]["median_abs_error_pct"] > 9
     assert got["model"]["median_abs_error_pct"] > 0
     assert abs(got["needed_rate_median_by_source"]["slow"] - math.log(1.1)) < 1e-12
 
