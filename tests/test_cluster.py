@@ -484,6 +484,13 @@ def test_public_one_scale_goals_say_what_decides_the_misses():
     assert sum(v["cases"] for v in one["over_goal_by_cause"].values()) == misses > 0
     other = one["network_from_other_models"]
     assert other["cases"] == len(cases) and other["factors_fitted"] > 0
+    share = one["network_share_transfer"]
+    assert set(share["share_chosen_without_the_source"]) == {
+        c["source"].split(" ")[0] for c in cases
+    }
+    assert share["median_abs_error_pct_at_each_share_in_sample"]["1"] == pytest.approx(
+        one["median_abs_error_pct"]
+    )
     assert one["growth_rate_transfer"]["model"]["median_abs_error_pct"] == pytest.approx(
         one["median_abs_error_pct"]
     )
