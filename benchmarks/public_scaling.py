@@ -54,6 +54,7 @@ from ailens.predict import (
     predict,
     widen_unexplained,
 )
+from ailens.predict.cluster import measured_links
 
 MB = 1024 * 1024
 GB = 1e9
@@ -173,6 +174,9 @@ def _case(
         "baseline_error_pct": 100.0 * (base - measured) / measured,
         "over_link_ceiling": row.over_link_ceiling,
         "platform": platform.name,
+        # Whether the links the target's collectives cross were fitted (nccl-tests or the
+        # job's runs), not datasheet figures: issue 32's one-scale goal is on such platforms.
+        "links_measured": measured_links(platform, row.nodes),
         "scaling": job.scaling,
         "compute_low_s": row.compute_low_s,
         "compute_high_s": row.compute_high_s,
