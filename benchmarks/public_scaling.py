@@ -51,10 +51,10 @@ from ailens.predict import (
     JobDescription,
     Link,
     ddp_buckets,
+    measured_links,
     predict,
     widen_unexplained,
 )
-from ailens.predict.cluster import measured_links
 
 MB = 1024 * 1024
 GB = 1e9

@@ -32,12 +32,12 @@ import public_scaling as ps
 
 from ailens.predict import (
     UNEXPLAINED_PER_DOUBLING,
+    expected_max_normal,
     fit_measured,
     predict_measured,
+    scale_bandwidth,
     unexplained_band,
 )
-from ailens.predict.cluster import scale_bandwidth
-from ailens.predict.terms import expected_max_normal
 
 # The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)
