@@ -506,6 +506,30 @@ def summarise(cases: list[dict]) -> dict:
     return out
 
 
+def in_sample_medians(obs: list[dict]) -> dict:
+    """Median |error| % of the model fitted on every job (the held-out one included) over
+    the pairs across device types, and its CUDA and across-stacks parts: the part of the
+    held-out error that is job x device interaction, which no per-device ratio removes."""
+    everything = fit_device_speed(obs, FEATURES)
+    cases = [
+        c
+        for job in sorted({o["job"] for o in obs})
+        for a, b in _pairs(obs, job)
+        if (c := _case(everything, a, b, "in-sample")) and not c["same_device_type"]
+    ]
+    parts = {
+        "across device types": lambda c: True,
+        "across CUDA GPU types": lambda c: c["same_stack"],
+        "across software stacks": lambda c: not c["same_stack"],
+    }
+    out = {}
+    for name, keep in parts.items():
+        e = [_err(c["model_log_ratio"], c["true_log_ratio"]) for c in cases if keep(c)]
+        if e:
+            out[name] = float(np.median(e))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the summary and every case here")
@@ -541,16 +565,13 @@ def main(argv=None) -> int:
             f"{p['worst_pct']:10.1f}  {100 * r['model_closer_than_both']:4.0f}%"
         )
     # The floor of any one-ratio-per-device model on this data: fitted on every job, the
-    # pair's own included (what the job x device interaction leaves).
-    everything = fit_device_speed(obs, FEATURES)
-    own = [
-        _err(c["model_log_ratio"], c["true_log_ratio"])
-        for job in sorted({o["job"] for o in obs})
-        for a, b in _pairs(obs, job)
-        if (c := _case(everything, a, b, "in-sample")) and not c["same_device_type"]
-    ]
-    floor = float(np.median(own))
-    print(f"in-sample (no job held out), across device types: median {floor:.1f} %")
+    # pair's own included (what the job x device interaction leaves), by subset.
+    floors = in_sample_medians(obs)
+    floor = floors["across device types"]
+    print(
+        "in-sample (no job held out), median: "
+        + ", ".join(f"{k} {v:.1f} %" for k, v in floors.items())
+    )
     # What no device model can remove: one job on two systems of the same cell and count.
     same: dict = {}
     for o in obs:
@@ -570,6 +591,7 @@ def main(argv=None) -> int:
                 {
                     "summary": summary,
                     "in_sample_across_device_types_median_pct": floor,
+                    "in_sample_median_pct": floors,
                     "same_cell_and_count_two_systems_median_pct": twin_median,
                     "half_widths_log": hw,
                     "cases": cases,
