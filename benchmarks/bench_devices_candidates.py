@@ -23,6 +23,8 @@ Candidates (each a ridge-pulled term, 0 for a job whose label or feature is unkn
   network;
 * ``cell scale``: a per-cell slope on log2(devices), pulled towards the shared one (a TPU
   pod, a DGX SuperPOD and a cloud cluster lose per-device speed to scale differently);
+* the shipped model with its feature pull (0.5) or Huber threshold (0.1) changed: how much
+  the medians move with no new term;
 * ``cell dispersion``: each cell's measurements weighted by the median |residual| of all
   measurements over that cell's (capped at 1; to the power given), so a cell whose jobs
   disagree (TPU v3: Mask R-CNN 3-4x slower than on a V100, Transformer faster) leans more
@@ -204,10 +206,10 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         y[i] = ys[i]
     i = len(rows)
     for c in cells:
-        a[i, idx[("cell", c)]] = 0.5
+        a[i, idx[("cell", c)]] = pulls.get("feature_pull", 0.5)
         if feat[c]:
             for k in range(3):
-                a[i, idx[f"c{k}"]] = -0.5 * feat[c][k]
+                a[i, idx[f"c{k}"]] = -pulls.get("feature_pull", 0.5) * feat[c][k]
         a[i + 1, idx[("g", c)]] = 1.0
         i += 2
     weight = {"job": 1e-3, "u": pulls.get("class"), "v": pulls.get("family"),
@@ -223,7 +225,7 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
     for _ in range(20):
         res = np.abs(a[:m] @ theta - y[:m])
         w = np.ones(len(y))
-        w[:m] = np.sqrt(np.minimum(1.0, 0.1 / np.maximum(res, 1e-12)))
+        w[:m] = np.sqrt(np.minimum(1.0, pulls.get("huber", 0.1) / np.maximum(res, 1e-12)))
         if "dispersion" in pulls:
             typical = np.median(res)
             for c in cells:
@@ -323,6 +325,11 @@ CANDIDATES = {
     "cell scale (pull 3)": {"cell_scale": 3.0},
     "cell dispersion (power 1)": {"dispersion": 1.0},
     "cell dispersion (power 0.5)": {"dispersion": 0.5},
+    # The shipped settings' neighbours: how much the medians move with no new term.
+    "feature pull 0.25": {"feature_pull": 0.25},
+    "feature pull 1": {"feature_pull": 1.0},
+    "Huber 0.05": {"huber": 0.05},
+    "Huber 0.2": {"huber": 0.2},
 }
 
 

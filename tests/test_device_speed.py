@@ -200,6 +200,15 @@ def test_the_in_sample_floor_is_the_job_by_device_interaction():
     assert 8 < spread["across device types"] < 20
 
 
+def test_a_job_measured_on_many_systems_counts_once_in_the_job_weighted_median():
+    """Job A has three pairs that the model gets right, B and C one each that it misses:
+    over pairs the median is A's 1 %, with each job weighing one it is 50 %."""
+    cases = [{"job": j} for j in ("A", "A", "A", "B", "C")]
+    errors = [1.0, 1.0, 1.0, 50.0, 60.0]
+    assert sorted(errors)[2] == 1.0
+    assert _bench().job_weighted_median(cases, errors) == 50.0
+
+
 def test_one_wild_measurement_does_not_drag_a_cells_effect():
     """Eight jobs run 2x faster on B; a ninth (a system unlike its device: another
     submitter's software, under one sample per device) was 5x slower there. The robust fit
