@@ -35,8 +35,8 @@ and leave-one-family-out (LOFO; every job of the held-out job's fine family remo
 families with several jobs). Columns: median |error| % across device types / across CUDA
 GPU types / across software stacks / V100 fp32 <-> mixed (DLE; LOJO and LOFO only).
 
-    python benchmarks/bench_devices_candidates.py [CANDIDATE ...]   (2.5 minutes on 2
-    busy cores for all; named ones: those and "shipped")
+    python benchmarks/bench_devices_candidates.py [CANDIDATE ...]   (about 25 s a row on
+    2 busy cores, 7 minutes for all; named ones: those and "shipped")
 """
 
 from __future__ import annotations
