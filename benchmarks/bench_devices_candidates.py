@@ -16,14 +16,27 @@ Candidates (each a ridge-pulled term, 0 for a job whose label or feature is unkn
 * ``family scale``: a per-family slope on log2(devices);
 * ``step time x cell``: a per-cell slope on log2 of the job's step time (Gavel's measured
   step, MLPerf's where the unit is samples or the dataset is known), the held-out job's from
-  its source measurement.
+  its source measurement;
+* ``node scale``: a shared slope on log2 of the nodes a measurement spans (devices per node
+  from the system's name, ``devices_per_node``), beside the one on log2 of the devices: a
+  step synchronises within a node over NVLink or the pod's links, across nodes over the
+  network;
+* ``cell scale``: a per-cell slope on log2(devices), pulled towards the shared one (a TPU
+  pod, a DGX SuperPOD and a cloud cluster lose per-device speed to scale differently);
+* the shipped model with its feature pull (0.5) or Huber threshold (0.1) changed: how much
+  the medians move with no new term;
+* ``cell dispersion``: each cell's measurements weighted by the median |residual| of all
+  measurements over that cell's (capped at 1; to the power given), so a cell whose jobs
+  disagree (TPU v3: Mask R-CNN 3-4x slower than on a V100, Transformer faster) leans more
+  on the feature line (an empirical-Bayes shrinkage).
 
 Folds: leave-one-job-out (LOJO), leave-one-device-out (LODO; the target's device unseen)
 and leave-one-family-out (LOFO; every job of the held-out job's fine family removed, for
 families with several jobs). Columns: median |error| % across device types / across CUDA
 GPU types / across software stacks / V100 fp32 <-> mixed (DLE; LOJO and LOFO only).
 
-    python benchmarks/bench_devices_candidates.py        (2.5 minutes on 2 busy cores)
+    python benchmarks/bench_devices_candidates.py [CANDIDATE ...]   (about 25 s a row on
+    2 busy cores, 7 minutes for all; named ones: those and "shipped")
 """
 
 from __future__ import annotations
@@ -76,6 +89,26 @@ def _feature_row(features: dict, cell: str) -> list[float] | None:
     f = features.get(dev) or {}
     peak = f.get("peak_tflops", {}).get(PRECISION_PEAK_KEY[prec])
     return [1.0, math.log(peak), math.log(f["mem_GBps"])] if peak and f.get("mem_GBps") else None
+
+
+# Devices per node where a system's name does not state it ("4xA100", "x4A100", "A100x4",
+# "-PCIex2", "x8A30"): a DGX-2 holds 16, an ABCI node 4, Azure's NC A100 v4 4; every other
+# system here is an 8-device server (DGX, HLS-Gaudi2, a TPU v3 host's 8 cores).
+_DEVICES_PER_NODE = {"dgx2": 16, "abci": 4, "NC96ads_A100_v4": 4}
+
+
+def devices_per_node(system: str) -> int:
+    m = re.search(r"(\d+)x(?:A100|H100)|x(\d+)(?:A100|A30|H100)|(?:A100|A100-PCIe|A100-SXM)x(\d+)",
+                  system)  # fmt: skip
+    if m:
+        return int(next(g for g in m.groups() if g))
+    return next((n for k, n in _DEVICES_PER_NODE.items() if system.startswith(k)), 8)
+
+
+def _nodes(o: dict) -> float:
+    """log2 of the nodes a measurement spans (0 for one device or one node)."""
+    per = devices_per_node(o["system"]) if o.get("system") else 8
+    return math.log2(max(1, math.ceil(o["devices"] / per)))
 
 
 def _name(o: dict) -> str:
@@ -134,7 +167,9 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         p(("cell", c)), p(("g", c))
         if "step" in pulls:
             p(("h", c))
-    for k in ("beta", "beta_u", "delta", "c0", "c1", "c2"):
+        if "cell_scale" in pulls:
+            p(("s", c))
+    for k in ("beta", "beta_u", "delta", "c0", "c1", "c2", "node"):
         p(k)
     rows, ys = [], []
     for o in obs:
@@ -156,6 +191,10 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
             terms[("roof", o["class"], 1)] = feat[o["cell"]][2] - 7.0
         if "step" in pulls and o["z_job"] is not None:
             terms[("h", o["cell"])] = o["z_job"]
+        if "node" in pulls:
+            terms["node"] = _nodes(o)
+        if "cell_scale" in pulls:
+            terms[("s", o["cell"])] = terms["beta"]
         rows.append({p(k): v for k, v in terms.items()})
         ys.append(o["log_t"])
     n = len(idx)
@@ -167,15 +206,15 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
         y[i] = ys[i]
     i = len(rows)
     for c in cells:
-        a[i, idx[("cell", c)]] = 0.5
+        a[i, idx[("cell", c)]] = pulls.get("feature_pull", 0.5)
         if feat[c]:
             for k in range(3):
-                a[i, idx[f"c{k}"]] = -0.5 * feat[c][k]
+                a[i, idx[f"c{k}"]] = -pulls.get("feature_pull", 0.5) * feat[c][k]
         a[i + 1, idx[("g", c)]] = 1.0
         i += 2
     weight = {"job": 1e-3, "u": pulls.get("class"), "v": pulls.get("family"),
               "fb": pulls.get("family_scale"), "roof": pulls.get("roof"),
-              "h": pulls.get("step")}  # fmt: skip
+              "h": pulls.get("step"), "s": pulls.get("cell_scale")}  # fmt: skip
     for key, j in idx.items():
         w = weight.get(key[0]) if isinstance(key, tuple) else None
         if w:
@@ -186,7 +225,13 @@ def fit(obs: list[dict], *, family_key="family", **pulls) -> dict:
     for _ in range(20):
         res = np.abs(a[:m] @ theta - y[:m])
         w = np.ones(len(y))
-        w[:m] = np.sqrt(np.minimum(1.0, 0.1 / np.maximum(res, 1e-12)))
+        w[:m] = np.sqrt(np.minimum(1.0, pulls.get("huber", 0.1) / np.maximum(res, 1e-12)))
+        if "dispersion" in pulls:
+            typical = np.median(res)
+            for c in cells:
+                mine = np.array([o["cell"] == c for o in obs])
+                spread = np.median(res[mine]) if mine.sum() > 2 else typical
+                w[:m][mine] *= min(1.0, typical / max(spread, 1e-12)) ** pulls["dispersion"]
         theta = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)[0]
     t = {k: float(theta[j]) for k, j in idx.items()}
     return {
@@ -211,6 +256,11 @@ def case(fitted: dict, a: dict, b: dict, fold: str) -> dict | None:
     for key in (("u", a["class"]), ("v", a[fk])):
         d += t.get((*key, b["cell"]), 0.0) - t.get((*key, a["cell"]), 0.0)
     d += t.get(("fb", a[fk]), 0.0) * (math.log2(b["devices"]) - math.log2(a["devices"]))
+    node = t.get("node", 0.0) * (_nodes(b) - _nodes(a))  # a scale correction: every method
+    for m in ("model", "same_speed", "peak"):
+        c[f"{m}_log_ratio"] += node
+    d += t.get(("s", b["cell"]), 0.0) * math.log2(b["devices"])
+    d -= t.get(("s", a["cell"]), 0.0) * math.log2(a["devices"])
     xa, xb = _feature_row(bench.FEATURES, a["cell"]), _feature_row(bench.FEATURES, b["cell"])
     if xa and xb:
         d += t.get(("roof", a["class"], 0), 0.0) * (xb[1] - xa[1])
@@ -270,13 +320,26 @@ CANDIDATES = {
     "class roofline": {"roof": 1.0},
     "family scale (fine)": {"family_scale": 1.0, "family_key": "fine"},
     "step time x cell": {"step": 1.0},
+    "node scale": {"node": 1.0},
+    "cell scale (pull 1)": {"cell_scale": 1.0},
+    "cell scale (pull 3)": {"cell_scale": 3.0},
+    "cell dispersion (power 1)": {"dispersion": 1.0},
+    "cell dispersion (power 0.5)": {"dispersion": 0.5},
+    # The shipped settings' neighbours: how much the medians move with no new term.
+    "feature pull 0.25": {"feature_pull": 0.25},
+    "feature pull 1": {"feature_pull": 1.0},
+    "Huber 0.05": {"huber": 0.05},
+    "Huber 0.2": {"huber": 0.2},
 }
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    only = (sys.argv[1:] if argv is None else argv) or list(CANDIDATES)
     obs = labelled(bench.observations())
     head = None
     for name, kw in CANDIDATES.items():
+        if name != "shipped" and name not in only:
+            continue
         r = evaluate(obs, **kw)
         if head is None:
             head = list(r)

@@ -179,6 +179,36 @@ def test_where_the_batch_is_unknown_the_device_count_stands_for_it():
     assert fitted["scale_slope_batch_unknown"] == pytest.approx(0.15, abs=0.02)
 
 
+def test_the_in_sample_floor_is_the_job_by_device_interaction():
+    """The benchmark's floor (the model fitted on every job, each pair's own included): 0
+    where every job's B/A is one ratio, and as large as the jobs' spread around it where
+    they disagree (no per-device ratio removes that part of the held-out error)."""
+    bench = _bench()
+
+    def jobs(ratios):
+        return [
+            {**o, "source": "toy"}
+            for m, r in enumerate(ratios)
+            for o in _toy(f"job {m}", math.log(r), 32.0)
+        ]
+
+    assert bench.in_sample_medians(jobs([0.5] * 6)) == pytest.approx(
+        {"across device types": 0.0, "across CUDA GPU types": 0.0}, abs=1e-6
+    )
+    spread = bench.in_sample_medians(jobs([0.4, 0.45, 0.5, 0.5, 0.55, 0.6, 0.9]))
+    assert set(spread) == {"across device types", "across CUDA GPU types"}
+    assert 8 < spread["across device types"] < 20
+
+
+def test_a_job_measured_on_many_systems_counts_once_in_the_job_weighted_median():
+    """Job A has three pairs that the model gets right, B and C one each that it misses:
+    over pairs the median is A's 1 %, with each job weighing one it is 50 %."""
+    cases = [{"job": j} for j in ("A", "A", "A", "B", "C")]
+    errors = [1.0, 1.0, 1.0, 50.0, 60.0]
+    assert sorted(errors)[2] == 1.0
+    assert _bench().job_weighted_median(cases, errors) == 50.0
+
+
 def test_one_wild_measurement_does_not_drag_a_cells_effect():
     """Eight jobs run 2x faster on B; a ninth (a system unlike its device: another
     submitter's software, under one sample per device) was 5x slower there. The robust fit
