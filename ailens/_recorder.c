@@ -819,9 +819,25 @@ static int end_tick(PyObject *owner, PyObject *tick)
     return ok;
 }
 
+/* A wrapper cleared by the garbage collector (its cycle being freed) is never called; if it
+ * were, an error rather than a NULL read. */
+static int cleared(AsyncCall *self)
+{
+    if (self->real != NULL && self->owner != NULL && self->handles != NULL &&
+        self->fallback != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "ailens: a cleared wrapper was called");
+    return 1;
+}
+
 static PyObject *AsyncCall_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames)
 {
+    if (cleared(self) || self->local == NULL || self->op == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "ailens: a cleared wrapper was called");
+        return NULL;
+    }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (!recording(self->owner, self->local))
         return PyObject_Vectorcall(self->real, args, nargsf, kwnames);
@@ -957,6 +973,8 @@ static PyTypeObject AsyncCallType = {
 static PyObject *HandleWait_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
                                        PyObject *kwnames)
 {
+    if (cleared(self))
+        return NULL;
     if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL)
         return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
     PyObject *tick = NULL;
