@@ -195,9 +195,10 @@ static inline int read_work(Recorder *self, int64_t *out)
     return call_int(self->read_work, out);
 }
 
-/* The pending exception is an Exception: hand it to on_fault (returns 0); a BaseException
- * (KeyboardInterrupt, SystemExit) or an error in on_fault itself stays raised (returns -1). */
-static int fault(Recorder *self)
+/* The pending exception is an Exception: hand it to `obj(exc)`, or to `obj.<name>(exc)` when
+ * `name` is given (returns 0); a BaseException (KeyboardInterrupt, SystemExit) or an error in
+ * that call stays raised (returns -1). */
+static int hand_over(PyObject *obj, PyObject *name)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception))
         return -1;
@@ -206,7 +207,9 @@ static int fault(Recorder *self)
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL)
         PyException_SetTraceback(value, tb);
-    PyObject *r = PyObject_CallOneArg(self->on_fault, value);
+    PyObject *args[2] = {obj, value};
+    PyObject *r = name == NULL ? PyObject_CallOneArg(obj, value)
+                               : PyObject_VectorcallMethod(name, args, 2, NULL);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
@@ -214,6 +217,12 @@ static int fault(Recorder *self)
         return -1;
     Py_DECREF(r);
     return 0;
+}
+
+/* A fault inside begin/end goes to on_fault (see hand_over). */
+static int fault(Recorder *self)
+{
+    return hand_over(self->on_fault, NULL);
 }
 
 static int not_ready(Recorder *self)
@@ -761,28 +770,6 @@ static long long payload_nbytes(PyObject *x)
     return v < 0 ? 0 : v;
 }
 
-/* The pending Exception goes to lens.disable(exc) (0); anything else stays raised (-1). */
-static int disable_lens(PyObject *lens)
-{
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-        return -1;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL)
-        PyException_SetTraceback(value, tb);
-    PyObject *args[2] = {lens, value};
-    PyObject *r = PyObject_VectorcallMethod(s_disable, args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                            NULL);
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
-    if (r == NULL)
-        return -1;
-    Py_DECREF(r);
-    return 0;
-}
-
 /* lens.collective_begin(op, nbytes): the tick (new ref), or NULL; a fault disables the Lens
  * and the tick is counted by the disabled path (Attachment._begin_tick). */
 static PyObject *begin_tick(PyObject *owner, PyObject *op, long long nbytes)
@@ -795,7 +782,7 @@ static PyObject *begin_tick(PyObject *owner, PyObject *op, long long nbytes)
     if (nb != NULL) {
         PyObject *args[3] = {lens, op, nb};
         tick = PyObject_VectorcallMethod(s_collective_begin, args, 3, NULL);
-        if (tick == NULL && disable_lens(lens) == 0)
+        if (tick == NULL && hand_over(lens, s_disable) == 0)
             tick = PyObject_VectorcallMethod(s_collective_begin, args, 3, NULL);
         Py_DECREF(nb);
     }
@@ -813,7 +800,7 @@ static int end_tick(PyObject *owner, PyObject *tick)
     PyObject *r = PyObject_VectorcallMethod(s_collective_end, args, 2, NULL);
     int ok = 0;
     if (r == NULL)
-        ok = disable_lens(lens);
+        ok = hand_over(lens, s_disable);
     Py_XDECREF(r);
     Py_DECREF(lens);
     return ok;
@@ -823,8 +810,8 @@ static int end_tick(PyObject *owner, PyObject *tick)
  * were, an error rather than a NULL read. */
 static int cleared(AsyncCall *self)
 {
-    if (self->real != NULL && self->owner != NULL && self->handles != NULL &&
-        self->fallback != NULL)
+    if (self->real != NULL && self->owner != NULL && self->local != NULL && self->op != NULL &&
+        self->handles != NULL && self->fallback != NULL)
         return 0;
     PyErr_SetString(PyExc_RuntimeError, "ailens: a cleared wrapper was called");
     return 1;
@@ -833,11 +820,8 @@ static int cleared(AsyncCall *self)
 static PyObject *AsyncCall_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames)
 {
-    if (cleared(self) || self->local == NULL || self->op == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "ailens: a cleared wrapper was called");
+    if (cleared(self))
         return NULL;
-    }
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (!recording(self->owner, self->local))
         return PyObject_Vectorcall(self->real, args, nargsf, kwnames);
@@ -876,7 +860,7 @@ static PyObject *AsyncCall_vectorcall(AsyncCall *self, PyObject *const *args, si
     PyErr_Restore(type, value, tb);
     if (PyDict_SetItem(self->handles, handle, tick) < 0) { /* fail open: the real handle */
         PyObject *lens = PyObject_GetAttr(self->owner, s_lens);
-        int ok = lens == NULL ? -1 : disable_lens(lens);
+        int ok = lens == NULL ? -1 : hand_over(lens, s_disable);
         Py_XDECREF(lens);
         if (ok < 0) {
             Py_DECREF(tick);
@@ -1027,6 +1011,8 @@ static PyObject *HandleWait_new(PyTypeObject *type, PyObject *args, PyObject *kw
         return NULL;
     self->real = Py_NewRef(real);
     self->owner = Py_NewRef(owner);
+    self->local = Py_NewRef(Py_None); /* unused here: set, so a clear is seen as in AsyncCall */
+    self->op = Py_NewRef(Py_None);
     self->handles = Py_NewRef(handles);
     self->fallback = Py_NewRef(fallback);
     self->vectorcall = (vectorcallfunc)HandleWait_vectorcall;
