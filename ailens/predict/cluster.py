@@ -349,11 +349,9 @@ def weak_floor(below: list[MeasuredScale], q: int) -> tuple[float, str]:
     pts = sorted(below, key=lambda m: m.ranks)
     last = pts[-1]
     how = f"the step measured at {last.ranks} devices kept"
-    if len(pts) < 2 or q <= last.ranks or pts[-2].ranks >= last.ranks:
+    prev = pts[-2] if len(pts) >= 2 else last
+    if q <= last.ranks or prev.ranks >= last.ranks or last.step_s <= prev.step_s:
         return last.step_s, how
-    if last.step_s <= pts[-2].step_s:
-        return last.step_s, how
-    prev = pts[-2]
     spread = (last.step_s - prev.step_s) / (
         expected_max_normal(last.ranks) - expected_max_normal(prev.ranks)
     )

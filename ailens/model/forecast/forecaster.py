@@ -49,9 +49,8 @@ class Forecaster:
         # Those during which steps ended: the units each ran beside (first, last index).
         self.beside_spans: dict[str, list[tuple[int, int]]] = {}
         self._in_step = 0.0  # section seconds inside the step interval now running
-        self._in_step_names: list[str] = []  # those sections' names, in order
-        # And where each is in ``sections[name]``, with its (begin, end) in ns.
-        self._in_step_spans: list[tuple[int, int, int]] = []
+        # Those sections, in order: (name, index in ``sections[name]``, begin ns, end ns).
+        self._in_step_sections: list[tuple[str, int, int, int]] = []
         self._warm: list[float] = []  # the warm-up steps' training times
         self._tied: list[int] = []  # steps that ended on the clock reading of the one before
         self.tick_s = 0.0  # a coarse clock's resolution, once steps shared a reading
@@ -74,8 +73,8 @@ class Forecaster:
         self.sections.setdefault(name, []).append((int(step), secs))
         if step == self.steps:  # inside the running step interval: not training time
             self._in_step += secs
-            self._in_step_names.append(name)
-            self._in_step_spans.append((len(self.sections[name]) - 1, t_begin_ns, t_end_ns))
+            at = len(self.sections[name]) - 1
+            self._in_step_sections.append((name, at, t_begin_ns, t_end_ns))
         self.t_now = max(self.t_now, t_end_ns)
 
     def on_step(self, t_ns: int) -> None:
@@ -95,7 +94,7 @@ class Forecaster:
             # time taken out, nor a section's time to come: what it costs is what the unit
             # took over the level, a recurring extra on the section's schedule.
             c = self.level.center
-            names = self._in_step_names
+            names = [name for name, *_ in self._in_step_sections]
             for name in names:
                 self.beside.setdefault(name, []).append(self.sections[name].pop()[1])
                 if not self.sections[name]:
@@ -107,8 +106,7 @@ class Forecaster:
         self.t_last = t_ns
         self.t_now = max(self.t_now, t_ns)
         self._in_step = 0.0
-        self._in_step_names = []
-        self._in_step_spans = []
+        self._in_step_sections = []
         tied, self._tied = self._tied, []
         k = len(tied) + 1
         share = max(x, 0.0) / k
@@ -126,7 +124,7 @@ class Forecaster:
         log whose unit ends with its evaluation: MLPerf's blocks): they come after step
         ``i + 1`` ends, not after step ``i``. Else an evaluation every unit is one position
         early, and the one at the current step is taken as still to come (issue 30)."""
-        for name, (j, begin, end) in zip(self._in_step_names, self._in_step_spans, strict=True):
+        for name, j, begin, end in self._in_step_sections:
             if t_ns - end < begin - self.t_last:
                 self.sections[name][j] = (i + 1, self.sections[name][j][1])
 
