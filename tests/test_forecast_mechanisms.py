@@ -854,3 +854,25 @@ def test_the_interval_keeps_room_for_what_an_announced_epoch_end_not_passed_yet_
     # Once the first epoch end has passed and shown its part, no such room.
     q = preds[59]
     assert q.interval_s[1] - q.interval_s[0] < p.interval_s[1] - p.interval_s[0]
+
+
+def test_a_check_before_the_first_step_is_a_one_off_once_its_second_did_not_come():
+    """A section seen once at step k is assumed every k steps only until its second one is
+    overdue. Lightning's sanity check runs before the first step; when set-up was long it is
+    placed after step 1 (nearer the first unit's end), and "every 1 steps" then priced it at
+    every step to the run's end and held the signature back for ever (a +342 % forecast and
+    a flaky early-stop test)."""
+    from ailens import Section, Timeline, forecast_timeline
+
+    ends = tuple(2.0 + 0.1 * k for k in range(1, 401))
+    check = Section("sanity_check", 1.0, 1.5)  # set-up 1 s, the check, then the first step
+    tl = Timeline(ends, (check,), {"total_steps": 400}, end_s=ends[-1])
+    r = forecast_timeline(tl)
+    part = next(c for c in r.at_step(1).components if c.name == "section sanity_check")
+    assert part.schedule == "every 1 steps"  # one occurrence: its own step is the guess
+    for s in (4, 20, 200):
+        p = r.at_step(s)
+        part = next(c for c in p.components if c.name == "section sanity_check")
+        assert part.schedule == "one-off" and part.remaining == 0, (s, part)
+        assert p.predicted_total_s == pytest.approx(ends[-1], rel=0.02), s
+    assert r.signature_step is not None and r.signature_step <= 40

@@ -86,7 +86,7 @@ def section_parts(
         )
     for name, units in (beside_units or {}).items():
         now, spent = (under_way_now or {}).get(name, (None, None))
-        out.append(_beside_units(name, units, schedule, eval_plan, level, now, spent))
+        out.append(_beside_units(name, units, schedule, eval_plan, level, s, now, spent))
     # Announced evaluations whose first position passed with no section marked run
     # inside the steps: their time is in the step level or an in-step extra already.
     # A section is marked when it ends: one that runs beside the steps for a while after its
@@ -117,7 +117,7 @@ def _marked(
         every = float(sched.checkpoint_every_steps)
         plan, source = EvalPlan(every, every), "schedule"
     else:
-        plan, source = learned_plan(at, sched.epoch_steps())
+        plan, source = learned_plan(at, sched.epoch_steps(), s)
     if plan is None:
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
     count_unknown = source.startswith("assumed: every")
@@ -152,6 +152,7 @@ def _beside_units(
     sched: Schedule,
     eval_plan: EvalPlan | None,
     level: float,
+    s: int,
     now: int | None = None,
     spent: float | None = None,
 ) -> Part:
@@ -161,7 +162,7 @@ def _beside_units(
     ``now``: the position of one under way (``under_way``), still to come
     (``due_now``) less what it took so far (``spent``)."""
     excess = [x for _, x in units]
-    plan, source = _beside_plan(name, units, sched, eval_plan)
+    plan, source = _beside_plan(name, units, sched, eval_plan, s)
     if len(excess) == 1:  # its first occurrence, cold like a first section
         per = max(excess[0], 0.0)
         per, sd, precise, m = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision(), 1
@@ -200,12 +201,16 @@ def _beside_units(
 
 
 def _beside_plan(
-    name: str, units: list[tuple[int, float]], sched: Schedule, eval_plan: EvalPlan | None
+    name: str,
+    units: list[tuple[int, float]],
+    sched: Schedule,
+    eval_plan: EvalPlan | None,
+    s: int,
 ) -> tuple[EvalPlan | None, str]:
     """Where a section beside the steps comes: the schedule's evaluations, else learned."""
     if name == "eval" and eval_plan:
         return eval_plan, "schedule"
-    return learned_plan([i for i, _ in units], sched.epoch_steps())
+    return learned_plan([i for i, _ in units], sched.epoch_steps(), s)
 
 
 def under_way(
@@ -219,7 +224,7 @@ def under_way(
     steps, or None: a section is marked when it ends and steps end while this one runs, so
     one whose position passed within the last spacing with none marked since (beside the
     steps or not: some occurrences may lengthen a unit) has begun and not ended."""
-    plan, _ = _beside_plan(name, units, sched, sched.eval_plan())
+    plan, _ = _beside_plan(name, units, sched, sched.eval_plan(), s)
     if plan is None:
         return None
     last = max(k for k, _ in (*sections.get(name, ()), *units))
