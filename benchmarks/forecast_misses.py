@@ -13,8 +13,9 @@ and the rest (evaluations, checkpoints, what runs after the last step)
 against the remaining time besides it. ``--list`` prints both for ailens and Composer, and
 which of them makes ailens worse (``decides``: the part whose error alone, the other part
 taken as it happened, is worse than the better baseline by more than ``NOISE``). ``--split``
-prints, over every MLPerf point where Composer has an estimate, the median |error| of each
-part for ailens and Composer at each fraction: where each estimator is closer.
+prints, over every MLPerf point where Composer has an estimate, on how many runs ailens is
+closer than Composer and the median, mean and 75th percentile of both |errors| at each
+fraction, and the median |error| of each part for both: where each estimator is closer.
 
 Mechanisms, the first that applies:
 
@@ -182,6 +183,29 @@ def classify(rows: list[dict]) -> list[tuple]:
     return out
 
 
+def paired_table(rows: list[dict]) -> None:
+    """ailens against Composer on the MLPerf runs where Composer has an estimate, at each
+    fraction: on how many runs ailens is closer, and the median, mean and 75th percentile
+    of both |errors| (a median can sit inside a cluster of runs)."""
+    print("paired with Composer:    n  ailens closer   median        mean          75 %")
+    for pct in FRACTIONS:
+        xs = np.array(
+            [
+                (abs(r["error_pct"]["ailens"][pct]), abs(r["error_pct"]["composer"][pct]))
+                for r in rows
+                if r.get("set") == "mlperf"
+                and r["error_pct"]["ailens"][pct] is not None
+                and r["error_pct"]["composer"][pct] is not None
+            ]
+        )
+        if not len(xs):
+            continue
+        closer = int((xs[:, 0] < xs[:, 1]).sum())
+        med, mean, q75 = np.median(xs, axis=0), xs.mean(axis=0), np.percentile(xs, 75, axis=0)
+        print(f"  at {pct:>2} %            {len(xs):4d} {closer:9d}    "
+              + "   ".join(f"{a:5.2f} {c:5.2f}" for a, c in (med, mean, q75)))  # fmt: skip
+
+
 def split_table(rows: list[dict]) -> None:
     """Median |error| of the training part and of the rest, ailens and Composer, over the
     MLPerf points where Composer has an estimate: which part each is closer on."""
@@ -270,7 +294,15 @@ def main() -> int:
         if r["error_pct"]["ailens"][p] is not None
         and any(r["error_pct"][b][p] is not None for b in ("naive", "composer"))
     )
-    print(f"{len(points)} of {scored} MLPerf points worse than the better baseline by > {NOISE}")
+    summed = sum(
+        abs(r["error_pct"]["ailens"][p])
+        for r in rows
+        if r.get("set") == "mlperf"
+        for p in FRACTIONS
+        if r["error_pct"]["ailens"][p] is not None
+    )
+    print(f"{len(points)} of {scored} MLPerf points worse than the better baseline by > {NOISE}; "
+          f"ailens's |error| summed over the points {summed:.1f}")  # fmt: skip
     counts = collections.Counter(x[5] for x in points)
     for why, k in counts.most_common():
         mine = [x for x in points if x[5] == why]
@@ -282,6 +314,7 @@ def main() -> int:
         print(f"  {k:3d}  {why}  ({by}); {excess:.1f} points over the better baseline; "
               f"decided by: {parts}")  # fmt: skip
     if args.split:
+        paired_table(rows)
         split_table(rows)
     if args.calibration:
         calibration()
