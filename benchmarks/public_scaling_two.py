@@ -12,7 +12,9 @@ Beside each, the two baselines a user would use with two measurements:
   devices through the two (``s1 + (s2 - s1) (n - n1) / (n2 - n1)``); strong scaling,
   ``a + b / n`` through the two.
 
-Each case carries the predicted interval and whether the measurement fell inside it.
+Each case carries the predicted interval and whether the measurement fell inside it, the
+effective network its two runs read (``bandwidth_factor``) and the least step a prediction
+that keeps each device's work can give (``least_step_s``).
 ``goals`` adds the mean |log error| (every case, not the middle one) and the misses past
 the worst-case goal by what decides them (``misses_by_cause``).
 Series without a gradient size (DeepLearningExamples models not in ``DLE_PARAMETERS``)
@@ -38,6 +40,7 @@ from ailens.predict import (
     scale_bandwidth,
     unexplained_band,
 )
+from ailens.predict.cluster import UNMEASURED_BANDWIDTH_RANGE, compute_at
 
 # The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)
@@ -99,6 +102,8 @@ def two_scale_cases(
             step_sd_s=None,
             source=f"{second['source']} at {q2} GPUs",
         )
+        # What the two runs read as the effective network (the fit predict_measured makes).
+        k = fit_measured([job, job2], plat, scaling=job.scaling, global_batch=gb).bandwidth_factor
         # One fit per layout of the targets (the fit is the same; the rows differ).
         by_rpn: dict[int, list[dict]] = {}
         for t in targets:
@@ -123,6 +128,16 @@ def two_scale_cases(
                 amdahl = s1 + (s2 - s1) * (q - q1) / (q2 - q1)
             pred = row.step_time_s
             low, high = row.step_low_s, row.step_high_s
+            # The least step any prediction that keeps each device's work can give: weak,
+            # the step measured at the larger run (more devices only add waiting); strong,
+            # one device's compute at the target's batch on the job's measured curve.
+            batches = [b for b, _ in job.curve]
+            if not strong:
+                least = s2
+            elif q1 == 1 and gb and len(batches) >= 2 and batches[0] <= gb / q <= batches[-1]:
+                least = compute_at(job, s1, gb / q)[0]
+            else:
+                least = None  # no measured compute at the target's batch
             cases.append(
                 {
                     "source": t["source"],
@@ -145,6 +160,8 @@ def two_scale_cases(
                     "covered": bool(low * (1 - 1e-9) <= meas <= high * (1 + 1e-9)),
                     "wide_term": row.wide_term,
                     "assumptions": list(row.assumptions),
+                    "bandwidth_factor": k,
+                    "least_step_s": least,
                 }
             )
     return cases
@@ -291,6 +308,60 @@ def misses_by_cause(cases: list[dict]) -> dict:
             "sources": sorted({c["source"] for c in cs}),
         }
         for cause, cs in sorted(by.items(), key=lambda kv: -len(kv[1]))
+    }
+
+
+def network_reads(cases: list[dict]) -> dict:
+    """The two-scale cases by the effective network their two runs read
+    (``bandwidth_factor``, the share of the platform's link bandwidths): below the range an
+    unmeasured link is assumed to span (``UNMEASURED_BANDWIDTH_RANGE``: slower than any
+    plausible path), inside it, or none fitted. Each: the series, cases, median and worst
+    |error| and the share closer than both baselines; to tell whether an implausible read
+    predicts worse than a plausible one (if so, a floor on the fit would help)."""
+    floor = UNMEASURED_BANDWIDTH_RANGE[0]
+    by: dict[str, list[dict]] = {}
+    for c in cases:
+        k = c.get("bandwidth_factor")
+        group = (
+            "not fitted" if k is None else "below the range" if k < floor else "inside the range"
+        )
+        by.setdefault(group, []).append(c)
+
+    def closer(c):
+        e = abs(c["error_pct"])
+        return e < abs(c["baseline_error_pct"]) and e < abs(c["amdahl_error_pct"])
+
+    return {
+        group: {
+            "series": len({(c["source"], repr(c["from"])) for c in cs}),
+            "cases": len(cs),
+            "median_abs_error_pct": statistics.median(abs(c["error_pct"]) for c in cs),
+            "max_abs_error_pct": max(abs(c["error_pct"]) for c in cs),
+            "closer_than_both_fraction": sum(map(closer, cs)) / len(cs),
+        }
+        for group, cs in sorted(by.items())
+    }
+
+
+def out_of_reach(cases: list[dict]) -> dict:
+    """The two-scale cases past ``WORST_GOAL_PCT`` that no prediction keeping each device's
+    work reaches (``least_step_s``: weak, the step measured at the larger run; strong, one
+    device's compute at the target's batch on the measured curve): the measurement lies
+    more than the goal below that least step. {"cases", "sources", "least_error_pct" (the
+    smallest |error| any such prediction could have, per case, largest first)}."""
+    out = []
+    for c in cases:
+        least = c.get("least_step_s")
+        if least is None or abs(c["error_pct"]) <= WORST_GOAL_PCT:
+            continue
+        gap = 100.0 * (least - c["measured_s"]) / c["measured_s"]
+        if gap > WORST_GOAL_PCT:
+            out.append((gap, c["source"]))
+    out.sort(reverse=True)
+    return {
+        "cases": len(out),
+        "sources": sorted({s for _, s in out}),
+        "least_error_pct": [g for g, _ in out],
     }
 
 
@@ -611,6 +682,8 @@ def goals(cases: list[dict], data: Path | None = None) -> dict:
             "interval_median_width": statistics.median(_width(c) for c in two),
             "unexplained_band": unexplained_check(two),
             "over_worst_goal_by_cause": misses_by_cause(two),
+            "over_worst_goal_out_of_reach": out_of_reach(two),
+            "by_network_read": network_reads(two),
             "goal": "median <= 4 %, worst <= 15 %, closer than both baselines on >= 80 %, "
             "intervals cover 90-98 %",
         }

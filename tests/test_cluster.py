@@ -352,9 +352,15 @@ def test_public_two_scale_cases_carry_both_baselines_and_intervals():
     assert goals["median_abs_error_pct"] < goals["ideal_nearest_median_abs_error_pct"]
     assert 0 < goals["mean_abs_log_error"] < 1
     misses = goals["over_worst_goal_by_cause"]
-    assert sum(v["cases"] for v in misses.values()) == sum(
-        abs(c["error_pct"]) > public_scaling_two.WORST_GOAL_PCT for c in cases
-    )
+    n_misses = sum(abs(c["error_pct"]) > public_scaling_two.WORST_GOAL_PCT for c in cases)
+    assert sum(v["cases"] for v in misses.values()) == n_misses
+    # Every weak case has the least step a prediction can give (the larger run's); the
+    # misses out of reach of any such prediction are a part of the misses.
+    assert all(c["least_step_s"] == c["from"]["step_s"][1] for c in cases if c["scaling"] == "weak")
+    assert 0 < goals["over_worst_goal_out_of_reach"]["cases"] < n_misses
+    reads = goals["by_network_read"]
+    assert sum(v["cases"] for v in reads.values()) == len(cases)
+    assert all(c["bandwidth_factor"] is None or 0 < c["bandwidth_factor"] <= 1 for c in cases)
     # The unexplained range was fitted on the one-scale cases: out of sample here, it still
     # covers most two-scale cases (Gavel V100's noisy rows are the misses), at a narrower
     # median width than a range fitted on these cases themselves would need.
@@ -388,6 +394,46 @@ def test_two_scale_misses_are_told_apart_by_cause():
     noisy, under, over = got
     assert noisy.startswith("weak, noisy") and got[noisy]["median_abs_error_pct"] > 15
     assert under.startswith("weak, under") and over.startswith("strong, over")
+
+
+def test_two_scale_misses_out_of_reach_and_network_reads():
+    """``goals.measured_scales.two_scales``: a miss whose measurement lies more than the
+    worst-case goal below the least step a prediction keeping each device's work can give
+    (``least_step_s``) is out of reach, one above it is not; the cases are grouped by the
+    effective network their runs read, below or inside the range an unmeasured link is
+    assumed to span, or none fitted."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import public_scaling_two as p2
+
+    from ailens.predict.cluster import UNMEASURED_BANDWIDTH_RANGE
+
+    def case(k, least, measured, predicted, base, amdahl):
+        return {"source": "s", "from": {"job": str(k), "gpus": [1, 2]}, "to": {"gpus": 8},
+                "bandwidth_factor": k, "least_step_s": least, "measured_s": measured,
+                "error_pct": 100 * (predicted - measured) / measured,
+                "baseline_error_pct": 100 * (base - measured) / measured,
+                "amdahl_error_pct": 100 * (amdahl - measured) / measured}  # fmt: skip
+
+    floor = UNMEASURED_BANDWIDTH_RANGE[0]
+    cases = [
+        case(floor / 2, 0.10, 0.05, 0.12, 0.10, 0.2),  # least 100 % over: out of reach
+        case(floor / 2, 0.10, 0.09, 0.12, 0.10, 0.2),  # a miss, but 0.10 is within 15 %
+        case(0.5, 0.10, 0.11, 0.111, 0.10, 0.2),  # closer than both, within the goal
+        case(None, None, 0.05, 0.12, 0.10, 0.2),  # no least step: not counted
+    ]
+    reach = p2.out_of_reach(cases)
+    assert reach["cases"] == 1 and reach["least_error_pct"] == [pytest.approx(100.0)]
+    reads = p2.network_reads(cases)
+    assert [reads[g]["cases"] for g in ("below the range", "inside the range", "not fitted")] == [
+        2,
+        1,
+        1,
+    ]
+    assert reads["inside the range"]["closer_than_both_fraction"] == 1.0
+    assert reads["below the range"]["closer_than_both_fraction"] == 0.0
+    assert reads["below the range"]["series"] == 1
 
 
 def _one_scale_case(job, scaling, q, measured, predicted, *, src=0.10, source="s",
