@@ -34,13 +34,14 @@ import public_scaling as ps
 
 from ailens.predict import (
     UNEXPLAINED_PER_DOUBLING,
+    UNMEASURED_BANDWIDTH_RANGE,
+    compute_at,
     expected_max_normal,
     fit_measured,
     predict_measured,
     scale_bandwidth,
     unexplained_band,
 )
-from ailens.predict.cluster import UNMEASURED_BANDWIDTH_RANGE, compute_at
 
 # The quantiles of the needed widening UNEXPLAINED_PER_DOUBLING is fitted at (each side).
 BAND_QUANTILES = (0.025, 0.975)

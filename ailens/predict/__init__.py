@@ -21,9 +21,10 @@ from .. import _lazy
 
 # This package's modules and the public names each defines.
 _EXPORTS = {
-    "cluster": ("FLOOR_BAND", "FLOOR_SHARE", "UNEXPLAINED_PER_DOUBLING", "ClusterPrediction",
-                "ClusterTarget", "measured_links", "predict", "scale_bandwidth",
-                "unexplained_band", "widen_unexplained"),
+    "cluster": ("FLOOR_BAND", "FLOOR_SHARE", "UNEXPLAINED_PER_DOUBLING",
+                "UNMEASURED_BANDWIDTH_RANGE", "ClusterPrediction", "ClusterTarget", "compute_at",
+                "measured_links", "predict", "scale_bandwidth", "unexplained_band",
+                "widen_unexplained"),
     "collectives": ("CANONICAL_OPS", "DEFAULT_INTER", "DEFAULT_INTRA", "CostParams", "Fit",
                     "canonical_op", "collective_time", "cost_coefficients", "fit_cost_params",
                     "nonnegative_least_squares", "transport_of"),

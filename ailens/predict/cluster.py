@@ -48,6 +48,7 @@ __all__ = [
     "TERMS",
     "TermValue",
     "UNEXPLAINED_PER_DOUBLING",
+    "UNMEASURED_BANDWIDTH_RANGE",
     "compute_at",
     "measured_links",
     "overlap_exposed",
