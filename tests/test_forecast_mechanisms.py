@@ -901,3 +901,18 @@ def test_the_misses_split_adds_up_to_each_forecasts_error_on_a_real_log():
         assert sum(parts[who]) == pytest.approx(100 * (predicted - total) / total, abs=1e-9)
     train, rest = parts["ailens"]
     assert abs(train) < 1.0 and rest < -1.0
+
+
+def test_an_evaluation_announced_every_unit_and_not_marked_is_inside_the_units_after_one():
+    """Evaluations announced after every unit (MLPerf BERT's blocks), none marked: a section
+    is marked when it ends, so one due after unit 1 that ran inside the steps would have been
+    marked before unit 2 ended. At step 2 they are inside the units, not still to come at the
+    prior's share (+10.7 % at 5 % of a BERT run; +5.6 % with this). Half a spacing of grace
+    is none when the spacing is one unit."""
+    f = Forecaster()
+    f.on_schedule({"total_steps": 40, "eval_every_steps": 1})
+    preds, end = _feed(f, [1.0] * 40)
+    for s in (2, 3, 20):
+        p = preds[s - 1]
+        assert not any("not seen yet" in c.name for c in p.components), (s, p.components)
+        assert p.predicted_total_s == pytest.approx(end / 1e9, rel=0.02), s

@@ -94,7 +94,7 @@ def section_parts(
     # (or an in-step extra on the evaluation period showed it).
     seen_eval = "eval" in sections or "eval" in beside or in_step_eval
     if eval_plan is not None and not seen_eval:
-        grace = max(1, int(eval_plan.spacing() / 2))
+        grace = int(eval_plan.spacing() / 2)
         if not eval_plan.count(0, s - 1 - grace):
             out.append(_not_seen_yet(schedule, eval_plan, s, level))
     return out
