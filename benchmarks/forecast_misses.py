@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO))
 from forecast_replay import unit_training_s  # noqa: E402
 
 import ailens  # noqa: E402
+from ailens.model import composer_total_s  # noqa: E402
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FRACTIONS = ("5", "10", "20", "50")
@@ -97,10 +98,10 @@ def split(tl, fr, s: int) -> dict:
         rest = p.predicted_total_s - elapsed - train
         out["ailens"] = (100 * (train - act_train) / total, 100 * (rest - act_rest) / total)
     if row.composer_total_s is not None:
-        # Composer's rate, as ``composer_total_s`` computes it (skip_batches=1): wall time
-        # since the first step's end less the evaluations that ended after it.
+        # Composer's training part: its rate (skip_batches=1) over the wall time since the
+        # first step's end less the evaluations that ended after it, times the fraction left:
+        # ``composer_total_s`` on that wall time with no evaluations to add back.
         ends = tl.step_end_s
-        n = tl.total_steps
         busy = sum(
             e.end_s - e.begin_s
             for e in tl.sections
@@ -108,7 +109,8 @@ def split(tl, fr, s: int) -> dict:
             and e.end_s <= ends[s - 1]
             and bisect.bisect_right(ends, e.end_s) >= 1
         )
-        train = (elapsed - ends[0] - busy) / ((s - 1) / n) * (1 - s / n)
+        wall = elapsed - busy
+        train = composer_total_s(wall, s, tl.total_steps, clock_start_s=ends[0]) - wall
         rest = row.composer_total_s - elapsed - train
         out["composer"] = (100 * (train - act_train) / total, 100 * (rest - act_rest) / total)
     return out

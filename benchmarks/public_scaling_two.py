@@ -266,6 +266,20 @@ WORST_GOAL_PCT = 15.0
 # devices are added (each device keeps its work: more devices only add waiting); the data's
 # README uses the same 5 %.
 NOISE_FALL = 0.05
+NOISY_SERIES = "weak, noisy series (a measured step falls as devices are added)"
+
+
+def _series_key(c: dict) -> tuple:
+    """A case's series: its source and source configuration but the counts and steps."""
+    return c["source"], repr(sorted((k, str(v)) for k, v in c["from"].items()
+                                    if k not in ("gpus", "step_s")))  # fmt: skip
+
+
+def _falls(steps: dict[int, float]) -> bool:
+    """Whether a series' measured step (by device count) falls by more than ``NOISE_FALL``
+    somewhere as devices are added."""
+    qs = sorted(steps)
+    return any(steps[b] < steps[a] * (1 - NOISE_FALL) for a, b in zip(qs, qs[1:], strict=False))
 
 
 def misses_by_cause(cases: list[dict]) -> dict:
@@ -276,25 +290,17 @@ def misses_by_cause(cases: list[dict]) -> dict:
     prediction continued, weak and strong apart. {cause: {"cases", "median_abs_error_pct",
     "sources"}}."""
     steps: dict[tuple, dict[int, float]] = {}
-
-    def key(c):
-        return c["source"], repr(sorted((k, str(v)) for k, v in c["from"].items()
-                                        if k not in ("gpus", "step_s")))  # fmt: skip
-
     for c in cases:
-        s = steps.setdefault(key(c), {})
+        s = steps.setdefault(_series_key(c), {})
         s.update(zip(c["from"]["gpus"], c["from"]["step_s"], strict=True))
         s[int(c["to"]["gpus"])] = c["measured_s"]
     by: dict[str, list[dict]] = {}
     for c in cases:
         if abs(c["error_pct"]) <= WORST_GOAL_PCT:
             continue
-        s = steps[key(c)]
-        qs = sorted(s)
-        falls = any(s[b] < s[a] * (1 - NOISE_FALL) for a, b in zip(qs, qs[1:], strict=False))
         side = "under" if c["error_pct"] < 0 else "over"
-        if c["scaling"] == "weak" and falls:
-            cause = "weak, noisy series (a measured step falls as devices are added)"
+        if c["scaling"] == "weak" and _falls(steps[_series_key(c)]):
+            cause = NOISY_SERIES
         else:
             cause = (
                 f"{c['scaling']}, {side}: the growth beyond the runs is "
@@ -370,12 +376,6 @@ def out_of_reach(cases: list[dict]) -> dict:
 ONE_SCALE_GOAL_PCT = 8.0
 
 
-def _series_key(c: dict) -> tuple:
-    """A one-scale case's series: its source and source configuration but the count."""
-    return c["source"], repr(sorted((k, str(v)) for k, v in c["from"].items()
-                                    if k not in ("gpus", "step_s")))  # fmt: skip
-
-
 def one_scale_misses_by_cause(cases: list[dict]) -> dict:
     """The one-scale cases past ``ONE_SCALE_GOAL_PCT``, by what decides them (from the cases
     alone): a weak-scaling series whose measured steps fall by more than ``NOISE_FALL``
@@ -395,14 +395,11 @@ def one_scale_misses_by_cause(cases: list[dict]) -> dict:
     for c in cases:
         if abs(c["error_pct"]) <= ONE_SCALE_GOAL_PCT:
             continue
-        s = steps[_series_key(c)]
-        qs = sorted(s)
-        falls = any(s[b] < s[a] * (1 - NOISE_FALL) for a, b in zip(qs, qs[1:], strict=False))
         exposed = c.get("exposed_comm_s") or 0.0
         comp_lo = c["compute_low_s"] + exposed
         comp_hi = c["compute_high_s"] + exposed
-        if c["scaling"] == "weak" and falls:
-            cause = "weak, noisy series (a measured step falls as devices are added)"
+        if c["scaling"] == "weak" and _falls(steps[_series_key(c)]):
+            cause = NOISY_SERIES
         elif (
             c["scaling"] == "strong" and comp_lo < comp_hi and comp_lo <= c["measured_s"] <= comp_hi
         ):
