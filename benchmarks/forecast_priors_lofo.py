@@ -57,17 +57,17 @@ from forecast_replay import unit_training_s  # noqa: E402
 import ailens  # noqa: E402
 from ailens.analysis.logformats import parse_mlperf  # noqa: E402
 from ailens.model.forecast import (  # noqa: E402
+    EVAL_SHARE,
     FIRST_WARM,
     FIRST_WARM_SD,
+    NORMAL_95,
     cold_precision,
     per_occurrence_precision,
 )
 
 MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
-PRIOR_SHARE = 0.05  # sections.EVAL_SHARE
 PRIOR_SHARE_SD = 0.05  # the rule before: 5 % +/- 5 %
-Z95 = 1.959964
 
 
 def runs() -> list[dict]:
@@ -205,10 +205,10 @@ def eval_price(rows: list[dict]) -> None:
         sd_share = np.std(logs(pool, lambda t: t["share"]))
         w = sd_share**2 / (sd_share**2 + sd_samples**2)
         weights.append(w)
-        return err(math.exp((1 - w) * math.log(PRIOR_SHARE) + w * math.log(k * r["q"])), r)
+        return err(math.exp((1 - w) * math.log(EVAL_SHARE) + w * math.log(k * r["q"])), r)
 
     for name, f in (
-        ("flat 5 % prior (the rule)", lambda train, r: err(PRIOR_SHARE, r)),
+        ("flat 5 % prior (the rule)", lambda train, r: err(EVAL_SHARE, r)),
         (
             "samples at the others' median cost",
             lambda train, r: err(np.median([t["share"] / t["q"] for t in train]) * r["q"], r),
@@ -251,7 +251,7 @@ def later_occurrences(rows: list[dict]) -> None:
         f"more ({kinds['marked']} marked, {kinds['beside']} beside the steps), LOFO"
     )
     ratio = {id(r): float(np.mean(r["xs"][1:]) / r["xs"][0]) for r in rows}
-    lo_st, hi_st = FIRST_WARM - 1.96 * FIRST_WARM_SD, FIRST_WARM + 1.96 * FIRST_WARM_SD
+    lo_st, hi_st = FIRST_WARM - NORMAL_95 * FIRST_WARM_SD, FIRST_WARM + NORMAL_95 * FIRST_WARM_SD
     widths: list[float] = []
 
     def stated(train, r):
@@ -316,18 +316,18 @@ def eval_share_form(rows: list[dict]) -> None:
     def lognormal(train, point=None):
         logs_ = np.log([t["share"] for t in train])
         mid = math.log(point) if point else logs_.mean()
-        w = Z95 * logs_.std()
+        w = NORMAL_95 * logs_.std()
         return math.exp(mid), math.exp(mid - w), math.exp(mid + w)
 
     def quantiles(train):
-        return (PRIOR_SHARE, *np.percentile([t["share"] for t in train], [2.5, 97.5]))
+        return (EVAL_SHARE, *np.percentile([t["share"] for t in train], [2.5, 97.5]))
 
     def by_counts(key):
         def predict(train, r):
             x = np.log([key(t) for t in train])
             y = np.log([t["share"] for t in train])
             a, b = np.polyfit(x, y, 1)
-            w = Z95 * np.std(y - (a * x + b))
+            w = NORMAL_95 * np.std(y - (a * x + b))
             mid = a * math.log(key(r)) + b
             return math.exp(mid), math.exp(mid - w), math.exp(mid + w)
 
@@ -337,12 +337,12 @@ def eval_share_form(rows: list[dict]) -> None:
         (
             "flat 5 % +/- 5 % (before)",
             lambda train, r: (
-                PRIOR_SHARE,
-                PRIOR_SHARE - Z95 * PRIOR_SHARE_SD,
-                PRIOR_SHARE + Z95 * PRIOR_SHARE_SD,
+                EVAL_SHARE,
+                EVAL_SHARE - NORMAL_95 * PRIOR_SHARE_SD,
+                EVAL_SHARE + NORMAL_95 * PRIOR_SHARE_SD,
             ),
         ),
-        ("log-normal at 5 % (the rule)", lambda train, r: lognormal(train, PRIOR_SHARE)),
+        ("log-normal at 5 % (the rule)", lambda train, r: lognormal(train, EVAL_SHARE)),
         ("log-normal at the log-mean", lambda train, r: lognormal(train)),
         ("5 %, empirical 2.5-97.5 %", lambda train, r: quantiles(train)),
         ("by the evaluations' count", by_counts(lambda t: t["evals"])),

@@ -47,14 +47,17 @@ from .parts import FIRST_WARM, FIRST_WARM_SD, Part, cold_precision, per_occurren
 from .policy import EARLY_SHARE
 from .result import Forecast
 from .schedule import EvalPlan, Schedule
+from .sections import EVAL_SHARE
 from .snapshot import INTERVAL_LEVEL, Component, Prediction, Snapshot, naive_total_s
-from .stats import t_quantile
+from .stats import NORMAL_95, t_quantile
 
 __all__ = [
     "EARLY_SHARE",
+    "EVAL_SHARE",
     "FIRST_WARM",
     "FIRST_WARM_SD",
     "INTERVAL_LEVEL",
+    "NORMAL_95",
     "Component",
     "EvalPlan",
     "Forecast",
