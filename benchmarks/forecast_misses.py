@@ -66,7 +66,8 @@ MLPERF = REPO / "benchmarks" / "forecast_corpus" / "mlperf"
 FRACTIONS = ("5", "10", "20", "50")
 NOISE = 0.25  # points: "worse" is worse by more than this
 SIGNATURE_GOAL = 0.15  # issue 30: the signature at a median <= 15 % of the steps
-FIRST_POINT = 5  # the first evaluation point: the first exchange, signature_window // 2
+# The first evaluation point: the first exchange, signature_window // 2 steps in.
+FIRST_POINT = ailens.LensConfig().signature_window // 2
 
 
 def _index() -> dict[str, str]:
