@@ -186,3 +186,37 @@ def test_a_progress_bar_reading_every_step_costs_no_second_snapshot(tmp_path, mo
     # and the geometric history points: ~1.5 a second. Reads refreshing on their own every
     # second made it ~2.5 (298 here before).
     assert len(snapshots) < 1.6 * seconds, (len(snapshots), seconds)
+
+
+def _reference_learned(steps: list[int], s: int) -> tuple[dict, int]:
+    """The learned whole-period lattices by their definition, period by period, offset by
+    offset: ``MIN_HITS`` hits and 80 % of the positions from the first hit to step s - 1."""
+    recent = steps[-8:]
+    periods = {b - a for i, a in enumerate(recent) for b in recent[i + 1 :] if b - a >= 2}
+    kept, tested = {}, 0
+    for p in periods:
+        offsets = {k % p for k in steps}
+        tested += len(offsets)
+        for o in offsets:
+            ks = [k for k in steps if k % p == o]
+            expected = extras.occurrences(p, o, ks[0], s - 1)
+            if len(ks) >= extras.MIN_HITS and expected and len(ks) / expected >= 0.8:
+                kept[(p, o)] = ks
+    return kept, tested
+
+
+def test_the_learned_periods_counted_at_once_are_those_counted_one_by_one():
+    """The search counts every learned period's offsets in one numpy pass (issue 33): the
+    lattices kept, their steps and the Bonferroni count are the definition's, on random
+    outliers, on periodic spikes among them, and on a dense burst."""
+    rng = random.Random(11)
+    cases = [sorted(rng.sample(range(10, 4000), 64)) for _ in range(20)]
+    cases += [sorted(set(rng.sample(range(10, 3000), 30)) | set(range(40, 3000, 97)))[-64:]]
+    cases += [list(range(500, 530)), [100, 103, 106, 109, 140, 143, 146, 149]]
+    for steps in cases:
+        s = steps[-1] + rng.randint(1, 50)
+        cands, tested = extras._candidates(steps, s, extras.Schedule())
+        want, want_tested = _reference_learned(steps, s)
+        whole = {(lat.period, lat.start): ks for lat, ks in cands if not lat.tol}
+        assert whole == want, steps
+        assert tested == want_tested + sum(1 for lat, _ in cands if lat.tol)
