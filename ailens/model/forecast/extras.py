@@ -176,11 +176,11 @@ def _candidates(
         for b in recent[i + 1 :]:
             if b - a >= 2:
                 periods.setdefault(b - a, "")
-    learned = _learned_offsets(steps, [p for p, w in periods.items() if not w], s)
+    learned_tested, learned = _learned_offsets(steps, [p for p, w in periods.items() if not w], s)
+    tested += learned_tested
     for period, what in periods.items():
         if not what:
-            distinct, kept = learned[period]
-            tested += distinct
+            kept = learned.get(period)
             if not kept:
                 continue  # no offset of this learned period can pass (the common case)
             members: dict[int, list[int]] = {offset: [] for offset in kept}
@@ -209,16 +209,17 @@ def _candidates(
 
 def _learned_offsets(
     steps: list[int], periods: list[int], s: int
-) -> dict[int, tuple[int, list[int]]]:
-    """For each learned whole period: its number of distinct offsets on the (ascending)
-    spike ``steps`` (what it adds to the Bonferroni count), and the offsets that pass
-    :func:`_periodic`'s first tests (``MIN_HITS`` steps, and at least 80 % of its positions
-    from the offset's first step up to step ``s - 1`` hit), in the order of their first step.
-    All periods at once in numpy: this runs at every evaluation, and with a few dozen random
-    outliers the gaps between recent spikes give tens of periods whose offsets were counted
-    one by one in Python (~0.35 ms an evaluation with 64 spikes; issue 33)."""
+) -> tuple[int, dict[int, list[int]]]:
+    """The learned whole ``periods``' distinct offsets on the (ascending) spike ``steps``,
+    counted (what they add to the Bonferroni count); and, for each period that has any, the
+    offsets that pass :func:`_periodic`'s first tests (``MIN_HITS`` steps, and at least 80 %
+    of its positions from the offset's first step up to step ``s - 1`` hit), in the order of
+    their first step. All periods at once in numpy: this runs at every evaluation, and with a
+    few dozen random outliers the gaps between recent spikes give tens of periods whose
+    offsets were counted one by one in Python (~0.35 ms an evaluation with 64 spikes; issue
+    33)."""
     if not periods:
-        return {}
+        return 0, {}
     ks = np.asarray(steps, dtype=np.int64)
     per = np.asarray(periods, dtype=np.int64)
     width = int(per.max())
@@ -229,11 +230,10 @@ def _learned_offsets(
     expected = np.where(first <= s - 1, (s - 1 - first) // per[row] + 1, 0)
     dense = (hits >= MIN_HITS) & (expected > 0)
     dense &= ~(hits / np.maximum(expected, 1) < 0.8)
-    distinct = np.bincount(row, minlength=len(per))
-    kept: dict[int, list[tuple[int, int]]] = {p: [] for p in periods}
+    kept: dict[int, list[tuple[int, int]]] = {}
     for j in np.flatnonzero(dense):
-        kept[periods[row[j]]].append((int(first[j]), int(offset[j])))
-    return {p: (int(distinct[i]), [o for _, o in sorted(kept[p])]) for i, p in enumerate(periods)}
+        kept.setdefault(periods[row[j]], []).append((int(first[j]), int(offset[j])))
+    return len(uniq), {p: [o for _, o in sorted(firsts)] for p, firsts in kept.items()}
 
 
 def _jittered(steps: list[int], recent: list[int]) -> tuple[_Lattice, list[int]] | None:
