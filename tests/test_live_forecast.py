@@ -99,8 +99,8 @@ def test_short_steps_rewrite_forecast_json_at_most_twice_a_second(tmp_path, monk
 
     writes = []
     real = output.write_json
-    monkeypatch.setattr(output, "write_json", lambda path, doc: (writes.append(doc["steps_done"]),
-                                                                  real(path, doc)))  # fmt: skip
+    monkeypatch.setattr(output, "write_json", lambda path, doc, **kw: (writes.append(doc["steps_done"]),
+                                                                  real(path, doc, **kw)))  # fmt: skip
     lens, clock = _lens(tmp_path, total_steps=2000)
     for i in range(100):
         clock.advance(1.5 if i == 0 else 0.061)
