@@ -27,7 +27,12 @@
 #include <structmember.h>
 #include <time.h>
 
-#define RECORDER_ABI 2
+#define RECORDER_ABI 3
+
+/* The step log is handed to the writer (on_full) when it holds STEP_CAP step ends or its last
+ * hand-over is STEP_FLUSH_NS old: record/buffer.py's STEP_CAP and STEP_FLUSH_NS. */
+#define STEP_CAP 1024
+#define STEP_FLUSH_NS 10000000000LL
 
 /* How a reading is taken: by calling a Python callable, natively, or not at all (0). */
 enum { READ_CALL = 0, READ_NATIVE = 1, READ_ZERO = 2 };
@@ -134,6 +139,11 @@ typedef struct {
     PyObject *last_op; /* the op of the last begin and its id: skips the dict lookup */
     long last_op_id;
     LockObject *lock;
+    /* the step log: step ends not handed to the writer yet (log_step, _take_steps) */
+    uint32_t *s_step;
+    int64_t *s_t, *s_work;
+    Py_ssize_t s_cap, s_n;
+    int64_t work0, s_taken; /* the counter at the start; CLOCK_MONOTONIC at the last take */
 } Recorder;
 
 static int grow_columns(Recorder *self, Py_ssize_t cap)
@@ -472,6 +482,67 @@ done:
     return result;
 }
 
+static int grow_steps(Recorder *self)
+{
+    Py_ssize_t cap = self->s_cap ? 2 * self->s_cap : STEP_CAP;
+    uint32_t *s = PyMem_RawRealloc(self->s_step, (size_t)cap * 4);
+    if (s != NULL)
+        self->s_step = s;
+    int64_t *t = s == NULL ? NULL : PyMem_RawRealloc(self->s_t, (size_t)cap * 8);
+    if (t != NULL)
+        self->s_t = t;
+    int64_t *w = t == NULL ? NULL : PyMem_RawRealloc(self->s_work, (size_t)cap * 8);
+    if (w == NULL) {
+        PyErr_NoMemory();
+        return -1; /* the columns grown so far are merely larger than s_cap: harmless */
+    }
+    self->s_work = w;
+    self->s_cap = cap;
+    return 0;
+}
+
+/* log_step(): a step end now, in the step log as (step, time, work since the start); returns
+ * the time (ns since t0). One call per step: on_full (the writer hand-over) when the log is
+ * full or its last hand-over is old. Errors (a Python clock's) are raised: the caller faults. */
+static PyObject *Recorder_log_step(Recorder *self, PyObject *Py_UNUSED(args))
+{
+    int64_t t, w;
+    if (not_ready(self) || read_clock(self, &t) < 0 || read_work(self, &w) < 0)
+        return NULL;
+    if (self->s_n == self->s_cap && grow_steps(self) < 0)
+        return NULL;
+    Py_ssize_t i = self->s_n++;
+    self->s_step[i] = (uint32_t)self->step;
+    self->s_t[i] = t - self->t0;
+    self->s_work[i] = w - self->work0;
+    if ((self->s_n >= STEP_CAP || timespec_ns(CLOCK_MONOTONIC) - self->s_taken > STEP_FLUSH_NS) &&
+        self->on_full != Py_None) {
+        PyObject *r = PyObject_CallNoArgs(self->on_full);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return PyLong_FromLongLong(t - self->t0);
+}
+
+/* _take_steps() -> (step, t, work) bytearrays of the step log, emptied; None when empty. */
+static PyObject *Recorder_take_steps(Recorder *self, PyObject *Py_UNUSED(args))
+{
+    if (not_ready(self))
+        return NULL;
+    self->s_taken = timespec_ns(CLOCK_MONOTONIC);
+    Py_ssize_t k = self->s_n;
+    if (k == 0)
+        Py_RETURN_NONE;
+    PyObject *r = Py_BuildValue("(NNN)",
+                                PyByteArray_FromStringAndSize((char *)self->s_step, k * 4),
+                                PyByteArray_FromStringAndSize((char *)self->s_t, k * 8),
+                                PyByteArray_FromStringAndSize((char *)self->s_work, k * 8));
+    if (r != NULL)
+        self->s_n = 0;
+    return r;
+}
+
 static PyObject *Recorder_read_work_now(Recorder *self, PyObject *Py_UNUSED(args))
 {
     int64_t w;
@@ -578,6 +649,8 @@ static int Recorder_init(Recorder *self, PyObject *args, PyObject *kwds)
                                                        : READ_CALL;
     self->t0 = t0;
     self->mark = work0;
+    self->work0 = work0;
+    self->s_taken = timespec_ns(CLOCK_MONOTONIC);
     Py_XSETREF(self->lock, (LockObject *)PyObject_CallNoArgs((PyObject *)&LockType));
     if (self->lock == NULL)
         return -1;
@@ -626,6 +699,9 @@ static void Recorder_dealloc(Recorder *self)
     PyMem_RawFree(self->c_begin);
     PyMem_RawFree(self->c_end);
     PyMem_RawFree(self->c_work);
+    PyMem_RawFree(self->s_step);
+    PyMem_RawFree(self->s_t);
+    PyMem_RawFree(self->s_work);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -676,6 +752,10 @@ static PyMethodDef Recorder_methods[] = {
     {"ignore", FASTCALL_KW(Recorder_ignore), "ignore(tick=None): the disabled end."},
     {"_append_rows", (PyCFunction)(void (*)(void))Recorder_append_rows, METH_FASTCALL,
      "_append_rows(op, step, nbytes, t_begin, t_end, work): complete rows at the end."},
+    {"log_step", (PyCFunction)Recorder_log_step, METH_NOARGS,
+     "log_step() -> ns since t0: a step end now, in the step log (the step is `step`)."},
+    {"_take_steps", (PyCFunction)Recorder_take_steps, METH_NOARGS,
+     "_take_steps() -> (step, t, work) bytearrays of the step log, emptied; None if empty."},
     {"_read_work", (PyCFunction)Recorder_read_work_now, METH_NOARGS,
      "_read_work() -> the work counter now."},
     {"_new_op", (PyCFunction)Recorder_new_op, METH_O, "_new_op(op) -> the op's id."},
@@ -1070,6 +1150,8 @@ PyMODINIT_FUNC PyInit__recorder(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "ABI", RECORDER_ABI) < 0 ||
+        PyModule_AddIntConstant(m, "STEP_CAP", STEP_CAP) < 0 ||
+        PyModule_AddObject(m, "STEP_FLUSH_NS", PyLong_FromLongLong(STEP_FLUSH_NS)) < 0 ||
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0 ||
         PyModule_AddObjectRef(m, "AsyncCall", (PyObject *)&AsyncCallType) < 0 ||

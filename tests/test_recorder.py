@@ -106,6 +106,55 @@ def test_rows_record_op_step_size_times_and_work(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_the_step_log_records_step_time_and_work_and_hands_over_when_full(impl):
+    """Step ends are logged by the buffer in one call (issue 33: the Python step log was one
+    of the costliest parts of a step end on cold caches): the step, the time since t0 and the
+    work since the start; taken as columns, emptied; handed over (on_full) at STEP_CAP."""
+    buf, faults = make(impl, work0=5)  # clock 1010, 1020, ...; work 7, 14, ...
+    assert buf.take_steps() is None
+    assert buf.log_step() == 10
+    buf.step = 1
+    assert buf.begin("allreduce", 8) == 0  # 1020, 14
+    buf.end()  # 1030, 21
+    assert buf.log_step() == 40  # 1040, 28
+    cols = buf.take_steps()
+    assert cols["step"].tolist() == [0, 1] and cols["step"].dtype == np.uint32
+    assert cols["t_ns"].tolist() == [10, 40] and cols["t_ns"].dtype == np.int64
+    assert cols["work"].tolist() == [2, 23] and cols["work"].dtype == np.int64
+    assert buf.take_steps() is None and buf.n == 1  # the events are not the step log's
+    handed = []
+    buf.on_full = lambda: handed.append(buf.take_steps())
+    for k in range(2 * _buffer.STEP_CAP + 3):
+        buf.step = 2 + k
+        buf.log_step()
+    assert [len(h["step"]) for h in handed] == [_buffer.STEP_CAP] * 2
+    assert handed[1]["step"][0] == 2 + _buffer.STEP_CAP
+    assert buf.take_steps()["step"].tolist() == [2 + 2 * _buffer.STEP_CAP + i for i in range(3)]
+    assert not faults
+
+
+@pytest.mark.skipif(NativeEventBuffer is None, reason="ailens._recorder not built")
+def test_the_step_log_hands_over_at_the_same_bounds_in_c():
+    from ailens import _recorder
+
+    assert (_recorder.STEP_CAP, _recorder.STEP_FLUSH_NS) == (
+        _buffer.STEP_CAP,
+        _buffer.STEP_FLUSH_NS,
+    )
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_failing_clock_in_the_step_log_raises_to_the_caller(impl):
+    def broken() -> int:
+        raise OSError("clock gone")
+
+    buf, faults = make(impl, clock=broken)
+    with pytest.raises(OSError, match="clock gone"):
+        buf.log_step()
+    assert buf.take_steps() is None and not faults
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_overlapping_collectives_end_out_of_order(impl):
     buf, _ = make(impl, cap=8)
     ticks = [buf.begin("allreduce", 1) for _ in range(3)]

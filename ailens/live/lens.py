@@ -160,7 +160,7 @@ class Lens:
         """Mark the end of a training step (the same step on every rank)."""
         if self.disabled is None:
             try:
-                self.online.on_step(self._steps, self.recorder.log_step(self._steps))
+                self.online.on_step(self._steps, self._buf.log_step())
                 if self.device is not None:
                     self.device.step(self._steps)
                     self.device.resolve()

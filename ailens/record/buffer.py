@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from array import array
 from collections.abc import Callable
 
@@ -30,7 +31,12 @@ __all__ = ["IMPLEMENTATION", "EventBuffer", "PyEventBuffer"]
 
 log = logging.getLogger("ailens")
 
-_ABI = 2  # RECORDER_ABI in _recorder.c
+_ABI = 3  # RECORDER_ABI in _recorder.c
+# The step log goes to the writer (``on_full``) at this many step ends, or when its last
+# hand-over is this old (STEP_CAP, STEP_FLUSH_NS in _recorder.c).
+STEP_CAP = 1024
+STEP_FLUSH_NS = 10_000_000_000
+_STEP_COLUMNS = (("step", np.uint32), ("t_ns", np.int64), ("work", np.int64))
 
 # Column name, array typecode, numpy dtype; the order of the trace's EVTS columns.
 _COLUMNS = (
@@ -46,7 +52,17 @@ _COLUMNS = (
 class _Batches:
     """``record``/``count_many``, shared by both implementations: collectives timed elsewhere
     (a TF graph's own timestamps) arrive in groups. Built on each one's ``_append_rows``,
-    ``_read_work``, ``_new_op``, ``_mark`` and ``_t0``."""
+    ``_read_work``, ``_new_op``, ``_mark`` and ``_t0``. And ``take_steps``, the step log's
+    columns, on ``_take_steps``."""
+
+    def take_steps(self) -> dict[str, np.ndarray] | None:
+        """The step ends logged since the last take (``log_step``), as numpy columns
+        (``step``, ``t_ns``, ``work``), the log emptied; None when there were none."""
+        raw = self._take_steps()
+        if raw is None:
+            return None
+        cols = zip(_STEP_COLUMNS, raw, strict=True)
+        return {name: np.frombuffer(b, dt) for (name, dt), b in cols}
 
     _recorded_end: int  # latest end among the collectives given to record()
 
@@ -125,6 +141,9 @@ class PyEventBuffer(_Batches):
             array(code, bytes(np.dtype(dt).itemsize * cap)) for _, code, dt in _COLUMNS
         )
         self._mark = work0  # counter at the last collective event
+        self._work0 = work0
+        self._s_step, self._s_t, self._s_work = array("I"), array("q"), array("q")
+        self._s_taken = time.monotonic_ns()  # the step log's last hand-over
         self._recorded_end = t0
         self.ticks = 0
         self.step = 0
@@ -190,6 +209,29 @@ class PyEventBuffer(_Batches):
             lock.release()
             raise
         lock.release()
+
+    def log_step(self) -> int:
+        """A step end now, in the step log as (``step``, its time, the work since the start);
+        returns the time (ns since ``t0``). ``on_full`` hands the log over when it holds
+        ``STEP_CAP`` step ends or its last hand-over is ``STEP_FLUSH_NS`` old. A failing
+        clock raises (the caller faults)."""
+        t = self._clock() - self._t0
+        self._s_step.append(self.step)
+        self._s_t.append(t)
+        self._s_work.append(self._read_work() - self._work0)
+        if (
+            len(self._s_step) >= STEP_CAP or time.monotonic_ns() - self._s_taken > STEP_FLUSH_NS
+        ) and self.on_full is not None:
+            self.on_full()
+        return t
+
+    def _take_steps(self) -> tuple[bytes, bytes, bytes] | None:
+        self._s_taken = time.monotonic_ns()
+        if not self._s_step:
+            return None
+        raw = (bytearray(self._s_step), bytearray(self._s_t), bytearray(self._s_work))
+        del self._s_step[:], self._s_t[:], self._s_work[:]
+        return raw
 
     def count(self, op: str, nbytes: int) -> int:
         """The disabled path of ``begin``: the tick counts, nothing is recorded."""

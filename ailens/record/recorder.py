@@ -1,9 +1,9 @@
 """The recorder of one rank: the trace in the making.
 
-It owns the event buffer (whose ``begin``/``end`` the Lens binds as its hot path), the
-writer thread, and the run's log of step ends, marks, sections and exchange rounds, handed
-to the writer in chunks off the training thread. It records; it never analyses: what the
-Lens feeds the run model is exactly what this log writes.
+It owns the event buffer (whose ``begin``/``end`` the Lens binds as its hot path, and whose
+``log_step`` logs the step ends), the writer thread, and the run's log of marks, sections and
+exchange rounds, handed to the writer in chunks off the training thread. It records; it never
+analyses: what the Lens feeds the run model is exactly what this log writes.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,9 +29,6 @@ from .writer import WriterThread
 
 __all__ = ["Recorder", "WriterFactory", "schedule_mark", "using_event_buffer"]
 
-# Steps buffered before a STEP chunk is written; also flushed on a time basis.
-_STEP_CAP = 1024
-_FLUSH_SECONDS = 10.0
 # A buffer whose oldest collective never ends grows to this many chunks before giving up.
 _MAX_GROWTH = 64
 _EXCHANGE_COLUMNS = ("seq", "step", "ticks", "live", "disabled", "stop", "t_ns")
@@ -114,10 +110,8 @@ class Recorder:
         self.buf.on_full = self.flush
         self._seq = 0  # orders marks and exchanges in the trace
         self._marks: list[dict] = []
-        self._s_step, self._s_t, self._s_work = array("I"), array("q"), array("q")
         self._x_rows: list[tuple[int, ...]] = []
         self._section: tuple[str, int, int] | None = None
-        self._last_flush = time.monotonic()
 
     def open(
         self,
@@ -144,17 +138,6 @@ class Recorder:
         return self._seq
 
     # ------------------------------------------------------------ the run's log
-
-    def log_step(self, step: int) -> int:
-        """Step ``step`` ended now; returns when (ns since the start). Flushes when enough
-        steps are buffered or the last flush is old."""
-        t = self._clock() - self.t0
-        self._s_step.append(step)
-        self._s_t.append(t)
-        self._s_work.append(self.counter.read() - self.work0)
-        if len(self._s_step) >= _STEP_CAP or time.monotonic() - self._last_flush > _FLUSH_SECONDS:
-            self.flush()
-        return t
 
     def log_mark(self, mark: dict, steps: int) -> dict:
         """Log a mark (schedule, section, info) at ``steps`` steps done; returns it as logged."""
@@ -208,16 +191,9 @@ class Recorder:
                 self._summarise(stop)
                 self.writer.put_events(buf.columns(0, stop))
                 buf.drop_front(stop)
-        self._last_flush = time.monotonic()
-        if len(self._s_step):
-            self.writer.put_steps(
-                {
-                    "step": np.frombuffer(self._s_step, np.uint32).copy(),
-                    "t_ns": np.frombuffer(self._s_t, np.int64).copy(),
-                    "work": np.frombuffer(self._s_work, np.int64).copy(),
-                }
-            )
-            del self._s_step[:], self._s_t[:], self._s_work[:]
+            steps = buf.take_steps()
+        if steps is not None:
+            self.writer.put_steps(steps)
         if self._x_rows:
             cols = np.array(self._x_rows, dtype=np.int64).T
             self.writer.put_exchanges(dict(zip(_EXCHANGE_COLUMNS, cols, strict=True)))

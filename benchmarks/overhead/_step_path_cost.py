@@ -38,6 +38,9 @@ def main() -> None:
     p.add_argument("--collectives", type=int, default=8)
     p.add_argument("--no-reads", action="store_true", help="no lens.forecast per step")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--pollute-mb", type=float, default=0.0,
+                   help="MB of memory written between steps (untimed), so ailens runs on cold "
+                        "caches as after a training step's work")  # fmt: skip
     args = p.parse_args()
     clock = Clock()
 
@@ -56,7 +59,10 @@ def main() -> None:
                 work_counter=Work(), total_steps=10 * args.steps)  # fmt: skip
     reads = not args.no_reads
     spent = 0
+    junk = bytearray(int(args.pollute_mb * 2**20))
     for i in range(args.steps):
+        if junk:
+            junk[:] = bytes(len(junk))  # untimed: evicts what the last step's ailens touched
         slow = rng.random() < args.outliers
         dt = int(step_ns * (2.5 if slow else 1 + rng.gauss(0, 0.01)))
         c0 = time.thread_time_ns()
@@ -74,7 +80,8 @@ def main() -> None:
     print("STEP_PATH " + json.dumps({
         "cpu_us_per_step": round(spent / n / 1e3, 2), "steps": n, "step_ms": args.step_ms,
         "outliers": args.outliers, "collectives": args.collectives, "reads": reads,
-        "spikes": len(lens.online.forecaster.level.spikes), "loadavg": list(os.getloadavg()),
+        "spikes": len(lens.online.forecaster.level.spikes), "pollute_mb": args.pollute_mb,
+        "loadavg": list(os.getloadavg()),
     }), flush=True)  # fmt: skip
 
 
