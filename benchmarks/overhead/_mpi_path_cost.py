@@ -6,16 +6,21 @@ The k-means example's three collectives a step (``Allreduce`` of a 32x32 float64
 through the ``wrap``-ed one, in alternating blocks (``--pairs`` of them, a ``Barrier``
 before each). Each collective call is timed alone with ``time.thread_time_ns``; a pair's
 figure is the wrapped block's CPU per collective less the raw block's, and the line reports
-the median over pairs. ``--work-kb N`` runs N KiB of numpy work (one read-modify-write pass
-over an array) before every collective, untimed, as the k-means step does between its
-collectives: the cold-cache cost. ``--steps infer`` (the example's default) includes the
-step ends inference makes inside the collectives; ``--steps manual`` calls ``step_end()``
-after each iteration and times it apart (``step_end_us``: per step, not in the per-collective
-figure). Run it on 2 ranks as ``kmeans_mpi`` runs, or on one (no peer to wait for: the
-cleanest figure)::
+the median over pairs.
 
-    mpiexec -n 2 python benchmarks/overhead/_mpi_path_cost.py --steps infer --work-kb 1024
-    python benchmarks/overhead/_mpi_path_cost.py --steps manual
+- ``--work-kb N``: N KiB of numpy work (one read-modify-write pass over an array; on 2 ranks
+  then a ``Barrier``, so that the collective does not time the peer's work) before every
+  collective, untimed, as the k-means step does between its collectives: the cold-cache
+  cost. 32768 and more reach beyond the last-level cache, as k-means's 50 MB shard does.
+- ``--steps infer`` (the example's default): the step ends that inference makes inside the
+  collectives are in the per-collective figure. ``--steps manual``: ``step_end()`` after
+  each iteration, timed apart (``step_end_us``, per step).
+
+Run it on 2 ranks as ``kmeans_mpi`` runs, or on one (no peer to wait for: the cleanest
+figure); with ``PYTHONPATH`` at another checkout to compare its ailens::
+
+    mpiexec -n 2 python benchmarks/overhead/_mpi_path_cost.py --steps infer
+    python benchmarks/overhead/_mpi_path_cost.py --steps manual --work-kb 65536 --iters 100
 
 Thread CPU includes MPI's busy polling while a rank waits for its peer, so on a loaded
 machine the 2-rank figures are noisier: compare runs made side by side. Rank 0 prints one
@@ -55,22 +60,29 @@ def main() -> None:
     work = np.ones(max(args.work_kb * 1024 // 8, 1)) if args.work_kb else None
     clock = time.thread_time_ns
 
+    sync = world.Barrier if world.Get_size() > 1 else None
+
+    def cool() -> None:
+        """The untimed work, then (2 ranks) a Barrier so the timed collective does not wait
+        for the peer's work."""
+        if work is not None:
+            np.multiply(work, 1.0, out=work)
+            if sync is not None:
+                sync()
+
     def block(comm, n: int, manual: bool) -> tuple[int, int]:
         """CPU ns in the collectives and in step_end over ``n`` iterations."""
         spent = ends = 0
         for _ in range(n):
-            if work is not None:
-                np.multiply(work, 1.0, out=work)
+            cool()
             c0 = clock()
             comm.Allreduce(local_sums, sums, op=MPI.SUM)
             c1 = clock()
-            if work is not None:
-                np.multiply(work, 1.0, out=work)
+            cool()
             c2 = clock()
             comm.Allreduce(local_counts, counts, op=MPI.SUM)
             c3 = clock()
-            if work is not None:
-                np.multiply(work, 1.0, out=work)
+            cool()
             c4 = clock()
             comm.allreduce(float(rank), op=MPI.SUM)
             c5 = clock()
