@@ -274,7 +274,20 @@ class Attachment:
         """Run the framework's collective ``fn`` exactly once, recorded as ``op``.
         ``pending(result, end)`` may return a stand-in for an asynchronous result that calls
         ``end`` on completion; otherwise the tick ends when ``fn`` returns."""
-        tick = self.begin(op, nbytes, step_key=step_key, step_op=step_op)
+        if self._finder is None or step_key is SKIP:  # begin's common case, inlined: no lock
+            if callable(nbytes):
+                try:
+                    nbytes = int(nbytes())
+                except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes
+                    nbytes = 0
+            lens = self.lens
+            try:  # self._begin_tick, inlined
+                tick = lens.collective_begin(op, nbytes)
+            except Exception as e:  # noqa: BLE001
+                lens.disable(e)
+                tick = lens.collective_begin(op, nbytes)
+        else:
+            tick = self.begin(op, nbytes, step_key=step_key, step_op=step_op)
         depth = _local.depth
         _local.depth = depth + 1  # quiet(), inlined: the hot path
         try:
@@ -310,9 +323,15 @@ class Attachment:
         ``nbytes_of(args, kwargs)`` bytes (0 without it)."""
 
         def wrapper(*args, **kwargs):
-            if not self.recording:
+            if not self.attached or _local.depth:  # self.recording, inlined
                 return fn(*args, **kwargs)
-            nbytes = 0 if nbytes_of is None else (lambda: nbytes_of(args, kwargs))
+            if nbytes_of is None:
+                nbytes = 0
+            else:  # sized here, as begin would: no closure per call
+                try:
+                    nbytes = int(nbytes_of(args, kwargs))
+                except Exception:  # noqa: BLE001 - an argument we cannot size: 0 bytes
+                    nbytes = 0
             return self.call(fn, op, nbytes, args, kwargs, pending=pending)
 
         return named_like(wrapper, fn)

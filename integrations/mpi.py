@@ -65,6 +65,7 @@ from mpi4py import MPI
 from ailens import Lens
 
 from ._base import Attachment, open_lens
+from ._base import _local as _base_local
 
 __all__ = ["wrap", "LensComm", "TimedRequest"]
 
@@ -278,11 +279,96 @@ class LensComm(Attachment):
 
 
 def _method(name: str, op: str, nbytes_of: Callable, nonblocking: bool) -> Callable:
-    def method(self, *args, **kwargs):
-        return self._record(name, op, nbytes_of, nonblocking, args, kwargs)
+    if nonblocking:
 
+        def method(self, *args, **kwargs):
+            return self._record(name, op, nbytes_of, True, args, kwargs)
+
+    else:
+        method = _blocking_method(name, op, nbytes_of)
     method.__name__ = name
     method.__doc__ = f"``{name}`` of the real communicator, recorded by ailens as {op!r}."
+    return method
+
+
+# Objects of a pickled collective whose payload is recorded as 0 bytes (``object_nbytes``).
+_NO_PAYLOAD = frozenset({float, int, bool, complex, str, dict, type(None)})
+
+
+def _nbytes(nbytes_of: Callable, comm, args: tuple, kwargs: dict) -> int:
+    try:
+        return int(nbytes_of(comm, args, kwargs))
+    except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
+        return 0
+
+
+def _blocking_method(name: str, op: str, nbytes_of: Callable) -> Callable:
+    """A blocking collective: the common case (recording, no request open, steps marked or
+    followed by op alone) is ``LensComm._record`` and ``Attachment.call`` inlined into this
+    one frame, the bytes of a first argument that is a numpy array (or a plain number for a
+    pickled collective) read here; the rest goes through ``_record``. Every Python call and
+    lookup is paid per collective, and after the script's own work in cold caches."""
+    equal_counts = name in _EQUAL_COUNTS
+    # whether the payload is the first argument (unless it is MPI.IN_PLACE: not an array)
+    first_sized = nbytes_of in (_send, _send_gathered, _bcast_buf) or (
+        name in _OBJECT_OPS and nbytes_of is not _zero
+    )
+    no_payload = _NO_PAYLOAD if name in _OBJECT_OPS else frozenset()
+    local, ndarray = _base_local, np.ndarray
+
+    def method(self, *args, **kwargs):
+        finder = self._finder
+        if (
+            not self.attached
+            or local.depth
+            or self._open
+            or (finder is not None and finder.needs_keys)
+        ):
+            return self._record(name, op, nbytes_of, False, args, kwargs)
+        comm = self.comm
+        real = getattr(comm, name)
+        if first_sized and args:
+            first = args[0]
+            kind = type(first)
+            if kind is ndarray:
+                nbytes = first.nbytes
+            elif kind in no_payload:
+                nbytes = 0
+            else:
+                nbytes = _nbytes(nbytes_of, comm, args, kwargs)
+        else:
+            nbytes = _nbytes(nbytes_of, comm, args, kwargs)
+        lens = self.lens
+        if finder is None:  # steps marked (or not inferred): no lock, one call into the buffer
+            try:
+                tick = lens.collective_begin(op, nbytes)
+            except Exception as e:  # noqa: BLE001 - Attachment._begin_tick
+                lens.disable(e)
+                tick = lens.collective_begin(op, nbytes)
+        else:
+            step_op = f"{name}:{nbytes}" if equal_counts else name  # see _record
+            with self.lock:  # Attachment.begin: the observation and the tick in one order
+                if self._finder is not None:
+                    self._observe(step_op, (op, nbytes))
+                try:
+                    tick = lens.collective_begin(op, nbytes)
+                except Exception as e:  # noqa: BLE001
+                    lens.disable(e)
+                    tick = lens.collective_begin(op, nbytes)
+        local.depth = 1  # the framework's own calls inside are not recorded
+        try:
+            result = real(*args, **kwargs)
+        except BaseException:
+            self.end(tick)
+            raise
+        finally:
+            local.depth = 0
+        try:  # looked up now: a Lens disabled meanwhile counts only
+            lens.collective_end(tick)
+        except Exception as e:  # noqa: BLE001
+            lens.disable(e)
+        return result
+
     return method
 
 

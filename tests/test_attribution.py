@@ -319,3 +319,33 @@ def test_attribution_on_two_ddp_ranks_counts_every_hook_and_leaves_ailens_on():
         own = sum(c[k]["cpu_us_per_step"] for k in attribution.COMPONENTS)
         assert a["total_cpu_us_per_step"] == pytest.approx(own, abs=0.01)
         assert a["step_cpu_us"] > 0 and a["cpu_share_pct"] is not None
+
+
+def test_the_mpi4py_methods_are_timed_as_hooks_and_their_collective_as_the_framework(tmp_path):
+    """A LensComm's blocking collectives record in their own frame (not through ``call``):
+    each is timed as ``hooks``, the real communicator's call inside as ``framework``, step
+    inference as ``step_infer``; restore puts the communicator and the methods back."""
+    MPI = pytest.importorskip("mpi4py.MPI")
+    import numpy as np
+
+    from ailens.integrations.mpi import LensComm, wrap
+
+    comm = wrap(MPI.COMM_SELF, run_dir=str(tmp_path / "run"))
+    real_comm = comm.comm
+    prof = attribution.Profiler()
+    prof.attach_handle(comm)
+    a, out = np.ones(8), np.empty(8)
+    for _ in range(40):
+        comm.Allreduce(a, out, op=MPI.SUM)
+        comm.Allreduce(a, out, op=MPI.SUM)
+        comm.allreduce(1.0, op=MPI.SUM)
+    prof.restore()
+    assert comm.comm is real_comm and "Allreduce" not in vars(comm)
+    assert comm.Allreduce.__func__ is LensComm.Allreduce
+    steps = comm.lens.steps
+    comm.close()
+    comps = prof.report(steps=steps)["components"]
+    assert steps >= 38  # inferred: every iteration a step
+    assert comps["hooks"]["calls_per_step"] >= 3  # each collective, and _record's while found
+    assert comps["framework"]["calls_per_step"] >= 3  # the real collectives
+    assert comps["step_infer"]["calls_per_step"] >= 3

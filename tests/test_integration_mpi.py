@@ -185,3 +185,116 @@ def test_run_without_close_ends_at_exit(tmp_path, total):
         assert forecast["history"][0][0] <= 4, forecast["history"]
     text = report_text(tmp_path / "run")
     assert "Actual total time" in text and "has not finished" not in text
+
+
+# ---------------------------------------------------------------- the flattened hot path
+
+
+def _collectives(comm, iterations: int, manual: bool) -> float:
+    """Every kind of blocking collective (payloads the hot path sizes itself, and specs it
+    leaves to the general path), an evaluation every 5 iterations; one rank (COMM_SELF)."""
+    a, out = np.arange(12.0), np.empty(12)
+    total = 0.0
+    for i in range(iterations):
+        comm.Allreduce(a, out, op=MPI.SUM)
+        comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+        comm.Allreduce([a, 4, MPI.DOUBLE], [out, 4, MPI.DOUBLE], op=MPI.SUM)
+        comm.Allreduce(sendbuf=a, recvbuf=out, op=MPI.SUM)
+        total += comm.allreduce(float(i), op=MPI.SUM)
+        total += sum(x.sum() for x in comm.allreduce([a, np.ones(3)], op=MPI.SUM))
+        comm.bcast({"i": i}, root=0)
+        comm.bcast(np.ones(5, np.float32), root=0)
+        comm.Bcast(out, root=0)
+        comm.Allgather(a, np.empty(12))
+        comm.Scatter(a, np.empty(12), root=0)
+        comm.Barrier()
+        if i % 5 == 4:  # interrupts the followed pattern
+            total += comm.allreduce(1, op=MPI.SUM)
+        if manual:
+            comm.step_end()
+    return total + float(out.sum())
+
+
+def _record_all(tmp_path: Path, steps: str, general: bool, monkeypatch, fault: str = "") -> dict:
+    """One run's recording, with every blocking call through ``LensComm._record`` when
+    ``general`` (the path before the flattened one); what step inference observed, in order.
+    ``fault``: "begin" or "end": that Lens method raises from the 300th tick on."""
+    from ailens.integrations import mpi
+
+    with monkeypatch.context() as m:
+        if general:
+            for name, (op, nbytes_of) in {**mpi._BUFFER_OPS, **mpi._OBJECT_OPS}.items():
+
+                def via_record(self, *args, _n=name, _o=op, _nb=nbytes_of, **kwargs):
+                    return self._record(_n, _o, _nb, False, args, kwargs)
+
+                m.setattr(mpi.LensComm, name, via_record)
+        run_dir = tmp_path / ("general" if general else "fast") / steps / fault
+        comm = mpi.wrap(MPI.COMM_SELF, run_dir=str(run_dir), steps=steps)
+        observed, real_observe = [], comm._observe
+        records, real_call = [], comm.call  # only _record calls it (a spy on _record
+        # itself would be a frame between _record and the calling line, which keys inference)
+
+        def observe(op, key):
+            observed.append((op, key))
+            return real_observe(op, key)
+
+        def call(fn, op, *args, **kwargs):
+            records.append(op)
+            return real_call(fn, op, *args, **kwargs)
+
+        comm._observe, comm.call = observe, call
+        if fault:
+            lens, name = comm.lens, f"collective_{fault}"
+            real = getattr(lens, name)
+
+            def faulty(*args):
+                if lens.ticks >= 300:
+                    raise RuntimeError("injected fault")
+                return real(*args)
+
+            setattr(lens, name, faulty)
+        checksum = _collectives(comm, 40, steps == "manual")
+        lens = comm.lens
+        facts = dict(ticks=lens.ticks, steps=lens.steps, disabled=lens.disabled,
+                     period=comm.inferred_period, merged=comm.steps_merged)  # fmt: skip
+        comm.close()
+    if fault:
+        return dict(facts, checksum=checksum, observed=observed)
+    rank = load_run(run_dir).ranks[0]
+    events = {k: rank.events[k].tolist() for k in ("op", "nbytes", "step")}
+    ops = [rank.ops[i] for i in events.pop("op")]
+    return dict(facts, checksum=checksum, ops=ops, observed=observed, records=records, **events)
+
+
+@pytest.mark.parametrize("steps", ["infer", "manual"])
+def test_the_hot_path_records_what_the_general_path_records(tmp_path, monkeypatch, steps):
+    """Ticks, ops, bytes, steps and step inference's observations (in order) are the same
+    through the flattened methods as through ``_record``; and the flattened path is taken
+    (fewer ``Attachment.call`` calls) once steps are followed by op or marked."""
+    fast = _record_all(tmp_path, steps, False, monkeypatch)
+    general = _record_all(tmp_path, steps, True, monkeypatch)
+    collectives = 40 * 12 + 40 // 5
+    assert fast["disabled"] is None and fast["ticks"] == collectives
+    assert fast["steps"] == 40 if steps == "manual" else fast["period"] == 12
+    for key in ("ticks", "steps", "period", "merged", "checksum", "ops", "nbytes", "step",
+                "observed"):  # fmt: skip
+        assert fast[key] == general[key], key
+    assert len(general["records"]) == collectives
+    assert len(fast["records"]) < collectives // 2
+    assert sorted(set(fast["nbytes"])) == [0, 20, 32, 96, 120]
+
+
+@pytest.mark.parametrize("fault", ["begin", "end"])
+@pytest.mark.parametrize("steps", ["infer", "manual"])
+def test_a_fault_on_the_hot_path_fails_open_as_on_the_general_path(
+    tmp_path, monkeypatch, steps, fault
+):
+    """A Lens that raises in the flattened path: ailens off with the same reason, every call
+    made once (same results), every tick still counted, steps still followed."""
+    fast = _record_all(tmp_path, steps, False, monkeypatch, fault)
+    general = _record_all(tmp_path, steps, True, monkeypatch, fault)
+    assert "injected fault" in fast["disabled"]
+    assert fast["ticks"] == 40 * 12 + 40 // 5
+    for key in ("disabled", "ticks", "steps", "period", "merged", "checksum", "observed"):
+        assert fast[key] == general[key], key

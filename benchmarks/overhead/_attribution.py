@@ -275,6 +275,8 @@ class Profiler:
         for name in ("_record",) if self.lean else ("begin", "end", "_record"):
             if callable(getattr(handle, name, None)):
                 self.patch(handle, name, "hooks")
+        if type(handle).__module__ == "ailens.integrations.mpi":
+            self._time_mpi_methods(handle)
         if getattr(handle, "_finder", None) is not None:
             self.patch(handle, "_observe", "step_infer")
             finder = handle._finder
@@ -282,6 +284,25 @@ class Profiler:
                 self.patch(finder, "_agree", "step_vote")
         if packages:
             self.patch_modules(packages)
+
+    def _time_mpi_methods(self, handle) -> None:
+        """A ``LensComm``'s blocking collectives record in their own frame, not through
+        ``call``: each method is timed as ``hooks``, and the real communicator's method it
+        calls as ``framework`` (through a stand-in for ``handle.comm``)."""
+        from ailens.integrations import mpi
+
+        names = frozenset({**mpi._BUFFER_OPS, **mpi._OBJECT_OPS})
+        for name in names:
+            self.patch(handle, name, "hooks")
+        real_comm, foreign = handle.comm, self.foreign
+
+        class TimedComm:
+            def __getattr__(self, name: str):
+                attr = getattr(real_comm, name)
+                return foreign(attr) if name in names else attr
+
+        handle.comm = TimedComm()
+        self._undo.append(lambda: setattr(handle, "comm", real_comm))
 
     def patch_modules(self, packages: tuple[str, ...]) -> None:
         """Time the ailens wrappers found in the loaded modules of ``packages`` (``hooks``),
