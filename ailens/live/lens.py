@@ -94,6 +94,9 @@ class Lens:
                                        fault=self._fault,
                                        disabled=lambda: self.disabled is not None)  # fmt: skip
         self._buf = self.session.buf  # until the Lens runs, it counts ticks (disabled path)
+        # Below these step and tick counts no exchange round is due (the session's, taken
+        # again after each round): a step end compares two integers instead of asking.
+        self._quiet_until = self.session.quiet_until()
         self._install_disabled_methods()
         if not cfg.enabled:
             self.fail_open.reason = "disabled by configuration"
@@ -167,9 +170,13 @@ class Lens:
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
         self._steps += 1
-        self._buf.step = self._steps
+        buf = self._buf
+        buf.step = self._steps
+        quiet_steps, quiet_ticks = self._quiet_until
+        if self._steps < quiet_steps and buf.ticks < quiet_ticks:
+            return
         session = self.session
-        due = session.cadence.due(self._buf.ticks, self._steps, alone=session.alone)
+        due = session.cadence.due(buf.ticks, self._steps, alone=session.alone)
         if due or session.in_flight:  # a round in flight finishes at the next step end
             self._exchange(evaluate=session.alone, start=due)
 
@@ -371,9 +378,12 @@ class Lens:
     def _exchange(self, *, evaluate: bool = False, start: bool = True, final: bool = False) -> None:
         rec = self.recorder
         rest = rec.summarise_rest if rec else None
-        self.session.run(self._steps, vote=self._stop_vote, on_batch=self._on_batch,
-                         summarise_rest=rest, evaluate=evaluate, start=start,
-                         final=final)  # fmt: skip
+        try:
+            self.session.run(self._steps, vote=self._stop_vote, on_batch=self._on_batch,
+                             summarise_rest=rest, evaluate=evaluate, start=start,
+                             final=final)  # fmt: skip
+        finally:
+            self._quiet_until = self.session.quiet_until()
 
     def _stop_vote(self) -> bool:
         return bool(self.config.early_stop and self.online and self.online.signature_ready)

@@ -185,6 +185,12 @@ class ExchangeSession:
             cadence.done(done, steps, self._clock(), summed.interval if summed else 0)
             self._summed(summed, batch, tick_steps, done, on_batch)
 
+    def quiet_until(self) -> tuple[int, int]:
+        """The step and tick counts below which no step end has a round to run: none while a
+        round is in flight (the next step end finishes it), else the cadence's. Valid until
+        the next :meth:`run`."""
+        return (0, 0) if self._in_flight is not None else self.cadence.quiet_until()
+
     @property
     def in_flight(self) -> bool:
         """Whether a round's collective is running in the background."""
