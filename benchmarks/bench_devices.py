@@ -22,7 +22,9 @@ any measurement on B's device: B priced from its features). All methods get the 
 and batch correction (the fold's ``beta`` and ``delta``, or where a batch is unknown its
 unknown-batch slope) so only the device part differs. The batch per device: Gavel's and
 DLE's tables, MLPerf's ``global_batch_size`` / devices in the standard ``:::MLLOG`` logs.
-Interactions tried and not kept: ``bench_devices_candidates.py``.
+Each row also gives the share of pairs within 10 % (``within_10_pct``: a median of 10 %
+needs half), beside the same share for the model fitted on every job (in-sample).
+Interactions and other mechanisms tried and not kept: ``bench_devices_candidates.py``.
 
     python benchmarks/bench_devices.py [--json OUT] [--write [PATH]]
 """
