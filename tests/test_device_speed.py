@@ -200,6 +200,25 @@ def test_the_in_sample_floor_is_the_job_by_device_interaction():
     assert 8 < spread["across device types"] < 20
 
 
+def test_the_summary_counts_the_pairs_within_ten_percent_by_kind():
+    """A median of 10 % needs half the pairs within 10 %: each row of the summary says what
+    share is. Six jobs run 2x faster on the V100, a seventh 1.05x: held out, the six are
+    predicted within 10 % both ways, the seventh (47-90 % off) is not ("same speed" is right
+    on it only); the MLPerf CUDA rows exist only where MLPerf pairs do."""
+    bench = _bench()
+    obs = [
+        {**o, "source": "gavel"}
+        for m, r in enumerate([0.5] * 6 + [0.95])
+        for o in _toy(f"job {m}", math.log(r), 32.0)
+    ]
+    summary = bench.summarise(bench.evaluate(obs))
+    row = summary["leave-one-job-out / gavel P100<->V100"]
+    assert row["cases"] == 14
+    assert row["model"]["within_10_pct"] == pytest.approx(12 / 14)
+    assert row["same_speed"]["within_10_pct"] == pytest.approx(2 / 14)
+    assert not any("mlperf across CUDA" in k for k in summary)
+
+
 def test_a_job_measured_on_many_systems_counts_once_in_the_job_weighted_median():
     """Job A has three pairs that the model gets right, B and C one each that it misses:
     over pairs the median is A's 1 %, with each job weighing one it is 50 %."""
