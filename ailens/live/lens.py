@@ -161,19 +161,18 @@ class Lens:
 
     def step_end(self) -> None:
         """Mark the end of a training step (the same step on every rank)."""
-        if self.disabled is None:
+        buf, steps = self._buf, self._steps
+        if self.fail_open.reason is None:  # self.disabled, inlined: once per step
             try:
-                self.online.on_step(self._steps, self._buf.log_step())
+                self.online.on_step(steps, buf.log_step())
                 if self.device is not None:
-                    self.device.step(self._steps)
+                    self.device.step(steps)
                     self.device.resolve()
             except Exception as e:  # noqa: BLE001
                 self._fault(e)
-        self._steps += 1
-        buf = self._buf
-        buf.step = self._steps
+        self._steps = buf.step = steps = steps + 1
         quiet_steps, quiet_ticks = self._quiet_until
-        if self._steps < quiet_steps and buf.ticks < quiet_ticks:
+        if steps < quiet_steps and buf.ticks < quiet_ticks:
             return
         session = self.session
         due = session.cadence.due(buf.ticks, self._steps, alone=session.alone)
