@@ -232,7 +232,6 @@ class Profiler:
             self._time_exchange(session)
         rec = lens.recorder
         if rec is not None:
-            self.patch(rec, "log_step", "step_end")
             self.patch(rec, "log_exchange", "exchange")
             self.patch(rec, "flush", "flush")
             rec.buf.on_full = rec.flush  # the buffer's own reference to flush

@@ -72,7 +72,7 @@ def main() -> None:
 
         def on_train_begin(self, logs=None):
             lens = lens_cb.lens
-            timed(type(lens.recorder), "log_step", "Recorder.log_step")
+            timed(type(lens.recorder.buf), "log_step", "EventBuffer.log_step (the step log)")
             timed(type(lens.online), "on_step", "OnlineAnalysis.on_step")
             timed(type(lens.online), "_catch_up", "OnlineAnalysis._catch_up")
             timed(type(lens._live), "_write_forecast", "LiveOutput._write_forecast")
