@@ -77,14 +77,14 @@ def test_ddp_fit_records_buckets_steps_and_validation_on_both_ranks(tmp_path):
 @pytest.mark.parallel
 @pytest.mark.timeout(120)
 def test_early_stop_stops_both_ranks_at_the_same_step(tmp_path):
-    # Four epochs of 100 steps: the signature waits for the first validation (an announced
+    # Eight epochs of 100 steps: the signature waits for the first validation (an announced
     # part) at step 100 and a steady level after it, which a loaded machine can delay.
     config = {"early_stop": True, "signature_rel_tol": 0.5, "exchange_seconds": 0}
     results = fit_ddp(
-        tmp_path, "--samples", "1600", "--epochs", "4", "--config", json.dumps(config)
+        tmp_path, "--samples", "1600", "--epochs", "8", "--config", json.dumps(config)
     )
     total = results[0]["estimated_steps"]
-    assert total == 400
+    assert total == 800
     steps = {r["global_step"] for r in results}
     assert len(steps) == 1 and steps.pop() < total
     assert all(r["should_stop"] and r["lens_should_stop"] for r in results)
@@ -101,15 +101,16 @@ def test_early_stop_also_stops_a_rank_where_ailens_disabled_itself(tmp_path):
     # Rank 1 faults at its 6th collective and goes on without recording; rank 0 still finds
     # the signature. Rank 1 must follow the stop vote, or rank 0 would leave it waiting on a
     # gradient allreduce (the run would hang).
-    # Four epochs of 100 steps: the signature waits for the first validation (an announced
-    # part) at step 100 and a steady level after it, which a loaded machine can delay.
+    # Eight epochs of 100 steps: the signature waits for the first validation (an announced
+    # part) at step 100 and a steady level after it, which a loaded machine can delay (with
+    # four epochs a full-suite run here once ended the run before the signature).
     config = {"early_stop": True, "signature_rel_tol": 0.5, "exchange_seconds": 0}
     results = fit_ddp(
-        tmp_path, "--samples", "1600", "--epochs", "4", "--config", json.dumps(config),
+        tmp_path, "--samples", "1600", "--epochs", "8", "--config", json.dumps(config),
         "--fault", "1:5",
     )  # fmt: skip
     assert results[0]["disabled"] is None and "injected fault" in results[1]["disabled"]
-    assert results[0]["global_step"] == results[1]["global_step"] < 400
+    assert results[0]["global_step"] == results[1]["global_step"] < 800
     assert all(r["should_stop"] for r in results)
 
 
