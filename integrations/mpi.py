@@ -241,10 +241,7 @@ class LensComm(Attachment):
             return real(*args, **kwargs)
         if self._open:
             self._before_close()  # end the ticks of requests completed behind our back
-        try:
-            nbytes = int(nbytes_of(self.comm, args, kwargs))
-        except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
-            nbytes = 0
+        nbytes = _nbytes(nbytes_of, self.comm, args, kwargs)
         key = step_op = None
         if self.infers_steps:
             # Step ends are followed by op alone, without a vote, so that op must be the same
@@ -296,6 +293,7 @@ _NO_PAYLOAD = frozenset({float, int, bool, complex, str, dict, type(None)})
 
 
 def _nbytes(nbytes_of: Callable, comm, args: tuple, kwargs: dict) -> int:
+    """The payload's bytes by ``nbytes_of``; 0 when the arguments cannot be sized."""
     try:
         return int(nbytes_of(comm, args, kwargs))
     except Exception:  # noqa: BLE001 - an odd buffer spec: bytes unknown, not a fault
@@ -350,11 +348,7 @@ def _blocking_method(name: str, op: str, nbytes_of: Callable) -> Callable:
             with self.lock:  # Attachment.begin: the observation and the tick in one order
                 if self._finder is not None:
                     self._observe(step_op, (op, nbytes))
-                try:
-                    tick = lens.collective_begin(op, nbytes)
-                except Exception as e:  # noqa: BLE001
-                    lens.disable(e)
-                    tick = lens.collective_begin(op, nbytes)
+                tick = self._begin_tick(op, nbytes)
         local.depth = 1  # the framework's own calls inside are not recorded
         try:
             result = real(*args, **kwargs)

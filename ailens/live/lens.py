@@ -175,7 +175,7 @@ class Lens:
         if steps < quiet_steps and buf.ticks < quiet_ticks:
             return
         session = self.session
-        due = session.cadence.due(buf.ticks, self._steps, alone=session.alone)
+        due = session.cadence.due(buf.ticks, steps, alone=session.alone)
         if due or session.in_flight:  # a round in flight finishes at the next step end
             self._exchange(evaluate=session.alone, start=due)
 

@@ -225,7 +225,7 @@ class PyEventBuffer(_Batches):
             self.on_full()
         return t
 
-    def _take_steps(self) -> tuple[bytes, bytes, bytes] | None:
+    def _take_steps(self) -> tuple[bytearray, bytearray, bytearray] | None:
         self._s_taken = time.monotonic_ns()
         if not self._s_step:
             return None

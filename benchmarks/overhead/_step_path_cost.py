@@ -60,9 +60,10 @@ def main() -> None:
     reads = not args.no_reads
     spent = 0
     junk = bytearray(int(args.pollute_mb * 2**20))
+    zeros = bytes(len(junk))  # made once: only the write is wanted between steps
     for i in range(args.steps):
         if junk:
-            junk[:] = bytes(len(junk))  # untimed: evicts what the last step's ailens touched
+            junk[:] = zeros  # untimed: evicts what the last step's ailens touched
         slow = rng.random() < args.outliers
         dt = int(step_ns * (2.5 if slow else 1 + rng.gauss(0, 0.01)))
         c0 = time.thread_time_ns()

@@ -185,8 +185,9 @@ def _candidates(
                 continue  # no offset of this learned period can pass (the common case)
             members: dict[int, list[int]] = {offset: [] for offset in kept}
             for k in steps:  # one pass, kept offsets only
-                if k % period in members:
-                    members[k % period].append(k)
+                on_offset = members.get(k % period)
+                if on_offset is not None:
+                    on_offset.append(k)
             out += [(_Lattice(period, o, 0), ks) for o, ks in members.items()]
             continue
         # Offsets in the order of their first step.
