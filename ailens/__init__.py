@@ -15,12 +15,14 @@ from . import _lazy
 from .live.lens import Lens
 from .record.config import LensConfig
 from .record.node import detect_rank_world
-from .record.reader import RankTrace, Run, load_run
 from .record.trace import TraceError
 
 # What reads runs and logs back is imported on first use: a training script that only records
 # does not pay for it at start-up.
 _LAZY = {
+    "RankTrace": "record.reader",
+    "Run": "record.reader",
+    "load_run": "record.reader",
     "analyze": "analysis.run_analysis",
     "RunAnalysis": "analysis.run_analysis",
     "StepTable": "analysis.run_analysis",

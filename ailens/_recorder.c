@@ -384,7 +384,7 @@ static PyObject *Recorder_end(Recorder *self, PyObject *const *args, Py_ssize_t 
     lock_acquire(self->lock); /* a flush on the training thread may be moving rows now */
     int64_t t, w;
     long long tick;
-    if (read_clock(self, &t) < 0 || read_work(self, &w) < 0)
+    if (read_clock(self, &t) < 0)
         goto failed;
     if (tick_obj == NULL || tick_obj == Py_None)
         tick = self->oldest_open;
@@ -396,12 +396,17 @@ static PyObject *Recorder_end(Recorder *self, PyObject *const *args, Py_ssize_t 
     long long row = tick - self->base;
     if (0 <= row && row < self->n && self->c_end[row] < 0) {
         self->c_end[row] = t - self->t0;
-        self->mark = w;
         if (tick == self->oldest_open) {
             if (tick + 1 == self->ticks) /* the common, blocking case */
                 self->oldest_open = tick + 1;
             else
                 advance_open(self);
+        }
+        /* The work mark moves only when nothing stays in flight (see PyEventBuffer.end). */
+        if (self->oldest_open >= self->ticks) {
+            if (read_work(self, &w) < 0)
+                goto failed;
+            self->mark = w;
         }
     }
     PyThread_release_lock(self->lock->lock);

@@ -106,6 +106,30 @@ def test_rows_record_op_step_size_times_and_work(impl):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+def test_work_goes_on_beside_collectives_in_flight_and_is_read_once_they_all_ended(impl):
+    """An end that leaves other collectives in flight reads no work counter: the work done
+    beside them counts towards the next begin. A batch of asynchronous collectives ended in
+    order (Horovod's gradients at the optimizer step) reads it once, at the last end."""
+    reads = Ticker(0, 7)
+    buf, faults = make(impl, cap=16, read_work=reads)
+    for k in range(3):  # work 7, 14, 21
+        assert buf.begin("allreduce", 4) == k
+    for k in range(3):
+        buf.end(k)
+    assert reads.value == 28  # one read at the third end, none at the first two
+    assert buf.begin("allreduce", 4) == 3  # work 35: 7 since the last end
+    assert buf.begin("allreduce", 4) == 4  # 42
+    buf.end(3)  # tick 4 in flight: no read
+    assert buf.begin("allreduce", 4) == 5  # 49: from tick 4's begin, across tick 3's end
+    buf.end(5)  # tick 4 still in flight: no read
+    buf.end(4)  # the last in flight: 56
+    assert buf.begin("broadcast", 4) == 6  # 63
+    buf.end()  # blocking: 70
+    assert buf.columns(0, buf.n)["work"].tolist() == [7, 7, 7, 7, 7, 7, 7]
+    assert (buf.oldest_open, reads.value, faults) == (7, 70, [])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_the_step_log_records_step_time_and_work_and_hands_over_when_full(impl):
     """Step ends are logged by the buffer in one call (issue 33: the Python step log was one
     of the costliest parts of a step end on cold caches): the step, the time since t0 and the

@@ -184,23 +184,29 @@ class PyEventBuffer(_Batches):
             return self.count(op, nbytes)
 
     def end(self, tick: int | None = None) -> None:
-        """Record the end of the oldest open collective, or of ``tick``."""
+        """Record the end of the oldest open collective, or of ``tick``.
+
+        The work counter is read, and the next begin's work counted from here, only when no
+        collective stays in flight: while others do, the work goes on beside them (a
+        backward pass launching the next gradients) and counts towards the next begin. It
+        also spares the counter read (a syscall) at each of the in-order ends of a batch of
+        asynchronous collectives, all but the last (Horovod: one per gradient; issue 33)."""
         lock = self.lock
         lock.acquire()  # a flush on the training thread may be moving rows right now
         try:
             t = self._clock()
-            w = self._read_work()
             if tick is None:
                 tick = self.oldest_open
             row = tick - self.base
             if 0 <= row < self.n and self._c_end[row] < 0:
                 self._c_end[row] = t - self._t0
-                self._mark = w
                 if tick == self.oldest_open:
                     if tick + 1 == self.ticks:  # the common, blocking case
                         self.oldest_open = tick + 1
                     else:
                         self._advance_open()
+                if self.oldest_open >= self.ticks:
+                    self._mark = self._read_work()
         except Exception as e:  # noqa: BLE001
             lock.release()
             self._on_fault(e)

@@ -9,7 +9,6 @@ analyses: what the Lens feeds the run model is exactly what this log writes.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,7 +21,7 @@ from .buffer import EventBuffer
 from .config import LensConfig
 from .counters import Counter
 from .exchange import Summed
-from .node import describe_node
+from .node import describe_node, hostname
 from .schedule import Schedule
 from .trace import FORMAT_VERSION
 from .writer import WriterThread
@@ -82,7 +81,7 @@ class Recorder:
             "run_id": run_id,
             "rank": rank,
             "world_size": world_size,
-            "host": socket.gethostname(),
+            "host": hostname(),
             "pid": os.getpid(),
             "framework": cfg.framework,
             "backend": cfg.backend,
