@@ -327,7 +327,6 @@ def test_the_mpi4py_methods_are_timed_as_hooks_and_their_collective_as_the_frame
     inference as ``step_infer``; restore puts the communicator and the methods back."""
     MPI = pytest.importorskip("mpi4py.MPI")
     import numpy as np
-
     from ailens.integrations.mpi import LensComm, wrap
 
     comm = wrap(MPI.COMM_SELF, run_dir=str(tmp_path / "run"))

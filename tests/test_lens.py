@@ -286,7 +286,8 @@ def test_a_lens_records_without_importing_what_it_does_not_use(tmp_path):
         "print(','.join(m for m in names if m in sys.modules))\n"
         "from ailens.record.node import describe_node\n"
         "import socket\n"
-        "print(describe_node()['hostname'] == socket.gethostname(), ailens.load_run(sys.argv[1]).ranks[0].n_events)\n"
+        "run = ailens.load_run(sys.argv[1])\n"
+        "print(describe_node()['hostname'] == socket.gethostname(), run.ranks[0].n_events)\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                          text=True, timeout=60)  # fmt: skip

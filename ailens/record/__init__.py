@@ -33,6 +33,7 @@ def __getattr__(name: str):
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "FORMAT_VERSION",
     "IMPLEMENTATION",

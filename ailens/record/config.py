@@ -26,7 +26,8 @@ class LensConfig:
     chunk_events: int = 4096
     # Cross-rank SIMO exchange: at a step end, once exchange_ticks ticks are pending or the
     # agreed step interval has passed. Rank 0 sets that interval so that exchanges are at
-    # least exchange_seconds apart (the exchange and the online analysis cost ~1 ms). The
+    # least exchange_seconds apart (the exchange and the online analysis cost ~1 ms), and
+    # exchange.ELAPSED_SHARE of the elapsed time once that is longer (0: every step). The
     # tick cap is a bound on the payload (3 x 8 bytes a tick), set so that fast steps with
     # many collectives still exchange by time, not every few steps.
     exchange_ticks: int = 4096

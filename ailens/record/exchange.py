@@ -15,8 +15,9 @@ exchange that can run in the background (``Exchange.start``) is finished at the 
 end, and the sums reach the run model then. The
 decision uses only tick and step counts, which every rank shares, so all ranks enter the
 collective at the same step. Rank 0 proposes the next
-interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart), and the
-sum carries its proposal to everyone.
+interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart, or
+``ELAPSED_SHARE`` of the run's elapsed time when that is longer), and the sum carries its
+proposal to everyone.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ import numpy as np
 
 from .ticks import TickSummary
 
-__all__ = ["Cadence", "Header", "Summed", "decode", "encode", "payload_slots", "summed"]
+__all__ = [
+    "ELAPSED_SHARE",
+    "Cadence",
+    "Header",
+    "Summed",
+    "decode",
+    "encode",
+    "payload_slots",
+    "summed",
+]
 
 Exchange = Callable[[np.ndarray], np.ndarray]
 """Sums an int64 array elementwise across all ranks and returns the sum (every rank).
@@ -44,6 +54,13 @@ rank still finishes it at the same step end."""
 
 # Exchanges never wait longer than this many steps.
 MAX_INTERVAL_STEPS = 1000
+# Exchanges are also at least this share of the run's elapsed time apart (when
+# exchange_seconds > 0). A round costs every rank ~1.5-2 ms on cold caches (the sums, the
+# online model's evaluation, issue 33's attribution): at one a second, a floor of ~0.15-0.2 %
+# of the run whatever its step time. Spaced with the elapsed time, the rounds of a run grow
+# with the logarithm of its length (after an hour, one every 18 s), and the early stop, decided
+# at a round, comes at most this share of the elapsed time late.
+ELAPSED_SHARE = 0.005
 
 
 class Header(IntEnum):
@@ -143,13 +160,16 @@ def decode(total: np.ndarray, n: int, k: int, world_size: int) -> Summed:
 class Cadence:
     """When to exchange: a pure function of shared counts, plus rank 0's proposal."""
 
-    def __init__(self, batch_ticks: int, seconds: float, first_interval: int) -> None:
+    def __init__(
+        self, batch_ticks: int, seconds: float, first_interval: int, *, start_ns: int = 0
+    ) -> None:
         self.batch_ticks = batch_ticks
         self.seconds = seconds
         self.every = max(1, first_interval)  # steps between exchanges, as agreed
         self.ticks_done = 0  # ticks already exchanged
         self.step_at = 0  # steps done at the last exchange
-        self.t_at = 0  # rank 0's clock then (ns)
+        self.start_ns = start_ns  # rank 0's clock when the run started
+        self.t_at = start_ns  # rank 0's clock at the last exchange (ns)
 
     def quiet_until(self) -> tuple[int, int]:
         """The step and tick counts below which :meth:`due` is False whatever else holds, so
@@ -169,12 +189,16 @@ class Cadence:
         return steps - self.step_at >= self.every and (pending > 0 or alone)
 
     def propose(self, steps: int, now_ns: int) -> int:
-        """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange."""
+        """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange,
+        or ``ELAPSED_SHARE`` of the time since the start when that is longer."""
         n = steps - self.step_at
         if n <= 0:
             return 0
         step_s = (now_ns - self.t_at) / 1e9 / n
-        want = self.seconds / step_s if step_s > 0 else MAX_INTERVAL_STEPS
+        seconds = self.seconds
+        if seconds > 0:
+            seconds = max(seconds, ELAPSED_SHARE * (now_ns - self.start_ns) / 1e9)
+        want = seconds / step_s if step_s > 0 else MAX_INTERVAL_STEPS
         return int(min(max(math.ceil(want), 1), MAX_INTERVAL_STEPS))
 
     def done(self, ticks: int, steps: int, now_ns: int, agreed_interval: int) -> None:

@@ -50,8 +50,8 @@ class ExchangeSession:
             cfg.exchange_ticks if self.exchange_fn is not None else 1 << 62,
             cfg.exchange_seconds,
             cfg.signature_window // 2,
+            start_ns=clock(),
         )
-        self.cadence.t_at = clock()
         self.stop_agreed = False
         # The buffer whose ticks are exchanged: until recording starts (or when it never
         # does), a placeholder that only counts them.

@@ -2,7 +2,8 @@
 wall time of the import in fresh interpreters that imported the framework first, as a job
 does (issue 33: a short job pays it on every rank; the k-means job's ratio is mostly this).
 
-    .venv/bin/python benchmarks/overhead/_import_cost.py [--runs 15] [--module ailens.integrations.mpi]
+    .venv/bin/python benchmarks/overhead/_import_cost.py [--runs 15]
+        [--module ailens.integrations.mpi]
                                                          [--before "import numpy, mpi4py.MPI"]
 
 Prints one ``IMPORT {json}`` line: the median and the fastest of ``--runs`` imports (ms), and

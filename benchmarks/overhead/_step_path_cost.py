@@ -41,7 +41,14 @@ def main() -> None:
     p.add_argument("--pollute-mb", type=float, default=0.0,
                    help="MB of memory written between steps (untimed), so ailens runs on cold "
                         "caches as after a training step's work")  # fmt: skip
+    p.add_argument("--elapsed-share", type=float, default=None,
+                   help="exchange rounds' spacing as a share of the elapsed time (default: "
+                        "ailens's ELAPSED_SHARE; 0: a round a second, as before)")  # fmt: skip
     args = p.parse_args()
+    if args.elapsed_share is not None:
+        from ailens.record import exchange
+
+        exchange.ELAPSED_SHARE = args.elapsed_share  # read at each round's proposal
     clock = Clock()
 
     class Work:
@@ -82,6 +89,7 @@ def main() -> None:
         "cpu_us_per_step": round(spent / n / 1e3, 2), "steps": n, "step_ms": args.step_ms,
         "outliers": args.outliers, "collectives": args.collectives, "reads": reads,
         "spikes": len(lens.online.forecaster.level.spikes), "pollute_mb": args.pollute_mb,
+        "elapsed_share": args.elapsed_share,
         "loadavg": list(os.getloadavg()),
     }), flush=True)  # fmt: skip
 
