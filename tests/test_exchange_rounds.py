@@ -259,17 +259,19 @@ def test_a_disabled_rank_still_joins_every_round(tmp_path, background):
 
 def test_rounds_space_out_with_the_elapsed_time(tmp_path):
     """Issue 33: a round costs every rank ~1.5-2 ms on cold caches, so rounds are also at
-    least ELAPSED_SHARE of the elapsed time apart: a long run's rounds grow with the logarithm
-    of its length, not with it. A one-rank Lens on a simulated clock (100 ms steps, 2,000 s)
-    exchanges at the steps the bare Cadence picks (the timeline replay's, too): one a second
-    at first, then ELAPSED_SHARE of the elapsed time apart."""
-    from ailens.record.exchange import ELAPSED_SHARE, Cadence
+    least ``exchange_elapsed_share`` of the elapsed time apart: a long run's rounds grow with
+    the logarithm of its length, not with it. A one-rank Lens on a simulated clock (100 ms
+    steps, 2,000 s) exchanges at the steps the bare Cadence picks (the timeline replay's,
+    too): one a second at first, then that share of the elapsed time apart."""
+    from ailens.record.exchange import Cadence
 
     step_ns, steps = 100_000_000, 20_000
     clock = Clock()
     clock.now = 0
     lens = Lens(run_dir=tmp_path, clock=clock, exchange_seconds=1.0, total_steps=steps)
-    cadence = Cadence(1 << 62, 1.0, lens.config.signature_window // 2)
+    share = lens.config.exchange_elapsed_share
+    assert share == 0.005
+    cadence = Cadence(1 << 62, 1.0, lens.config.signature_window // 2, elapsed_share=share)
     live, bare = [], []
     for k in range(1, steps + 1):
         clock.now = k * step_ns
@@ -283,7 +285,7 @@ def test_rounds_space_out_with_the_elapsed_time(tmp_path):
     assert live[1:] == bare
     gaps = np.diff(bare)
     assert gaps[3] == 10  # 1 s of 100 ms steps while the share is below a second
-    assert abs(gaps[-1] - ELAPSED_SHARE * 2000 / 0.1) <= 1  # 10 s apart at 2,000 s
+    assert abs(gaps[-1] - share * 2000 / 0.1) <= 1  # 10 s apart at 2,000 s
     # each gap proposed at the exchange before it: at most the share of the elapsed time then
-    assert all(g <= max(10, ELAPSED_SHARE * k) + 1 for g, k in zip(gaps, bare[:-1], strict=True))
+    assert all(g <= max(10, share * k) + 1 for g, k in zip(gaps, bare[:-1], strict=True))
     assert len(bare) < 2000 // 2  # 653; a 1 s cadence makes ~2,000

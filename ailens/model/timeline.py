@@ -293,7 +293,12 @@ class TimelineReplay:
         self.cfg = config or LensConfig()
         self.oa = OnlineAnalysis(self.cfg, 1, 0, [])
         self.timeline: Timeline | None = None  # what was fed
-        self._cadence = Cadence(1 << 62, self.cfg.exchange_seconds, self.cfg.signature_window // 2)
+        self._cadence = Cadence(
+            1 << 62,
+            self.cfg.exchange_seconds,
+            self.cfg.signature_window // 2,
+            elapsed_share=self.cfg.exchange_elapsed_share,
+        )
         self._seq = 0
         self._schedule: dict = {}
         self._sections: list[tuple[int, int]] = []  # (steps done, step) of each section fed

@@ -26,12 +26,18 @@ class LensConfig:
     chunk_events: int = 4096
     # Cross-rank SIMO exchange: at a step end, once exchange_ticks ticks are pending or the
     # agreed step interval has passed. Rank 0 sets that interval so that exchanges are at
-    # least exchange_seconds apart (the exchange and the online analysis cost ~1 ms), and
-    # exchange.ELAPSED_SHARE of the elapsed time once that is longer (0: every step). The
+    # least exchange_seconds apart (0: every step; the exchange and the online analysis cost
+    # ~1 ms), and exchange_elapsed_share of the elapsed time once that is longer. The
     # tick cap is a bound on the payload (3 x 8 bytes a tick), set so that fast steps with
     # many collectives still exchange by time, not every few steps.
     exchange_ticks: int = 4096
     exchange_seconds: float = 1.0
+    # A round costs every rank ~1.5-2 ms on cold caches (the sums, the online model's
+    # evaluation; issue 33): at one a second, a floor of ~0.15-0.2 % of the run whatever its
+    # step time. Spaced with the elapsed time, a run's rounds grow with the logarithm of its
+    # length (after an hour, one every 18 s), and an early stop decided at a round comes at
+    # most this share of the elapsed time late. 0: exchange_seconds alone.
+    exchange_elapsed_share: float = 0.005
     tolerance: int = 1
     phase_key: str = "op"
     min_phase_share: float = 0.01
@@ -84,6 +90,10 @@ class LensConfig:
             )
         if self.exchange_seconds < 0:
             raise ValueError(f"exchange_seconds must be >= 0, got {self.exchange_seconds}")
+        if not 0 <= self.exchange_elapsed_share < 1:
+            raise ValueError(
+                f"exchange_elapsed_share must be in [0, 1), got {self.exchange_elapsed_share}"
+            )
         if self.tolerance < 0:
             raise ValueError(f"tolerance must be >= 0, got {self.tolerance}")
         if not 0 <= self.min_phase_share < 1:

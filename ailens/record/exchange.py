@@ -16,8 +16,8 @@ end, and the sums reach the run model then. The
 decision uses only tick and step counts, which every rank shares, so all ranks enter the
 collective at the same step. Rank 0 proposes the next
 interval in the header (enough steps to keep exchanges ``exchange_seconds`` apart, or
-``ELAPSED_SHARE`` of the run's elapsed time when that is longer), and the sum carries its
-proposal to everyone.
+``exchange_elapsed_share`` of the run's elapsed time when that is longer), and the sum carries
+its proposal to everyone.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import numpy as np
 from .ticks import TickSummary
 
 __all__ = [
-    "ELAPSED_SHARE",
     "Cadence",
     "Header",
     "Summed",
@@ -54,13 +53,6 @@ rank still finishes it at the same step end."""
 
 # Exchanges never wait longer than this many steps.
 MAX_INTERVAL_STEPS = 1000
-# Exchanges are also at least this share of the run's elapsed time apart (when
-# exchange_seconds > 0). A round costs every rank ~1.5-2 ms on cold caches (the sums, the
-# online model's evaluation, issue 33's attribution): at one a second, a floor of ~0.15-0.2 %
-# of the run whatever its step time. Spaced with the elapsed time, the rounds of a run grow
-# with the logarithm of its length (after an hour, one every 18 s), and the early stop, decided
-# at a round, comes at most this share of the elapsed time late.
-ELAPSED_SHARE = 0.005
 
 
 class Header(IntEnum):
@@ -161,10 +153,17 @@ class Cadence:
     """When to exchange: a pure function of shared counts, plus rank 0's proposal."""
 
     def __init__(
-        self, batch_ticks: int, seconds: float, first_interval: int, *, start_ns: int = 0
+        self,
+        batch_ticks: int,
+        seconds: float,
+        first_interval: int,
+        *,
+        start_ns: int = 0,
+        elapsed_share: float = 0.0,
     ) -> None:
         self.batch_ticks = batch_ticks
         self.seconds = seconds
+        self.elapsed_share = elapsed_share  # also this share of the time since the start
         self.every = max(1, first_interval)  # steps between exchanges, as agreed
         self.ticks_done = 0  # ticks already exchanged
         self.step_at = 0  # steps done at the last exchange
@@ -190,14 +189,14 @@ class Cadence:
 
     def propose(self, steps: int, now_ns: int) -> int:
         """Rank 0's proposal: ``seconds`` worth of steps at the pace since the last exchange,
-        or ``ELAPSED_SHARE`` of the time since the start when that is longer."""
+        or ``elapsed_share`` of the time since the start when that is longer."""
         n = steps - self.step_at
         if n <= 0:
             return 0
         step_s = (now_ns - self.t_at) / 1e9 / n
         seconds = self.seconds
         if seconds > 0:
-            seconds = max(seconds, ELAPSED_SHARE * (now_ns - self.start_ns) / 1e9)
+            seconds = max(seconds, self.elapsed_share * (now_ns - self.start_ns) / 1e9)
         want = seconds / step_s if step_s > 0 else MAX_INTERVAL_STEPS
         return int(min(max(math.ceil(want), 1), MAX_INTERVAL_STEPS))
 

@@ -51,6 +51,7 @@ class ExchangeSession:
             cfg.exchange_seconds,
             cfg.signature_window // 2,
             start_ns=clock(),
+            elapsed_share=cfg.exchange_elapsed_share,
         )
         self.stop_agreed = False
         # The buffer whose ticks are exchanged: until recording starts (or when it never

@@ -42,13 +42,9 @@ def main() -> None:
                    help="MB of memory written between steps (untimed), so ailens runs on cold "
                         "caches as after a training step's work")  # fmt: skip
     p.add_argument("--elapsed-share", type=float, default=None,
-                   help="exchange rounds' spacing as a share of the elapsed time (default: "
-                        "ailens's ELAPSED_SHARE; 0: a round a second, as before)")  # fmt: skip
+                   help="exchange_elapsed_share: rounds' spacing as a share of the elapsed "
+                        "time (default: the Lens's; 0: a round a second, as before)")  # fmt: skip
     args = p.parse_args()
-    if args.elapsed_share is not None:
-        from ailens.record import exchange
-
-        exchange.ELAPSED_SHARE = args.elapsed_share  # read at each round's proposal
     clock = Clock()
 
     class Work:
@@ -62,8 +58,9 @@ def main() -> None:
 
     rng = random.Random(args.seed)
     step_ns = int(args.step_ms * 1e6)
+    share = {} if args.elapsed_share is None else {"exchange_elapsed_share": args.elapsed_share}
     lens = Lens(run_dir=tempfile.mkdtemp(prefix="ailens-steppath-"), clock=clock,
-                work_counter=Work(), total_steps=10 * args.steps)  # fmt: skip
+                work_counter=Work(), total_steps=10 * args.steps, **share)  # fmt: skip
     reads = not args.no_reads
     spent = 0
     junk = bytearray(int(args.pollute_mb * 2**20))
@@ -89,7 +86,7 @@ def main() -> None:
         "cpu_us_per_step": round(spent / n / 1e3, 2), "steps": n, "step_ms": args.step_ms,
         "outliers": args.outliers, "collectives": args.collectives, "reads": reads,
         "spikes": len(lens.online.forecaster.level.spikes), "pollute_mb": args.pollute_mb,
-        "elapsed_share": args.elapsed_share,
+        "elapsed_share": lens.config.exchange_elapsed_share,
         "loadavg": list(os.getloadavg()),
     }), flush=True)  # fmt: skip
 
