@@ -520,7 +520,9 @@ static PyObject *Recorder_log_step(Recorder *self, PyObject *Py_UNUSED(args))
     self->s_step[i] = (uint32_t)self->step;
     self->s_t[i] = t - self->t0;
     self->s_work[i] = w - self->work0;
-    if ((self->s_n >= STEP_CAP || timespec_ns(CLOCK_MONOTONIC) - self->s_taken > STEP_FLUSH_NS) &&
+    /* the native clock is CLOCK_MONOTONIC already: no second reading */
+    int64_t now = self->clock_how == READ_NATIVE ? t : timespec_ns(CLOCK_MONOTONIC);
+    if ((self->s_n >= STEP_CAP || now - self->s_taken > STEP_FLUSH_NS) &&
         self->on_full != Py_None) {
         PyObject *r = PyObject_CallNoArgs(self->on_full);
         if (r == NULL)

@@ -243,24 +243,13 @@ class TorchLens(EpochWatch, Attachment):
             if not self.recording:
                 fut = launch(state, bucket)
                 return fut.then(value) if comm_hook is None else fut
-            nbytes = bucket.buffer().nbytes
-            if self._finder is None:  # self.begin's common case, inlined: once per bucket
-                try:
-                    tick = lens.collective_begin("allreduce", nbytes)
-                except Exception as e:  # noqa: BLE001
-                    lens.disable(e)
-                    tick = lens.collective_begin("allreduce", nbytes)  # counts only
-            else:
-                tick = self.begin("allreduce", nbytes)
+            tick = self.begin("allreduce", bucket.buffer().nbytes)
             device = lens.device  # set on a CUDA device; None again if the Lens disables itself
             if device is None:
                 fut = launch(state, bucket)
 
                 def done(f):  # the tick's end folded into the one completion callback
-                    try:  # self.end(tick), inlined
-                        lens.collective_end(tick)
-                    except Exception as e:  # noqa: BLE001
-                        lens.disable(e)
+                    self.end(tick)
                     return value(f)
 
                 return fut.then(done)

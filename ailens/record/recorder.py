@@ -9,6 +9,7 @@ analyses: what the Lens feeds the run model is exactly what this log writes.
 from __future__ import annotations
 
 import os
+import platform
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -21,7 +22,7 @@ from .buffer import EventBuffer
 from .config import LensConfig
 from .counters import Counter
 from .exchange import Summed
-from .node import describe_node, hostname
+from .node import describe_node
 from .schedule import Schedule
 from .trace import FORMAT_VERSION
 from .writer import WriterThread
@@ -81,7 +82,7 @@ class Recorder:
             "run_id": run_id,
             "rank": rank,
             "world_size": world_size,
-            "host": hostname(),
+            "host": platform.node(),
             "pid": os.getpid(),
             "framework": cfg.framework,
             "backend": cfg.backend,
