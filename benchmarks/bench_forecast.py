@@ -2,6 +2,8 @@
 a corpus of real runs replayed deterministically, and live on the examples.
 
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json   # replay the corpus
+    .venv/bin/python benchmarks/bench_forecast.py corpus --mlperf-dir ../shared/mlperf-dev
+                                                     # every finished log of a development set
     .venv/bin/python benchmarks/bench_forecast.py record                   # re-record (quiet!)
     .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
     .venv/bin/python benchmarks/bench_forecast.py live --public            # others' scripts
@@ -64,6 +66,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import _harness as harness  # noqa: E402
+from curate_mlperf import nodes  # noqa: E402
 from forecast_public import PUBLIC_SCRIPTS, goal_line, run_public, score_public  # noqa: E402
 from forecast_recording import CASES, QUIET_LOAD, record, recording_set  # noqa: E402
 from forecast_replay import replay, replay_mlperf  # noqa: E402
@@ -83,7 +86,12 @@ HEADLINE_SETS = ("mlperf", "recorded")
 
 
 def corpus(args) -> int:
-    rows = [] if args.no_mlperf else mlperf_rows()
+    if args.no_mlperf:
+        rows = []
+    elif args.mlperf_dir:
+        rows = mlperf_dir_rows(args.mlperf_dir)
+    else:
+        rows = mlperf_rows()
     rows += recorded_rows(args.dir)
     if not args.no_synthetic:
         rows += synthetic_rows(args.seeds)
@@ -98,24 +106,42 @@ def mlperf_rows() -> list[dict]:
     if not index.is_file():
         return rows
     for x in json.loads(index.read_text()):
-        try:
-            row = replay_mlperf(MLPERF / x["file"])
-        except ValueError as e:
-            print(f"skipped {x['file']}: {e}", file=sys.stderr)
-            continue
-        rows.append(
-            {
-                "name": "mlperf/" + x["file"].removesuffix(".txt.gz"),
-                "kind": "mlperf",
-                "source": "mlperf",
-                "set": "mlperf",
-                "family": _FAMILY.get(x["benchmark"], x["benchmark"]),
-                "structure": ["eval"] if row["evaluations"] else [],
-                "nodes": x.get("nodes_from_name"),
-                **row,
-            }
-        )
+        row = _mlperf_row(MLPERF / x["file"], x["file"], x["benchmark"], x.get("nodes_from_name"))
+        if row is not None:
+            rows.append(row)
     return rows
+
+
+def mlperf_dir_rows(root: Path) -> list[dict]:
+    """A row per finished MLPerf log of a folder with an ``index.json`` (``file``,
+    ``system``, ``benchmark`` per log, as ``../shared/mlperf-dev`` has): every log of a
+    development set, not the curated selection (``--mlperf-dir``: do the curated set's
+    figures hold on the whole set?)."""
+    rows = []
+    for x in json.loads((root / "index.json").read_text()):
+        row = _mlperf_row(root / x["file"], x["file"], x["benchmark"], nodes(x["system"]))
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def _mlperf_row(path: Path, name: str, benchmark: str, nodes_from_name) -> dict | None:
+    """One MLPerf log replayed and tagged; None (said on stderr) for one with no finished run."""
+    try:
+        row = replay_mlperf(path)
+    except (ValueError, ailens.LogError) as e:
+        print(f"skipped {name}: {e}", file=sys.stderr)
+        return None
+    return {
+        "name": "mlperf/" + name.removesuffix(".gz").removesuffix(".txt"),
+        "kind": "mlperf",
+        "source": "mlperf",
+        "set": "mlperf",
+        "family": _FAMILY.get(benchmark, benchmark),
+        "structure": ["eval"] if row["evaluations"] else [],
+        "nodes": nodes_from_name,
+        **row,
+    }
 
 
 def recorded_rows(corpus_dir: Path) -> list[dict]:
@@ -315,6 +341,12 @@ def main() -> int:
     c.add_argument("--seeds", type=int, default=2, help="seeds per synthetic scenario")
     c.add_argument("--no-synthetic", action="store_true")
     c.add_argument("--no-mlperf", action="store_true", help="leave the MLPerf logs out")
+    c.add_argument(
+        "--mlperf-dir",
+        type=Path,
+        help="replay every finished MLPerf log of this folder's index.json (e.g. "
+        "../shared/mlperf-dev) instead of the curated corpus logs",
+    )
     r = sub.add_parser("record", help="run the examples and store their traces in the corpus")
     r.add_argument("--dir", type=Path, default=CORPUS)
     r.add_argument("--only", help="comma-separated case names: " + ", ".join(CASES))
