@@ -4,7 +4,10 @@ than 0.25 points, by mechanism, from a ``bench_forecast.py corpus --json`` resul
 
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json
     .venv/bin/python benchmarks/forecast_misses.py OUT.json [--list] [--split] [--calibration]
-                                                            [--signature]
+                                                            [--signature] [--mlperf-dir DIR]
+
+``--mlperf-dir``: the folder the corpus JSON's MLPerf logs came from (``bench_forecast.py
+corpus --mlperf-dir``), the curated corpus by default.
 
 Each point's error is split in two (``split``): the training part (the remaining steps at the
 forecast's level, with the parts that lie inside the units: recurring extras, evaluations
@@ -70,10 +73,11 @@ SIGNATURE_GOAL = 0.15  # issue 30: the signature at a median <= 15 % of the step
 FIRST_POINT = ailens.LensConfig().signature_window // 2
 
 
-def _index() -> dict[str, str]:
+def _index(root: Path) -> dict[str, Path]:
+    """The logs of a folder's ``index.json`` by their corpus row name."""
     return {
-        "mlperf/" + x["file"].removesuffix(".txt.gz"): x["file"]
-        for x in json.loads((MLPERF / "index.json").read_text())
+        "mlperf/" + x["file"].removesuffix(".gz").removesuffix(".txt"): root / x["file"]
+        for x in json.loads((root / "index.json").read_text())
     }
 
 
@@ -132,11 +136,11 @@ def _decides(parts: tuple[float, float] | None, best: float) -> str:
     return "both" if train and rest else "training" if train else "rest" if rest else "sum"
 
 
-def classify(rows: list[dict]) -> list[tuple]:
+def classify(rows: list[dict], root: Path = MLPERF) -> list[tuple]:
     """(run, fraction, ailens error, the better baseline's |error|, the speed change's
     share of the total, mechanism, the split of ailens's and Composer's errors, the part
     that decides) of each point worse than the better baseline."""
-    index, cache, out = _index(), {}, []
+    index, cache, out = _index(root), {}, []
     for r in rows:
         if r.get("set") != "mlperf":
             continue
@@ -148,7 +152,7 @@ def classify(rows: list[dict]) -> list[tuple]:
                 continue
             f = index[r["name"]]
             if f not in cache:
-                tl = ailens.read_timeline(MLPERF / f, include_init=False)
+                tl = ailens.read_timeline(f, include_init=False)
                 cache[f] = (tl, ailens.forecast_timeline(tl))
             tl, fr = cache[f]
             n = tl.total_steps
@@ -209,15 +213,15 @@ def paired_table(rows: list[dict]) -> None:
               + "   ".join(f"{a:5.2f} {c:5.2f}" for a, c in (med, mean, q75)))  # fmt: skip
 
 
-def split_table(rows: list[dict]) -> None:
+def split_table(rows: list[dict], root: Path = MLPERF) -> None:
     """Median |error| of the training part and of the rest, ailens and Composer, over the
     MLPerf points where Composer has an estimate: which part each is closer on."""
-    index = _index()
+    index = _index(root)
     by: dict[str, list] = {pct: [] for pct in FRACTIONS}
     for r in rows:
         if r.get("set") != "mlperf":
             continue
-        tl = ailens.read_timeline(MLPERF / index[r["name"]], include_init=False)
+        tl = ailens.read_timeline(index[r["name"]], include_init=False)
         fr = ailens.forecast_timeline(tl)
         for pct in FRACTIONS:
             s = max(1, int(int(pct) / 100 * tl.total_steps))
@@ -233,13 +237,13 @@ def split_table(rows: list[dict]) -> None:
         print(f"  {pct:>2} % {len(xs):4d}  {m[0]:22.2f} {m[2]:9.2f}  {m[1]:16.2f} {m[3]:9.2f}")
 
 
-def calibration() -> None:
+def calibration(root: Path = MLPERF) -> None:
     """The later evaluations' mean against the first, as the forecaster measured them at
     the end of each log: marked sections (their own time) and those beside the steps (what
     the units they ran beside took over the level)."""
     ratios: dict[str, list[float]] = {"marked sections": [], "beside the steps": []}
-    for f in _index().values():
-        tl = ailens.read_timeline(MLPERF / f, include_init=False)
+    for f in _index(root).values():
+        tl = ailens.read_timeline(f, include_init=False)
         replay = ailens.TimelineReplay()
         replay.feed(tl)
         fc = replay.oa.forecaster
@@ -279,9 +283,16 @@ def main() -> int:
     ap.add_argument("--split", action="store_true", help="each part's error, ailens and Composer")
     ap.add_argument("--calibration", action="store_true", help="print what the priors rest on")
     ap.add_argument("--signature", action="store_true", help="the runs whose signature is late")
+    ap.add_argument(
+        "--mlperf-dir",
+        type=Path,
+        default=MLPERF,
+        help="the logs' folder (its index.json), as given to bench_forecast.py corpus "
+        "--mlperf-dir (default: the curated corpus)",
+    )
     args = ap.parse_args()
     rows = json.loads(args.corpus_json.read_text())["runs"]
-    points = classify(rows)
+    points = classify(rows, args.mlperf_dir)
     if args.list:
         for name, pct, ours, best, change, why, parts, decides in points:
             a = "{:+7.2f} {:+7.2f}".format(*parts["ailens"]) if parts["ailens"] else " " * 15
@@ -318,9 +329,9 @@ def main() -> int:
               f"decided by: {parts}")  # fmt: skip
     if args.split:
         paired_table(rows)
-        split_table(rows)
+        split_table(rows, args.mlperf_dir)
     if args.calibration:
-        calibration()
+        calibration(args.mlperf_dir)
     if args.signature:
         signature(rows)
     return 0
