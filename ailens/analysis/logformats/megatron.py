@@ -5,10 +5,12 @@
      iteration (ms): 1147.6 | learning rate: ... | lm loss: ... |
 
 The counter is the iterations done (a line every k iterations counts k steps), the total is
-after the slash. A line's own timestamp places it; without one, the iterations' ends follow
-from the elapsed time per iteration (Megatron's interval timer, evaluations included) summed
-from the first iteration's start. An evaluation (``validation loss at iteration N``) or a
-checkpoint saved between two lines is a section of the interval it fell in.
+after the slash; BigScience's Megatron-DeepSpeed (BLOOM) prints the elapsed time in seconds,
+``elapsed time per iteration (s): 105.22``. A line's own timestamp places it; without one, the
+iterations' ends follow from the elapsed time per iteration (Megatron's interval timer,
+evaluations included) summed from the first iteration's start. An evaluation (``validation
+loss at iteration N``) or a checkpoint saved between two lines is a section of the interval it
+fell in.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from ._base import (
 __all__ = ["FORMAT", "read_megatron"]
 
 _ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+|infinity)\s*\|")
-_ELAPSED = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
+_ELAPSED = re.compile(r"elapsed time per iteration \((ms|s)\):\s*([0-9.]+)")
 _LINE = re.compile(
-    r"\biteration\s+\d+\s*/\s*(?:\d+|infinity)\s*\|.*elapsed time per iteration \(ms\)"
+    r"\biteration\s+\d+\s*/\s*(?:\d+|infinity)\s*\|.*elapsed time per iteration \((?:ms|s)\)"
 )
+_SECONDS = {"ms": 1e-3, "s": 1.0}
 
 
 def read_megatron(path: Path, text: str) -> Timeline:
@@ -57,7 +60,7 @@ def read_megatron(path: Path, text: str) -> Timeline:
             Point(
                 step=int(m.group(1)),
                 t_s=None if ts is None else timestamp_s(ts),
-                step_s=float(e.group(1)) / 1e3,
+                step_s=float(e.group(2)) * _SECONDS[e.group(1)],
                 total=total,
                 section=mark,
             )
@@ -80,7 +83,8 @@ def read_megatron(path: Path, text: str) -> Timeline:
 
 FORMAT = LogFormat(
     name="megatron",
-    title="Megatron-LM / Megatron-DeepSpeed (iteration N/ M | ... elapsed time per iteration (ms))",
+    title="Megatron-LM / Megatron-DeepSpeed (iteration N/ M | ... elapsed time per iteration "
+    "(ms) or (s))",
     detect=lines_like(_LINE),
     read=read_megatron,
     example=" [2025-04-13 23:41:12] iteration   10/ 1000 | consumed samples: 160 | elapsed time "
