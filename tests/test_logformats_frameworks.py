@@ -5,6 +5,7 @@ from the logs by hand (quoted beside each assertion), not produced by the reader
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,40 @@ def test_mmengine_epoch_log_with_checkpoint_and_validation():
     # "Epoch(val) [1][10/313]" at 15:52:51 ... "[1][313/313]" at 15:52:54
     evals = [s for s in tl.sections if s.name == "eval"]
     assert [(s.begin_s, s.end_s) for s in evals] == [(56.0, 60.0)]
+
+
+def test_mmcv1_runner_epochs_checkpoints_and_validations():
+    """MMCV 1.x (MMClassification 0.x): 'Epoch [e][i/N]' lines with Python logging's
+    timestamps, one 'Epoch(val) [e][n]' line when a validation has ended (after its progress
+    bar, on the same console line); max_epochs from the printed config."""
+    path = DATA / "mmengine" / "mmcls_0x_colab_tools_2epochs.log"
+    _only_claimed_by(path, "mmengine")
+    tl = read_log(path)
+    assert tl.source == "mmengine" and tl.steps_per_epoch == 201
+    assert tl.steps == tl.total_steps == 402 and tl.finished
+
+    def at(stamp: str) -> float:  # seconds after "Environment info:", the log's first line
+        t0 = datetime.strptime("2021-10-21 02:48:20,030", "%Y-%m-%d %H:%M:%S,%f")
+        return (datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f") - t0).total_seconds()
+
+    # "Epoch [1][10/201] ... time: 0.533" at 02:48:44,261: the steps before it at 0.533 s
+    assert tl.step_end_s[9] == pytest.approx(at("2021-10-21 02:48:44,261"))
+    assert tl.step_end_s[0] == pytest.approx(at("2021-10-21 02:48:44,261") - 9 * 0.533)
+    # "Saving checkpoint at 1 epochs": the epoch's 201 iterations ended; "Epoch(val) [1][51]"
+    # at 02:49:44,587: the validation ran since the checkpoint line
+    assert tl.step_end_s[200] == pytest.approx(at("2021-10-21 02:49:35,247"))
+    evals = [x for s in tl.sections if s.name == "eval" for x in (s.begin_s, s.end_s)]
+    assert evals == pytest.approx(
+        [at("2021-10-21 02:49:35,247"), at("2021-10-21 02:49:44,587")]
+        + [at("2021-10-21 02:50:40,443"), at("2021-10-21 02:50:49,905")]
+    )
+    # epoch 2's first ten steps from the validation's end to "Epoch [2][10/201]"
+    assert tl.step_end_s[210] == pytest.approx(at("2021-10-21 02:49:49,625"))
+    assert tl.step_end_s[201] - evals[1] == pytest.approx(
+        (at("2021-10-21 02:49:49,625") - evals[1]) / 10, abs=1e-5
+    )
+    # the run ended with its last validation, the log's last line
+    assert tl.end_s == pytest.approx(at("2021-10-21 02:50:49,905"))
 
 
 def test_mmengine_timestamps_without_the_year():

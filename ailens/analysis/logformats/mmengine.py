@@ -2,7 +2,11 @@
 ``2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563]  lr: …  eta: …  time:
 0.1414  data_time: …`` (or ``08/22 15:51:56`` without the year), ``Iter(train) [50/90000]``
 for iteration-based runs, ``Epoch(val) [1][10/313]`` during validation and ``Saving
-checkpoint at 1 epochs``.
+checkpoint at 1 epochs``. The MMCV 1.x runner before mmengine (MMDetection 2.x, MMSegmentation
+0.x, MMClassification 0.x) logs ``2021-10-21 02:48:44,261 - mmcls - INFO - Epoch [1][10/201]
+lr: ..., time: 0.533, ...`` (``Iter [50/320000]``), and one ``Epoch(val) [1][51]  accuracy:
+...`` (``Iter(val) [4000]``) when a validation has ended: it ran since the last training or
+checkpoint line (the console may have the evaluation's progress bar before it on its line).
 
 The timestamps are the clock (whole seconds; lines in the same second are spread by the shared
 helper); a line's ``time:`` (seconds per iteration) places the iterations before the first
@@ -10,8 +14,9 @@ line. The steps are the iterations: ``(e - 1) x N + i`` for ``Epoch(train) [e][i
 for ``Iter(train) [i/M]`` (whose total is M); ``Saving checkpoint at e epochs`` marks the end
 of epoch e. A validation block is an "eval" section from the line before its first line to
 its last. The total of an epoch-based run is ``max_epochs`` (from the config the log prints
-at its start) x N; the iterations after a validation begin when it ends. The time before the
-first progress line (building the model and the data) is "init"."""
+at its start) x N; the iterations after a validation begin when it ends; a run that reached its
+total ended at the log's last line. The time before the first progress line (building the model
+and the data) is "init"."""
 
 from __future__ import annotations
 
@@ -27,14 +32,17 @@ from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_mmengine"]
 
-_LINE = re.compile(
-    r"^(?P<ts>\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}|\d{2}/\d{2} \d{2}:\d{2}:\d{2}) - "
-    r"[\w.]+ - [A-Z]+ - (?P<msg>.*)$"
+# mmengine's "2022/08/22 15:51:56" (or "08/22 15:51:56"), MMCV 1.x's "2021-10-21 02:48:44,261"
+_STAMP = (
+    r"\d{4}/\d{2}/\d{2} \d{2}:\d{2}:\d{2}|\d{2}/\d{2} \d{2}:\d{2}:\d{2}"
+    r"|\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}"
 )
+_LINE = re.compile(rf"(?P<ts>{_STAMP}) - [\w.]+ - [A-Z]+ - (?P<msg>.*)$")
+# No mode: MMCV 1.x's training line; no "/n": its validation's one line at the end.
 _EPOCH = re.compile(
-    r"Epoch\((?P<mode>train|val|test)\)\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]"
+    r"Epoch(?:\((?P<mode>train|val|test)\))?\s*\[(?P<e>\d+)\]\s*\[\s*(?P<i>\d+)(?:/(?P<n>\d+))?\]"
 )
-_ITER = re.compile(r"Iter\((?P<mode>train|val|test)\)\s*\[\s*(?P<i>\d+)/(?P<n>\d+)\]")
+_ITER = re.compile(r"Iter(?:\((?P<mode>train|val|test)\))?\s*\[\s*(?P<i>\d+)(?:/(?P<n>\d+))?\]")
 _SAVE = re.compile(r"Saving checkpoint at (\d+) (epochs|iterations)")
 _MAX_EPOCHS = re.compile(r"max_epochs\s*=\s*(\d+)")
 _TIME = re.compile(r"(?<![\w])time:\s*([\d.]+)")
@@ -47,6 +55,7 @@ def read_mmengine(path: Path, text: str) -> Timeline:
     sections: list[Section] = []
     first_t = None
     prev_t = None  # the previous line's time (where a validation block begins)
+    progress_t = None  # the last training or checkpoint line's (where MMCV 1.x's began)
     val_begin = None
     val_end = None
     spe = None
@@ -55,7 +64,7 @@ def read_mmengine(path: Path, text: str) -> Timeline:
     m_max = _MAX_EPOCHS.search(text)
     max_epochs = int(m_max.group(1)) if m_max else None
     for raw in text.replace("\r", "\n").splitlines():
-        m = _LINE.match(raw.strip())
+        m = _LINE.search(raw.strip())
         if not m:
             continue
         t = clock.seconds(m.group("ts"))
@@ -64,10 +73,12 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         msg = m.group("msg")
         e = _EPOCH.search(msg)
         it = None if e else _ITER.search(msg)
-        mode = (e or it).group("mode") if (e or it) else None
+        mode = ((e or it).group("mode") or "train") if (e or it) else None
         if mode in ("val", "test"):
             if val_begin is None:
-                val_begin = prev_t if prev_t is not None else t
+                summary = (e or it).group("n") is None  # MMCV 1.x: logged when it ended
+                begin = progress_t if summary else prev_t
+                val_begin = begin if begin is not None else t
             val_end = t
         else:
             if val_begin is not None and (mode == "train" or _SAVE.search(msg)):
@@ -89,6 +100,8 @@ def read_mmengine(path: Path, text: str) -> Timeline:
                     points.append(Point(step=k * spe, t_s=t))
                 elif s.group(2) == "iterations":
                     points.append(Point(step=k, t_s=t, total=total))
+            if e or it or _SAVE.search(msg):
+                progress_t = t
         prev_t = t
     if val_begin is not None:
         sections.append(Section("eval", val_begin, max(val_end, val_begin)))
@@ -108,6 +121,7 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         source="mmengine",
         clock="absolute",
         log_start_s=first_t,
+        log_end_s=prev_t,  # a finished run ended at the log's last line (its last validation)
         sections=sections,
         steps_per_epoch=spe,
         info={"max_epochs": max_epochs} if max_epochs else None,
@@ -132,6 +146,8 @@ class _Clock:
         self.last = None
 
     def seconds(self, ts: str) -> float:
+        if "," in ts:
+            return datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f").timestamp()
         if len(ts) > 14:
             return datetime.strptime(ts, "%Y/%m/%d %H:%M:%S").timestamp()
         t = datetime.strptime("2000/" + ts, "%Y/%m/%d %H:%M:%S").timestamp() + self.shift
@@ -143,8 +159,8 @@ class _Clock:
 
 
 _DETECT = re.compile(
-    r"(?m)^(?:\d{4}/)?\d{2}/\d{2} \d{2}:\d{2}:\d{2} - [\w.]+ - [A-Z]+ - "
-    r"(?:Epoch|Iter)\((?:train|val|test)\)\s*\["
+    rf"(?:{_STAMP}) - [\w.]+ - [A-Z]+ - (?:Epoch|Iter)(?:\((?:train|val|test)\))?\s*\[\d+\]?"
+    r"\s*\[?\s*\d+/\d+\]"
 )
 
 
@@ -154,7 +170,8 @@ def _detect(head: str) -> bool:
 
 FORMAT = LogFormat(
     name="mmengine",
-    title="mmengine / MMDetection logger (Epoch(train) [e][i/N] or Iter(train) [i/M], timestamps)",
+    title="mmengine / MMDetection logger (Epoch(train) [e][i/N] or Iter(train) [i/M], timestamps; "
+    "MMCV 1.x: Epoch [e][i/N], Iter [i/M])",
     detect=_detect,
     read=read_mmengine,
     example="2022/08/22 15:51:56 - mmengine - INFO - Epoch(train) [1][10/1563]  lr: 1.0000e-03  "
