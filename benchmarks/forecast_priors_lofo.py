@@ -2,7 +2,7 @@
 of the development corpus (issue 30): what a rule learned on the other families gets on the
 family left out, for every family in turn.
 
-    .venv/bin/python benchmarks/forecast_priors_lofo.py
+    .venv/bin/python benchmarks/forecast_priors_lofo.py [--mlperf-dir ../shared/mlperf-dev]
 
 1. **The first unit's start-up** (``Forecaster.FIRST_UNIT_SHARE``): at the first step of a run
    of epochs or blocks the level is a share of the first unit's training time (the start-up
@@ -41,6 +41,7 @@ Families: the benchmark (``mask`` is ``maskrcnn``, ``dlrm_dcnv2`` is ``dlrm``).
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -70,12 +71,23 @@ FAMILY = {"mask": "maskrcnn", "dlrm_dcnv2": "dlrm"}
 PRIOR_SHARE_SD = 0.05  # the rule before: 5 % +/- 5 %
 
 
-def runs() -> list[dict]:
+def _logs(root: Path):
+    """(index entry, timeline) of every finished log of ``root``'s index.json with at least
+    4 units (a level after the first two)."""
+    for x in json.loads((root / "index.json").read_text()):
+        try:
+            tl = ailens.read_timeline(root / x["file"], include_init=False)
+        except ailens.LogError:
+            continue
+        if tl.finished and tl.total_steps and tl.total_steps >= 4:
+            yield x, tl
+
+
+def runs(root: Path = MLPERF) -> list[dict]:
     """Per MLPerf log: its family, first unit, level, evaluations and stated sample counts."""
     out = []
-    for x in json.loads((MLPERF / "index.json").read_text()):
-        path = MLPERF / x["file"]
-        tl = ailens.read_timeline(path, include_init=False)
+    for x, tl in _logs(root):
+        path = root / x["file"]
         stated: dict = {}
         for _, key, value, _ in parse_mlperf(gzip.open(path, "rt", errors="replace").read()):
             if key in ("eval_samples", "train_samples", "global_batch_size"):
@@ -224,12 +236,11 @@ def eval_price(rows: list[dict]) -> None:
     print(f"  an evaluation sample's cost in training samples, by family: {cost}")
 
 
-def occurrences() -> list[dict]:
+def occurrences(root: Path = MLPERF) -> list[dict]:
     """Per MLPerf log and kind (marked sections, beside the steps): the evaluations' times
     as the forecaster measured them at the end of the log, where 3 or more were seen."""
     out = []
-    for x in json.loads((MLPERF / "index.json").read_text()):
-        tl = ailens.read_timeline(MLPERF / x["file"], include_init=False)
+    for x, tl in _logs(root):
         replay = ailens.TimelineReplay()
         replay.feed(tl)
         fc = replay.oa.forecaster
@@ -371,10 +382,19 @@ def eval_share_form(rows: list[dict]) -> None:
 
 
 def main() -> None:
-    rows = runs()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--mlperf-dir",
+        type=Path,
+        default=MLPERF,
+        help="the MLPerf logs (a folder with an index.json, e.g. ../shared/mlperf-dev); "
+        "default: the curated corpus",
+    )
+    args = ap.parse_args()
+    rows = runs(args.mlperf_dir)
     first_unit(rows)
     eval_price(rows)
-    later_occurrences(occurrences())
+    later_occurrences(occurrences(args.mlperf_dir))
     eval_share_form(rows)
 
 
