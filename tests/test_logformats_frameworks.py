@@ -182,6 +182,23 @@ def test_keras3_console_skips_in_epoch_redraws_and_times_evaluate():
     assert tl.finished and tl.end_s == pytest.approx(9.0)
 
 
+def test_keras1_verbose2_epoch_lines_and_several_fits():
+    path = DATA / "keras" / "kanji_keras1_verbose2_four_fits.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 1/50" then "224s - loss: 3.5508 - ...": no N/N, a step is an epoch
+    assert tl.unit == "epoch" and tl.steps_per_epoch == 1
+    assert tl.step_end_s[0] == pytest.approx(224.0) and tl.step_end_s[1] == pytest.approx(447.0)
+    # fit 1 stops after 19 epochs ("Epoch 00018: early stopping"; 4278 s, its seconds summed);
+    # fit 2's "Epoch 1/50" ... "225s" follows it, it stops after 14 ("Epoch 00013")
+    assert tl.step_end_s[18] == pytest.approx(4278.0)
+    assert tl.step_end_s[19] == pytest.approx(4278.0 + 225.0)
+    assert tl.step_end_s[32] == pytest.approx(7427.0)
+    # then "Epoch 1/19" ... "Epoch 19/19" and "Epoch 1/14" ... "Epoch 14/14": 19+14+19+14
+    assert tl.steps == 66 and tl.total_steps == 66
+    assert tl.finished and tl.end_s == pytest.approx(16396.0)  # every epoch's seconds
+
+
 # --------------------------------------------------------------------------- Ultralytics
 
 
