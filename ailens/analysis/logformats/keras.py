@@ -15,9 +15,11 @@ Keras 3's ``56/625 ━━━ 11s 20ms/step``, whose seconds are the time left) c
 and are skipped. A final line that follows an epoch's own (``model.evaluate`` or
 ``predict`` after ``fit``) is an "eval" section after that epoch. The run has ended when its
 last epoch is ``K/K``, or at ``Epoch k: early stopping`` (EarlyStopping), which makes its
-total the steps done. A log of several ``fit()`` calls (the epochs numbered from 1 again:
-fine-tuning after training a head, or another model) is one run: each fit's steps follow the
-earlier fits', and the total is the steps before the last fit plus its K x N."""
+total the steps done. A log of several ``fit()`` calls is one run: a fit that numbers its
+epochs again (from 1: another model; or from ``initial_epoch`` with another K: fine-tuning
+after training a head) follows the earlier fits' steps, and the total is the steps before the
+last fit plus its epochs x N. The same epoch announced again with the same K is not a new fit
+(another rank's copy)."""
 
 from __future__ import annotations
 
@@ -54,16 +56,18 @@ def read_keras(path: Path, text: str) -> Timeline:
     last_epoch = None
     stopped = False
     before = 0  # the steps of the earlier fit() calls
+    first = 1  # the number of the current fit's first epoch (the first fit: counted from 1)
     unit = "step"
     for line in re.split(r"[\r\n\x08]+", text):
         if _EARLY_STOP.match(line):
             stopped = True
             continue
         if m := _EPOCH.match(line):
-            epoch, epochs_total = int(m.group(1)), int(m.group(2))
-            if last_epoch is not None and epoch <= last_epoch and points:
+            k, epochs = int(m.group(1)), int(m.group(2))
+            if last_epoch is not None and k <= last_epoch and (k == 1 or epochs != epochs_total):
                 # the epochs numbered again: another fit() call, after the steps so far
-                before, last_epoch, stopped = int(points[-1].step), None, False
+                before, first, last_epoch, stopped = int(points[-1].step), k, None, False
+            epoch, epochs_total = k, epochs
             continue
         m = _FINAL.match(line)
         if m and "ETA" not in line:
@@ -86,17 +90,17 @@ def read_keras(path: Path, text: str) -> Timeline:
         spe = n
         if not points and epoch == 1:
             points.append(Point(step=0, t_s=0.0))  # fit() began with this epoch: 0 steps at 0 s
-        points.append(Point(step=before + epoch * n, t_s=t))
+        points.append(Point(step=before + (epoch - first + 1) * n, t_s=t))
         last_epoch, epoch = epoch, None
     if not points:
         raise LogError(
             f"{path}: no finished Keras epochs ('Epoch k/K' then 'N/N [====] - 12s "
             "25ms/step'); the log needs fit()'s console with verbose=1 or 2"
         )
-    total = before + epochs_total * spe if epochs_total and spe else None
+    total = before + (epochs_total - first + 1) * spe if epochs_total and spe else None
     finished = stopped or (last_epoch is not None and last_epoch == epochs_total)
     if stopped and spe and last_epoch:
-        total = before + last_epoch * spe  # EarlyStopping ended the run at that epoch
+        total = before + (last_epoch - first + 1) * spe  # EarlyStopping ended the run there
     return timeline_from_points(
         points,
         path=path,
