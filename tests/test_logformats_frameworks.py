@@ -48,6 +48,37 @@ def test_llamafactory_trainer_log_jsonl():
     assert tl.step_end_s[2499] == pytest.approx(hms(1, 37, 53))
 
 
+def test_llamafactory_evaluation_records_are_eval_sections():
+    path = DATA / "llamafactory" / "evaluations" / "trainer_log.jsonl"
+    _only_claimed_by(path, "llamafactory")
+    tl = read_log(path)
+    # {"current_steps": 6750, "total_steps": 6750, ... "epoch": 3.0, "elapsed_time": "6:48:06"}
+    assert tl.steps == 6750 and tl.total_steps == 6750 and tl.steps_per_epoch == 2250
+    assert tl.finished and tl.end_s == pytest.approx(hms(6, 48, 6))
+    # {"current_steps": 500, "loss": 1.8535, ... "elapsed_time": "0:25:47"} then
+    # {"current_steps": 500, "eval_loss": 1.641..., ... "elapsed_time": "0:29:27"}
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert [t for s in evals for t in (s.begin_s, s.end_s)] == pytest.approx(
+        [hms(0, 25, 47), hms(0, 29, 27), hms(0, 55, 16), hms(0, 58, 54)], abs=1e-3
+    )
+    assert tl.step_end_s[499] == pytest.approx(hms(0, 25, 47))
+    # {"current_steps": 510, ... "elapsed_time": "0:30:00"}: its 10 steps after the evaluation
+    assert tl.step_end_s[509] == pytest.approx(hms(0, 30, 0))
+    assert tl.step_end_s[504] == pytest.approx(hms(0, 29, 27) + 33 / 2, abs=1e-3)
+
+
+def test_llamafactory_null_keys_are_not_evaluations():
+    # an older LLaMA-Factory writes "eval_loss": null on every training record
+    path = DATA / "llamafactory" / "nulls" / "trainer_log.jsonl"
+    _only_claimed_by(path, "llamafactory")
+    tl = read_log(path)
+    assert not tl.sections
+    # {"current_steps": 8712, "total_steps": 8712, "loss": null, ... "4 days, 7:19:52"}
+    assert tl.steps == 8712 and tl.finished
+    assert tl.end_s == pytest.approx(4 * 86400 + hms(7, 19, 52))
+    assert tl.step_end_s[4] == pytest.approx(hms(0, 3, 29))  # "current_steps": 5, "0:03:29"
+
+
 # --------------------------------------------------------------------------- HF Trainer
 
 
@@ -150,6 +181,23 @@ def test_keras3_console_skips_in_epoch_redraws_and_times_evaluate():
     evals = [s for s in tl.sections if s.name == "eval"]
     assert [(s.begin_s, s.end_s) for s in evals] == [(8.0, 9.0)]
     assert tl.finished and tl.end_s == pytest.approx(9.0)
+
+
+def test_keras1_verbose2_epoch_lines_and_several_fits():
+    path = DATA / "keras" / "kanji_keras1_verbose2_four_fits.log"
+    _only_claimed_by(path, "keras")
+    tl = read_log(path)
+    # "Epoch 1/50" then "224s - loss: 3.5508 - ...": no N/N, a step is an epoch
+    assert tl.unit == "epoch" and tl.steps_per_epoch == 1
+    assert tl.step_end_s[0] == pytest.approx(224.0) and tl.step_end_s[1] == pytest.approx(447.0)
+    # fit 1 stops after 19 epochs ("Epoch 00018: early stopping"; 4278 s, its seconds summed);
+    # fit 2's "Epoch 1/50" ... "225s" follows it, it stops after 14 ("Epoch 00013")
+    assert tl.step_end_s[18] == pytest.approx(4278.0)
+    assert tl.step_end_s[19] == pytest.approx(4278.0 + 225.0)
+    assert tl.step_end_s[32] == pytest.approx(7427.0)
+    # then "Epoch 1/19" ... "Epoch 19/19" and "Epoch 1/14" ... "Epoch 14/14": 19+14+19+14
+    assert tl.steps == 66 and tl.total_steps == 66
+    assert tl.finished and tl.end_s == pytest.approx(16396.0)  # every epoch's seconds
 
 
 # --------------------------------------------------------------------------- Ultralytics

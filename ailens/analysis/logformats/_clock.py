@@ -37,11 +37,13 @@ def unit_s(value: str, unit: str) -> float:
     return float(value) * _UNITS[unit]
 
 
-def hold(points: list[Point], t_end: float) -> None:
+def hold(points: list[Point], t_end: float, section: str | None = None) -> None:
     """The counter of the last point held until ``t_end`` (an evaluation between two steps):
     a point a hair past that counter at ``t_end``, so the steps after it are spread from the
-    evaluation's end, not over it. A reading of the same counter after it must be dropped by
-    the reader (it would read as the counter going back)."""
+    evaluation's end, not over it; ``section`` names what ran then (the shared helper makes
+    it a section, on the clock it continues through a restart). A reading of the same
+    counter after it must be dropped by the reader (it would read as the counter going
+    back)."""
     if points and points[-1].step is not None and points[-1].t_s is not None:
         if t_end > points[-1].t_s:
-            points.append(Point(step=points[-1].step + _HELD, t_s=t_end))
+            points.append(Point(step=points[-1].step + _HELD, t_s=t_end, section=section))

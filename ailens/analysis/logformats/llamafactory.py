@@ -3,7 +3,12 @@
 ``remaining_time`` and ``epoch``. The steps are optimizer steps; ``total_steps`` is the run's
 length; the steps per epoch come from ``current_steps / epoch``. A resumed run appends lines
 whose elapsed time starts again from zero (the shared helper continues the clock); lines
-without ``elapsed_time`` (evaluations, summaries) carry no time and are skipped."""
+without ``elapsed_time`` carry no time and are skipped.
+
+An evaluation writes a record of its own (``eval_loss``, ``eval_…``; older versions write
+every key, ``null`` where it has no value) after the training record of the step it followed:
+its ``elapsed_time`` is when it ended, so the time from that training record to it is an
+"eval" section and the steps after it begin when it ended."""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from pathlib import Path
 
 from ...model.timeline import Timeline
 from ._base import LogError, LogFormat, Point, timeline_from_points
-from ._clock import duration_s
+from ._clock import duration_s, hold
 from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_llamafactory"]
@@ -35,7 +40,16 @@ def read_llamafactory(path: Path, text: str) -> Timeline:
         epoch = _number(doc.get("epoch"))
         if epoch and epoch > 0 and step > 0:
             spe = step / epoch  # the latest (largest) pair is the most precise
-        points.append(Point(step=step, t_s=t, total=int(total) if total else None))
+        total = int(total) if total else None
+        # the step of the previous record (or held through an evaluation after it) again
+        again = bool(points) and points[-1].step is not None and 0 <= points[-1].step - step < 1
+        if any(k.startswith("eval_") and v is not None for k, v in doc.items()):
+            if again:
+                hold(points, t, section="eval")  # after its step's training record
+            else:
+                points.append(Point(step=step, t_s=t, total=total, section="eval"))
+        elif not again:
+            points.append(Point(step=step, t_s=t, total=total))
     if not points:
         raise LogError(
             f"{path}: no trainer_log.jsonl records with current_steps and elapsed_time; "
