@@ -4,6 +4,8 @@ a corpus of real runs replayed deterministically, and live on the examples.
     .venv/bin/python benchmarks/bench_forecast.py corpus --json OUT.json   # replay the corpus
     .venv/bin/python benchmarks/bench_forecast.py corpus --mlperf-dir ../shared/mlperf-dev
                                                      # every finished log of a development set
+    .venv/bin/python benchmarks/bench_forecast.py corpus --no-mlperf --no-synthetic \
+        --logs tests/data/logs                       # the public sample logs of every format
     .venv/bin/python benchmarks/bench_forecast.py record                   # re-record (quiet!)
     .venv/bin/python benchmarks/bench_forecast.py live --examples kmeans   # end to end, now
     .venv/bin/python benchmarks/bench_forecast.py live --public            # others' scripts
@@ -69,7 +71,7 @@ import _harness as harness  # noqa: E402
 from curate_mlperf import nodes  # noqa: E402
 from forecast_public import PUBLIC_SCRIPTS, goal_line, run_public, score_public  # noqa: E402
 from forecast_recording import CASES, QUIET_LOAD, record, recording_set  # noqa: E402
-from forecast_replay import replay, replay_mlperf  # noqa: E402
+from forecast_replay import replay, replay_log, replay_mlperf  # noqa: E402
 from forecast_summary import group_table, summarise, summary_lines, table  # noqa: E402
 from forecast_synthetic import SYNTHETIC, synthetic  # noqa: E402
 
@@ -92,6 +94,8 @@ def corpus(args) -> int:
         rows = mlperf_dir_rows(args.mlperf_dir)
     else:
         rows = mlperf_rows()
+    if args.logs:
+        rows += log_rows(args.logs)
     rows += recorded_rows(args.dir)
     if not args.no_synthetic:
         rows += synthetic_rows(args.seeds)
@@ -142,6 +146,33 @@ def _mlperf_row(path: Path, name: str, benchmark: str, nodes_from_name) -> dict 
         "nodes": nodes_from_name,
         **row,
     }
+
+
+def log_rows(root: Path) -> list[dict]:
+    """A row per finished training log under ``root`` (any format ``ailens forecast`` reads:
+    ``tests/data/logs`` holds a real public log of each, with its source; READMEs skipped),
+    its family the format: ``set`` "logs", reported apart from the headline."""
+    rows = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".md"):
+        name = str(path.relative_to(root))
+        try:
+            row = replay_log(path)
+        except (ValueError, ailens.LogError) as e:
+            print(f"skipped {name}: {e}", file=sys.stderr)
+            continue
+        fmt = ailens.read_timeline(path).source
+        rows.append(
+            {
+                "name": "logs/" + name,
+                "kind": "logs",
+                "source": "logs",
+                "set": "logs",
+                "family": fmt,
+                "structure": ["eval"] if row["evaluations"] else [],
+                **row,
+            }
+        )
+    return rows
 
 
 def recorded_rows(corpus_dir: Path) -> list[dict]:
@@ -346,6 +377,12 @@ def main() -> int:
         type=Path,
         help="replay every finished MLPerf log of this folder's index.json (e.g. "
         "../shared/mlperf-dev) instead of the curated corpus logs",
+    )
+    c.add_argument(
+        "--logs",
+        type=Path,
+        help="also replay every finished training log under this folder, any format ailens "
+        "forecast reads (e.g. tests/data/logs: a real public log of each), reported apart",
     )
     r = sub.add_parser("record", help="run the examples and store their traces in the corpus")
     r.add_argument("--dir", type=Path, default=CORPUS)

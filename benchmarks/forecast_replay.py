@@ -163,18 +163,25 @@ def epoch_scores(epochs: dict[int, tuple], step_end_s, n: int) -> dict:
 def replay_mlperf(path: Path) -> dict:
     """Score one MLPerf log through the public timeline API (run_start to run_stop, the
     run's real number of steps given)."""
-    tl = ailens.read_timeline(path, include_init=False)
+    return replay_log(path, include_init=False)
+
+
+def replay_log(path: Path, *, include_init: bool = True) -> dict:
+    """Score one finished training log of any format ``ailens forecast`` reads through the
+    public timeline API, the run's real number of steps given. At a step between two of
+    the log's clock readings the forecast is the one made at the last reading."""
+    tl = ailens.read_timeline(path, include_init=include_init)
     r = ailens.forecast_timeline(tl)
     if not r.actual_total_s or not tl.total_steps:
-        raise ValueError(f"{path}: no finished run (run_stop) in the log")
+        raise ValueError(f"{path}: no finished run in the log (its end or its total unknown)")
     seen = {
-        x.steps_done: (
+        k: (
             x.predicted_total_s,
             x.interval_s,
             x.progress_bar_total_s,
             x.composer_total_s,
         )
-        for x in r.steps
+        for k, x in enumerate(r.steps, 1)
     }
     row = _score(tl.total_steps, r.actual_total_s, seen)
     f = r.forecast

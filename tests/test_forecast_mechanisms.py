@@ -4,6 +4,7 @@ that follows the timeline, or the Forecaster fed step ends and sections."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -916,3 +917,83 @@ def test_an_evaluation_announced_every_unit_and_not_marked_is_inside_the_units_a
         p = preds[s - 1]
         assert not any("not seen yet" in c.name for c in p.components), (s, p.components)
         assert p.predicted_total_s == pytest.approx(end / 1e9, rel=0.02), s
+
+
+LOGS = Path(__file__).resolve().parent / "data" / "logs"
+
+
+def test_a_log_read_every_k_steps_is_judged_by_its_readings_not_its_spread_steps():
+    """A log with a line every 10 steps and whole-second times (LLaMA-Factory's
+    trainer_log.jsonl): its intervals of 21-24 s spread over 10 steps each read as 10 equal
+    steps, and judged one by one a slightly slow interval was a change of speed (23 changes
+    in 866 steps, 20 of them reversals): the interval was [-1h54m, 13h05m] around a 1 %
+    error. Each reading is one observation of its steps."""
+    path = LOGS / "llamafactory" / "trainer_log.jsonl"
+    tl = ailens.read_timeline(path)
+    assert tl.reading_steps[:3] == (10, 20, 30) and tl.reading_steps[-1] == tl.steps
+    r = ailens.forecast_timeline(tl)
+    truth = r.actual_total_s
+    for f in (0.05, 0.1, 0.2, 0.5):
+        p = r.at_fraction(f)
+        lo, hi = p.interval_s
+        assert lo <= truth <= hi, f
+        assert (hi - lo) / 2 < 0.15 * truth, (f, p.interval_s)
+        assert p.predicted_total_s == pytest.approx(truth, rel=0.03), f
+    # The same 10 equal shares judged one by one are changes of speed; as one, none.
+    level, steps = StepLevel(), StepLevel()
+    rng = np.random.default_rng(4)
+    i = 0
+    for _ in range(80):
+        x = 2.3 + 0.1 * rng.integers(-2, 2)  # a 10-step interval of 21-24 s
+        i += 10
+        level.add(i - 1, x, k=10)
+        for j in range(i - 10, i):
+            steps.add(j, x)
+    assert len(level.changes) <= 1 < 10 <= len(steps.changes)
+    replay = ailens.TimelineReplay()
+    replay.feed(tl.head(tl.total_steps // 10))
+    assert replay.oa.forecaster.level.changes == []  # 23 before
+    assert level.all_n == steps.all_n == 800 and level.all_sum == pytest.approx(steps.all_sum)
+
+
+def test_a_change_of_speed_in_a_log_read_every_k_steps_is_still_found():
+    level = StepLevel()
+    for g in range(60):
+        x = (1.0 if g < 30 else 1.3) * (1 + 0.01 * (g % 3 - 1))
+        level.add(10 * g + 9, x, k=10)
+    assert len(level.changes) == 1 and 300 <= level.changes[0][0] <= 340
+    assert level.mean == pytest.approx(1.3, rel=0.02)
+
+
+def test_a_forecast_between_two_readings_is_made_at_the_last_one():
+    """Between a log's lines the steps' ends are spread evenly, an estimate made with the
+    next line: a forecast at such a step knows what the last line said, no more (before, the
+    next line's time leaked into it), and the progress bar and Composer beside it too."""
+    path = LOGS / "llamafactory" / "trainer_log.jsonl"
+    tl = ailens.read_timeline(path)
+    r = ailens.forecast_timeline(tl.head(400))
+    for n in (95, 101, 109):
+        p, at = r.at_step(n), r.at_step(n // 10 * 10)
+        assert p.steps_done == n // 10 * 10 and p.elapsed_s == at.elapsed_s
+        assert p.predicted_total_s == at.predicted_total_s
+        assert p.progress_bar_total_s == at.progress_bar_total_s
+    # What the log says after the last reading does not move it.
+    slower = replace(
+        tl.head(400), step_end_s=(*tl.step_end_s[:100], *[x + 50.0 for x in tl.step_end_s[100:400]])
+    )
+    assert ailens.forecast_timeline(slower).at_step(109).predicted_total_s == pytest.approx(
+        r.at_step(109).predicted_total_s
+    )
+
+
+def test_a_section_seen_once_on_an_assumed_period_keeps_a_sane_interval():
+    """An evaluation seen once, after the first of 20 epochs whose length the log does not
+    say (torchvision's MetricLogger): assumed every 295 steps, and how many more come is
+    uncertain. Up to one a step, the interval was +/- 2,750 % of the run; from none to twice
+    the assumed count it holds the end and stays within the run's scale."""
+    tl = ailens.read_timeline(LOGS / "metriclogger" / "food101_ddp_2gpu_20epochs.log")
+    r = ailens.forecast_timeline(tl)
+    p = r.at_fraction(0.1)
+    lo, hi = p.interval_s
+    assert lo <= r.actual_total_s <= hi
+    assert p.elapsed_s <= lo and hi < 2 * r.actual_total_s

@@ -64,7 +64,10 @@ class Timeline:
     ended (None: still running, or unknown). ``unit`` says what one step of the timeline is
     ("step", "epoch", "block", ...) and ``steps_per_epoch`` converts epochs into those steps
     (readers fill both from the log). ``info``: what the reader learned besides (file,
-    benchmark, ranks, ...).
+    benchmark, ranks, ...). ``reading_steps``: where the log read the clock less often than
+    every step (a line every k steps), the steps done at each reading; the ends between two
+    readings are spread evenly over their interval, an estimate, not a reading (empty: every
+    step's end was read).
     """
 
     step_end_s: tuple[float, ...]
@@ -76,6 +79,7 @@ class Timeline:
     unit: str = "step"
     steps_per_epoch: float | None = None
     info: Mapping = field(default_factory=dict)
+    reading_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         t = np.asarray(self.step_end_s, dtype=float)
@@ -100,6 +104,12 @@ class Timeline:
             )
         object.__setattr__(self, "step_end_s", tuple(float(x) for x in t))
         object.__setattr__(self, "sections", tuple(sorted(self.sections, key=lambda s: s.end_s)))
+        reads = tuple(int(k) for k in self.reading_steps)
+        if any(b <= a for a, b in zip(reads, reads[1:], strict=False)) or (
+            reads and not 1 <= reads[0] <= reads[-1] <= len(t)
+        ):
+            raise ValueError(f"{where}reading steps must increase within 1..steps")
+        object.__setattr__(self, "reading_steps", reads)
 
     @property
     def total_steps(self) -> int | None:
@@ -135,6 +145,7 @@ class Timeline:
             step_end_s=self.step_end_s[:steps],
             sections=tuple(s for s in self.sections if s.end_s <= t),
             end_s=None,
+            reading_steps=tuple(k for k in self.reading_steps if k <= steps),
         )
 
     def with_total(self, total_steps: int | None = None, epochs: float | None = None) -> Timeline:
@@ -317,6 +328,8 @@ class TimelineReplay:
         n, k = old.steps, len(old.sections)
         if self.closed or tl.steps < n or tl.step_end_s[:n] != old.step_end_s:
             return False
+        if tl.reading_steps[: len(old.reading_steps)] != old.reading_steps:
+            return False
         if tl.sections[:k] != old.sections:
             return False
         ends = tl.step_end_s
@@ -338,7 +351,7 @@ class TimelineReplay:
         n = 0 if self.timeline is None else self.timeline.steps
         k = 0 if self.timeline is None else len(self.timeline.sections)
         ends = list(tl.step_end_s)
-        step_ns = np.round(np.asarray(ends[n:], dtype=float) * 1e9).astype(np.int64)
+        step_ns = np.round(np.asarray(_known_at(tl)[n:], dtype=float) * 1e9).astype(np.int64)
         # Events in the order a Lens records them: (steps done, order within that step, mark).
         events: list[tuple[int, float, dict | None]] = []
         sched = {
@@ -392,6 +405,24 @@ class TimelineReplay:
             return None
         (row,) = _beside_baselines(tl, [(oa.predict(), oa.total_steps)], oa.signature_step)
         return row
+
+
+def _known_at(tl: Timeline) -> list[float]:
+    """When each step's end is known to a Lens that reads the clock where the log did: at
+    its own reading; a step between two readings shares the previous reading's time (it
+    ended, its time is not read yet), so the model takes the interval's time as one
+    observation shared by its steps, as it does a coarse clock's."""
+    ends = tl.step_end_s
+    if not tl.reading_steps:
+        return list(ends)
+    out, last, reads = [], 0.0, set(tl.reading_steps)
+    for k, t in enumerate(ends, 1):
+        if k in reads:
+            last = t
+            out.append(t)
+        else:
+            out.append(last)
+    return out
 
 
 def _placed(ends: list[float] | tuple[float, ...], s: Section) -> tuple[int, int]:

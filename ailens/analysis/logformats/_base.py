@@ -361,6 +361,7 @@ def timeline_from_points(
     plain = [(b[1] - a[1]) / (b[0] - a[0]) for a, b in intervals if not inside(a, b)]
     pace = float(np.median(plain)) if plain else None
     ends: list[float] = []
+    reads: list[int] = []  # the steps done at each clock reading
     for a, b in intervals:
         start = a[1]
         name = inside(a, b) if flagged else None
@@ -374,6 +375,8 @@ def timeline_from_points(
         lo, hi = int(math.floor(a[0] + 1e-9)), int(math.floor(b[0] + 1e-9))
         n = np.arange(lo + 1, hi + 1, dtype=float)
         ends.extend((start + (n - a[0]) / (b[0] - a[0]) * (b[1] - start) - zero).tolist())
+        if hi > lo and abs(b[0] - hi) < 1e-9:
+            reads.append(len(ends))
     ends = np.maximum.accumulate(np.maximum(np.asarray(ends, dtype=float), 0.0)).tolist()
     if ends and ends[-1] > _MAX_SPAN_S:
         raise LogError(
@@ -415,6 +418,8 @@ def timeline_from_points(
         unit=unit,
         steps_per_epoch=steps_per_epoch,
         info=inf,
+        # Lines every k steps: the ends between two readings are spread, not read.
+        reading_steps=tuple(reads) if len(reads) < len(ends) else (),
     )
 
 

@@ -80,10 +80,12 @@ class Forecaster:
     def on_step(self, t_ns: int) -> None:
         i = self.steps
         self.steps = i + 1
-        if t_ns <= self.t_last and not self._in_step:
-            # A step of zero length: a clock coarser than the steps (a log with 1-second
-            # timestamps). Its time is in the next step the clock moves on: shared evenly
-            # over the steps since the clock last moved, not a 0 s step and a slow one.
+        if t_ns <= self.t_last + round(self._in_step * 1e9):
+            # A step with no time beyond its sections: a clock coarser than the steps (a log
+            # with 1-second timestamps), or a log that reads it every k steps (a step between
+            # two readings comes at the last one). Its time is in the next step the clock
+            # moves on: shared evenly over the steps since the clock last moved, one
+            # observation, not a 0 s step and a slow one.
             self._tied.append(i)
             return
         dt = (t_ns - self.t_last) / 1e9
@@ -113,11 +115,10 @@ class Forecaster:
         if tied:  # the share is known to about one step in k
             self.level.quantum_s = max(self.level.quantum_s, share / k)
             self.tick_s = x if not self.tick_s else min(self.tick_s, x)
-        for k in (*tied, i):
-            if k >= self.warmup_steps:
-                self.level.add(k, share)
-            else:
-                self._warm.append(share)
+        warm = [j for j in (*tied, i) if j < self.warmup_steps]
+        self._warm.extend(share for _ in warm)
+        if k > len(warm):
+            self.level.add(i, share, k=k - len(warm))
 
     def _place_at_unit_end(self, i: int, t_ns: int) -> None:
         """Sections inside unit ``i`` nearer its end than its start ran after its training (a
@@ -147,9 +148,15 @@ class Forecaster:
     def predict(self, total_steps: int | None = None) -> Prediction:
         return self.snapshot().evaluate(total_steps)
 
+    @property
+    def steps_known(self) -> int:
+        """The steps whose time has been read: those that ended since the clock last moved
+        are done, but their time is not known yet (a forecast is as of the last reading)."""
+        return self.steps - len(self._tied)
+
     def snapshot(self) -> Snapshot:
         lv = self.level
-        s = self.steps
+        s = self.steps_known
         if lv.n < 1 and self._warm:
             return self._provisional()
         if lv.n < 1:
@@ -323,7 +330,7 @@ class Forecaster:
             level = sum(used) / len(used)
             sd = self.COLD_CV * level
         return Snapshot(
-            steps_done=self.steps,
+            steps_done=self.steps_known,
             elapsed_s=self.t_now / 1e9,
             total_steps=self.schedule.total_steps,
             level=level,
@@ -334,7 +341,7 @@ class Forecaster:
             regime_start=None,
             change_rate=0.0,
             change_size2=0.0,
-            parts=tuple(self._sections(self.steps, level)),
+            parts=tuple(self._sections(self.steps_known, level)),
             df=NORMAL_DF,
             unannounced=self._unannounced(),
         )
