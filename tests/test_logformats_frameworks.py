@@ -483,6 +483,29 @@ def test_ultralytics_console_epoch_bars_and_validations():
     assert tl.end_s == pytest.approx(14.0 + 6.0)
 
 
+def test_ultralytics_console_yolov5_layouts_before_v7():
+    """YOLOv5 before v7.0 printed 'Epoch gpu_mem box obj cls ...' (and 'GIoU' in 2020): the
+    same console, read as such (not as generic tqdm bars, which know neither its 'Starting
+    training for 3 epochs' nor its end)."""
+    path = DATA / "yolo-console" / "yolov5_2020_giou_coco128_3epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
+    tl = read_log(path)
+    # "Starting training for 3 epochs...", each epoch "8/8"; "3 epochs completed in ..."
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    # epoch bars "8/8 [00:09<00:00,  1.22s/it]", "[00:03", "[00:03", each followed by its
+    # validation's "8/8 [00:09", "[00:02", "[00:02"
+    assert [tl.step_end_s[i] for i in (7, 15, 23)] == pytest.approx([9.0, 21.0, 26.0])
+    evals = [t for s in tl.sections if s.name == "eval" for t in (s.begin_s, s.end_s)]
+    assert evals == pytest.approx([9.0, 18.0, 21.0, 23.0, 26.0, 28.0])
+    assert tl.end_s == pytest.approx(28.0)
+
+    path = DATA / "yolo-console" / "yolov5_v6.2_gpu_mem_coco128_3epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
+    tl = read_log(path)
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    assert tl.step_end_s[7] == pytest.approx(4.0)  # "8/8 [00:04"
+
+
 def test_generic_tqdm_bar_per_epoch():
     path = DATA / "tqdm" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
     assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]

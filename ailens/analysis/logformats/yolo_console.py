@@ -1,5 +1,6 @@
 """Ultralytics YOLO's training console (YOLOv5, YOLOv8/11 before 8.3's new bar): ``Starting
-training for K epochs...``, then for each epoch a header (``Epoch GPU_mem box_loss ...``) and
+training for K epochs...``, then for each epoch a header (``Epoch GPU_mem box_loss ...``; before
+YOLOv5 v7.0 ``Epoch gpu_mem box obj cls ...``, in its 2020 releases ``... GIoU ...``) and
 the epoch's bar, ``  1/50  3.2G  1.206 ...  640: 100%|██████████| 120/120 [00:30<00:00,
 3.9it/s]`` (from 8.3 Ultralytics' own bar: ``640: 100% ━━━━━━━━━━━━ 120/120 3.9it/s 30.5s``),
 then the validation's bar (``Class Images Instances ... 100%| 4/4 [00:01<00:00,
@@ -25,7 +26,11 @@ _EPOCHS = re.compile(r"Starting training for (\d+) epochs")
 _DONE = re.compile(r"\d+ epochs completed in [\d.]+ hours")
 # the epoch bar's line: "  1/50  3.2G  1.2 ... 640: 100%" (its description, numbers taken out)
 _TRAIN_KEY = re.compile(r"^G?\s*$|^[A-Za-z]?\s*$")
-_HEADER = re.compile(r"^\s*Epoch\s+GPU_mem\s+box(?:_loss)?\s", re.MULTILINE)
+# "Epoch GPU_mem box_loss ..." (YOLOv5 from v7.0, YOLOv8/11), "Epoch gpu_mem box obj cls ..."
+# (YOLOv5 before v7.0), "Epoch gpu_mem GIoU obj cls total ..." (YOLOv5's first releases, 2020)
+_HEADER = re.compile(
+    r"^\s*Epoch\s+gpu_mem\s+(?:box(?:_loss)?|GIoU)\s", re.MULTILINE | re.IGNORECASE
+)
 
 
 def read_yolo_console(path: Path, text: str) -> Timeline:
