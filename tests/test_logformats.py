@@ -173,6 +173,29 @@ def test_python_logging_lines_with_a_step_number():
     assert scored.step_end_s[19] == pytest.approx(tl.step_end_s[19] - init.end_s)
 
 
+def test_python_logging_lines_with_an_epoch_counter_only():
+    """No step number, 'Epoch [k/K]' on timestamped lines: one step per epoch, K the total; a
+    line reporting values ends its epoch, a bare one begins it (read before as not a log)."""
+    tl = ailens.read_timeline(LOGS / "pylogging" / "vqvae_epoch_reports_30epochs_readme.log")
+    assert tl.source == "pylogging" and tl.steps == tl.total_steps == 30 and tl.finished
+    # "Epoch [1/30], Train Loss: ..." at 01:02:35,345 is the log's first reading: epoch 1
+    # ran at epoch 2's pace ("[2/30]" at 01:03:30,373), then "[3/30]" at 01:04:25,236 and,
+    # after the README's "...", "[30/30]" at 01:28:53,271; the last line at 01:29:01,155.
+    e1 = _stamp("2024-10-17 01:03:30,373") - _stamp("2024-10-17 01:02:35,345")
+    ends = [tl.step_end_s[i] - e1 for i in (0, 1, 2, 29)]
+    assert ends == pytest.approx([0.0, e1, 109.891, 1577.926])
+    assert tl.end_s - e1 == pytest.approx(1585.81)
+
+    tl = ailens.read_timeline(LOGS / "pylogging" / "siamese_epoch_begins_10epochs.log")
+    assert tl.source == "pylogging" and tl.steps == tl.total_steps == 10 and tl.finished
+    start = _stamp("2024-10-06 20:03:09,044")  # "Epoch 1/10"
+    # "Epoch 2/10" at 20:37:13,226 ... "Epoch 10/10" at 01:23:38,372; "Training completed"
+    assert tl.step_end_s[0] == pytest.approx(_stamp("2024-10-06 20:37:13,226") - start)
+    assert tl.step_end_s[8] == pytest.approx(_stamp("2024-10-07 01:23:38,372") - start)
+    assert tl.step_end_s[9] == pytest.approx(_stamp("2024-10-07 01:58:56,281") - start)
+    assert tl.end_s == pytest.approx(_stamp("2024-10-07 02:06:25,191") - start)  # the test
+
+
 def test_python_logging_per_epoch_counter_and_validation_lines(tmp_path):
     """A counter that starts over each epoch ('epoch 2 | iter 1/3') counts on; validation
     lines and every rank's copy of a line are not steps."""
