@@ -506,17 +506,29 @@ def test_ultralytics_console_yolov5_layouts_before_v7():
     assert tl.step_end_s[7] == pytest.approx(4.0)  # "8/8 [00:04"
 
 
-def test_generic_tqdm_bar_per_epoch():
-    path = DATA / "tqdm" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
-    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+def test_ultralytics_classification_console():
+    """YOLOv5's classification console ('Epoch GPU_mem train_loss val_loss ...', 'Starting
+    ... for 5 epochs...', 'Training complete'): read before as generic tqdm bars, total unknown
+    and a finished run 'running'."""
+    path = DATA / "yolo-console" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
     tl = read_log(path)
-    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"; the log does not
-    # say its length in a form the generic reader knows
-    assert tl.source == "tqdm" and tl.steps == 740 and tl.total_steps is None
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 740 and tl.finished
     assert tl.steps_per_epoch == 148
+    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"
     ends = [tl.step_end_s[148 * k - 1] for k in range(1, 6)]
     assert ends == pytest.approx([38.0, 74.0, 109.0, 145.0, 182.0])
-    assert tl.with_total(None, 5).total_steps == 740  # --epochs 5
+    assert tl.end_s == pytest.approx(182.0)
+
+
+def test_generic_tqdm_one_bar_over_the_run_in_seconds_per_iteration():
+    path = DATA / "tqdm" / "accelerate_megatron_gpt2_large_no_trainer.log"
+    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+    tl = read_log(path)
+    # one bar, "49/245 [01:04<04:09,  1.27s/it]" ... "245/245 [05:27<00:00,  1.28s/it]"
+    assert tl.source == "tqdm" and tl.steps == tl.total_steps == 245 and tl.finished
+    ends = [tl.step_end_s[i - 1] for i in (49, 98, 147, 196, 245)]
+    assert ends == pytest.approx([64.0, 130.0, 196.0, 262.0, 327.0])
 
 
 def test_tqdm_lightning_console_validation_inside_the_epoch(tmp_path):
