@@ -596,6 +596,25 @@ def test_composer_console_newer_form_in_hours(tmp_path):
     assert (ev.begin_s, ev.end_s) == pytest.approx((7.2, 9.0))
 
 
+def test_composer_console_without_a_clock_is_refused_naming_speedmonitor():
+    """LLM Foundry's README console: '[batch=1/100]:' tags, no SpeedMonitor clock. Composer's,
+    refused saying what to log (before: 'not a training log'); with Composer's progress bar
+    in it, the tqdm reader still reads the bar."""
+    path = DATA / "composer" / "refused" / "llm_foundry_mpt125m_readme_no_clock.log"
+    _only_claimed_by(path, "composer")
+    with pytest.raises(LogError, match="log with SpeedMonitor and ConsoleLogger"):
+        read_log(path)
+    with_bar = (
+        read_text(path)
+        + (
+            "train          Epoch   0:    4%|▋     | 4/100 [00:08<03:12,  2.00s/ba, "
+            "loss/train/total=10.6459]\n"
+        )
+        * 3
+    )
+    assert detect_format(with_bar).name == "tqdm"
+
+
 def test_nanogpt_jax_port_licensed_sample():
     path = DATA / "nanogpt" / "nanogpt_jax_amp_rocm_blog.log"
     _only_claimed_by(path, "nanogpt")
