@@ -145,6 +145,24 @@ def test_fairseq_json_progress():
     assert tl.end_s == 798.6
 
 
+def test_fairseq_wall_stuck_at_zero_is_timed_by_the_timestamps():
+    """fairseq 0.10 resumed from a checkpoint prints wall=0 on every line (read before as all
+    its updates in 0 s): the lines' timestamps are the clock."""
+    tl = ailens.read_timeline(LOGS / "fairseq" / "syngec_glat_resumed_wall0_head.log")
+    start = _stamp("2023-06-13 17:29:37,000")  # the log's first line
+    assert tl.source == "fairseq" and not tl.finished
+    # num_updates=40100 at 17:31:08, 40200 at 17:31:54, the last 41900 at 17:47:08
+    t1, t2 = (_stamp(f"2023-06-13 17:{x},000") - start for x in ("31:08", "31:54"))
+    i = tl.step_end_s.index(pytest.approx(t1))
+    assert tl.step_end_s[i + 100] == pytest.approx(t2)
+    assert tl.step_end_s[-1] == pytest.approx(_stamp("2023-06-13 17:47:08,000") - start)
+    # max_update=300000 (within one update: the first interval's estimated start)
+    assert tl.total_steps - tl.steps == pytest.approx(300000 - 41900, abs=1)
+    # each epoch's validation and checkpoint (17:32:38 to 17:32:53 after epoch 143)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 6 and evals[0].end_s - evals[0].begin_s == pytest.approx(15, abs=1)
+
+
 def test_python_logging_lines_with_a_step_number():
     """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
     tl = ailens.read_timeline(
