@@ -145,6 +145,24 @@ def test_fairseq_json_progress():
     assert tl.end_s == 798.6
 
 
+def test_fairseq_wall_stuck_at_zero_is_timed_by_the_timestamps():
+    """fairseq 0.10 resumed from a checkpoint prints wall=0 on every line (read before as all
+    its updates in 0 s): the lines' timestamps are the clock."""
+    tl = ailens.read_timeline(LOGS / "fairseq" / "syngec_glat_resumed_wall0_head.log")
+    start = _stamp("2023-06-13 17:29:37,000")  # the log's first line
+    assert tl.source == "fairseq" and not tl.finished
+    # num_updates=40100 at 17:31:08, 40200 at 17:31:54, the last 41900 at 17:47:08
+    t1, t2 = (_stamp(f"2023-06-13 17:{x},000") - start for x in ("31:08", "31:54"))
+    i = tl.step_end_s.index(pytest.approx(t1))
+    assert tl.step_end_s[i + 100] == pytest.approx(t2)
+    assert tl.step_end_s[-1] == pytest.approx(_stamp("2023-06-13 17:47:08,000") - start)
+    # max_update=300000 (within one update: the first interval's estimated start)
+    assert tl.total_steps - tl.steps == pytest.approx(300000 - 41900, abs=1)
+    # each epoch's validation and checkpoint (17:32:38 to 17:32:53 after epoch 143)
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 6 and evals[0].end_s - evals[0].begin_s == pytest.approx(15, abs=1)
+
+
 def test_python_logging_lines_with_a_step_number():
     """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
     tl = ailens.read_timeline(
@@ -171,6 +189,29 @@ def test_python_logging_lines_with_a_step_number():
     )
     assert not any(s.name == "init" for s in scored.sections)
     assert scored.step_end_s[19] == pytest.approx(tl.step_end_s[19] - init.end_s)
+
+
+def test_python_logging_lines_with_an_epoch_counter_only():
+    """No step number, 'Epoch [k/K]' on timestamped lines: one step per epoch, K the total; a
+    line reporting values ends its epoch, a bare one begins it (read before as not a log)."""
+    tl = ailens.read_timeline(LOGS / "pylogging" / "vqvae_epoch_reports_30epochs_readme.log")
+    assert tl.source == "pylogging" and tl.steps == tl.total_steps == 30 and tl.finished
+    # "Epoch [1/30], Train Loss: ..." at 01:02:35,345 is the log's first reading: epoch 1
+    # ran at epoch 2's pace ("[2/30]" at 01:03:30,373), then "[3/30]" at 01:04:25,236 and,
+    # after the README's "...", "[30/30]" at 01:28:53,271; the last line at 01:29:01,155.
+    e1 = _stamp("2024-10-17 01:03:30,373") - _stamp("2024-10-17 01:02:35,345")
+    ends = [tl.step_end_s[i] - e1 for i in (0, 1, 2, 29)]
+    assert ends == pytest.approx([0.0, e1, 109.891, 1577.926])
+    assert tl.end_s - e1 == pytest.approx(1585.81)
+
+    tl = ailens.read_timeline(LOGS / "pylogging" / "siamese_epoch_begins_10epochs.log")
+    assert tl.source == "pylogging" and tl.steps == tl.total_steps == 10 and tl.finished
+    start = _stamp("2024-10-06 20:03:09,044")  # "Epoch 1/10"
+    # "Epoch 2/10" at 20:37:13,226 ... "Epoch 10/10" at 01:23:38,372; "Training completed"
+    assert tl.step_end_s[0] == pytest.approx(_stamp("2024-10-06 20:37:13,226") - start)
+    assert tl.step_end_s[8] == pytest.approx(_stamp("2024-10-07 01:23:38,372") - start)
+    assert tl.step_end_s[9] == pytest.approx(_stamp("2024-10-07 01:58:56,281") - start)
+    assert tl.end_s == pytest.approx(_stamp("2024-10-07 02:06:25,191") - start)  # the test
 
 
 def test_python_logging_per_epoch_counter_and_validation_lines(tmp_path):

@@ -531,17 +531,52 @@ def test_ultralytics_console_epoch_bars_and_validations():
     assert tl.end_s == pytest.approx(14.0 + 6.0)
 
 
-def test_generic_tqdm_bar_per_epoch():
-    path = DATA / "tqdm" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
-    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+def test_ultralytics_console_yolov5_layouts_before_v7():
+    """YOLOv5 before v7.0 printed 'Epoch gpu_mem box obj cls ...' (and 'GIoU' in 2020): the
+    same console, read as such (not as generic tqdm bars, which know neither its 'Starting
+    training for 3 epochs' nor its end)."""
+    path = DATA / "yolo-console" / "yolov5_2020_giou_coco128_3epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
     tl = read_log(path)
-    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"; the log does not
-    # say its length in a form the generic reader knows
-    assert tl.source == "tqdm" and tl.steps == 740 and tl.total_steps is None
+    # "Starting training for 3 epochs...", each epoch "8/8"; "3 epochs completed in ..."
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    # epoch bars "8/8 [00:09<00:00,  1.22s/it]", "[00:03", "[00:03", each followed by its
+    # validation's "8/8 [00:09", "[00:02", "[00:02"
+    assert [tl.step_end_s[i] for i in (7, 15, 23)] == pytest.approx([9.0, 21.0, 26.0])
+    evals = [t for s in tl.sections if s.name == "eval" for t in (s.begin_s, s.end_s)]
+    assert evals == pytest.approx([9.0, 18.0, 21.0, 23.0, 26.0, 28.0])
+    assert tl.end_s == pytest.approx(28.0)
+
+    path = DATA / "yolo-console" / "yolov5_v6.2_gpu_mem_coco128_3epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
+    tl = read_log(path)
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 24 and tl.finished
+    assert tl.step_end_s[7] == pytest.approx(4.0)  # "8/8 [00:04"
+
+
+def test_ultralytics_classification_console():
+    """YOLOv5's classification console ('Epoch GPU_mem train_loss val_loss ...', 'Starting
+    ... for 5 epochs...', 'Training complete'): read before as generic tqdm bars, total unknown
+    and a finished run 'running'."""
+    path = DATA / "yolo-console" / "yolov5s_cls_imagenette_5epochs_tutorial.log"
+    _only_claimed_by(path, "yolo-console")
+    tl = read_log(path)
+    assert tl.source == "yolo" and tl.steps == tl.total_steps == 740 and tl.finished
     assert tl.steps_per_epoch == 148
+    # five bars "148/148 [00:38", "[00:36", "[00:35", "[00:36", "[00:37"
     ends = [tl.step_end_s[148 * k - 1] for k in range(1, 6)]
     assert ends == pytest.approx([38.0, 74.0, 109.0, 145.0, 182.0])
-    assert tl.with_total(None, 5).total_steps == 740  # --epochs 5
+    assert tl.end_s == pytest.approx(182.0)
+
+
+def test_generic_tqdm_one_bar_over_the_run_in_seconds_per_iteration():
+    path = DATA / "tqdm" / "accelerate_megatron_gpt2_large_no_trainer.log"
+    assert [f.name for f in FORMATS if f.detect(read_text(path))] == ["tqdm"]
+    tl = read_log(path)
+    # one bar, "49/245 [01:04<04:09,  1.27s/it]" ... "245/245 [05:27<00:00,  1.28s/it]"
+    assert tl.source == "tqdm" and tl.steps == tl.total_steps == 245 and tl.finished
+    ends = [tl.step_end_s[i - 1] for i in (49, 98, 147, 196, 245)]
+    assert ends == pytest.approx([64.0, 130.0, 196.0, 262.0, 327.0])
 
 
 def test_tqdm_lightning_console_validation_inside_the_epoch(tmp_path):
@@ -607,6 +642,25 @@ def test_composer_console_newer_form_in_hours(tmp_path):
     assert tl.step_end_s == pytest.approx([3.6, 7.2, 12.6])
     (ev,) = tl.sections
     assert (ev.begin_s, ev.end_s) == pytest.approx((7.2, 9.0))
+
+
+def test_composer_console_without_a_clock_is_refused_naming_speedmonitor():
+    """LLM Foundry's README console: '[batch=1/100]:' tags, no SpeedMonitor clock. Composer's,
+    refused saying what to log (before: 'not a training log'); with Composer's progress bar
+    in it, the tqdm reader still reads the bar."""
+    path = DATA / "composer" / "refused" / "llm_foundry_mpt125m_readme_no_clock.log"
+    _only_claimed_by(path, "composer")
+    with pytest.raises(LogError, match="log with SpeedMonitor and ConsoleLogger"):
+        read_log(path)
+    with_bar = (
+        read_text(path)
+        + (
+            "train          Epoch   0:    4%|▋     | 4/100 [00:08<03:12,  2.00s/ba, "
+            "loss/train/total=10.6459]\n"
+        )
+        * 3
+    )
+    assert detect_format(with_bar).name == "tqdm"
 
 
 def test_nanogpt_jax_port_licensed_sample():

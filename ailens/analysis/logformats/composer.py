@@ -23,6 +23,7 @@ from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, has_lines, timeline_from_points
 from ._clock import hold
 from ._table import whole_lines
+from ._tqdm import count_bars
 
 __all__ = ["FORMAT", "read_composer"]
 
@@ -88,7 +89,11 @@ _DETECT = re.compile(r"^\[(?:epoch=\d+\])?\[?batch=\d+/\d+\]:", re.MULTILINE)
 
 
 def _detect(head: str) -> bool:
-    return has_lines(_DETECT, head, 3) and ("wall_clock/" in head or "time/" in head)
+    """Composer's batch tags with a clock; without one (no SpeedMonitor), still Composer's, to
+    be refused saying so, unless its progress bar is there for the tqdm reader."""
+    if not has_lines(_DETECT, head, 3):
+        return False
+    return "wall_clock/" in head or "time/" in head or count_bars(head, 1) == 0
 
 
 FORMAT = LogFormat(

@@ -6,21 +6,29 @@ the seconds since training began (whole seconds: the helper spreads equal readin
 ``N / M`` in the simple format gives the updates per epoch. The total is ``max_update`` where
 the log says it (the configuration it prints, or ``Stopping training due to num_updates``),
 and the run's end ``done training in X seconds``.
+
+A log whose ``wall`` never advances (``wall=0`` on every line: fairseq 0.10 resumed from a
+checkpoint) is timed by its lines' timestamps (``2023-06-13 17:31:54 | INFO | train_inner |
+...``) instead, the run's end by the ``done training`` line's.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ...model.timeline import Timeline
 from ._base import (
+    TIMESTAMP,
     LogError,
     LogFormat,
     Point,
+    first_timestamp_s,
     lines_like,
     section_mark,
     timeline_from_points,
+    timestamp_s,
 )
 
 __all__ = ["FORMAT", "read_fairseq"]
@@ -34,6 +42,7 @@ _DONE = re.compile(r"done training in ([0-9.]+) seconds")
 
 def read_fairseq(path: Path, text: str) -> Timeline:
     points = []
+    stamps = []  # each progress line's timestamp, where it has one
     spe = None
     mark = None  # a validation or checkpoint since the last progress line
     for line in text.splitlines():
@@ -47,19 +56,32 @@ def read_fairseq(path: Path, text: str) -> Timeline:
         if e:
             spe = int(e.group(1))
         points.append(Point(step=int(u.group(1)), t_s=float(w.group(1)), section=mark))
+        ts = TIMESTAMP.search(line)
+        stamps.append(timestamp_s(ts) if ts else None)
         mark = None
     if not points:
         raise LogError(f"{path}: no fairseq progress lines (num_updates with wall)")
     totals = [int(m.group(1)) for m in _MAX_UPDATE.finditer(text) if int(m.group(1)) > 0]
     done = _DONE.search(text)
+    end_s = float(done.group(1)) if done else None
+    clock, log_start_s = "from_start", None
+    stuck = len(points) > 1 and len({p.t_s for p in points}) == 1
+    if stuck and None not in stamps:
+        # wall=0 on every line: the timestamps are the clock.
+        points = [replace(p, t_s=t) for p, t in zip(points, stamps, strict=True)]
+        clock, log_start_s = "absolute", first_timestamp_s(text)
+        # the run's end: the timestamp on the "done training" line
+        end = TIMESTAMP.search(text, text.rfind("\n", 0, done.start()) + 1) if done else None
+        end_s = timestamp_s(end) if end and end.start() < done.start() else None
     return timeline_from_points(
         points,
         path=path,
         source="fairseq",
         unit="update",
-        clock="from_start",
+        clock=clock,
+        log_start_s=log_start_s,
         total_steps=totals[0] if totals else None,
-        end_s=float(done.group(1)) if done else None,
+        end_s=end_s,
         steps_per_epoch=spe,
     )
 

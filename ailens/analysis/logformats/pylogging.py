@@ -11,6 +11,12 @@ lines that also say an ``epoch`` whose counter starts over every epoch, the step
 training steps; an evaluation or a checkpoint between two step lines is a section of the
 interval it fell in. Every rank's copy of a line counts once. The generic fallback: specific
 formats come before it in the registry.
+
+A log with no step number but an epoch counter with its total (``... - INFO - Epoch [3/30],
+Train Loss: 0.17, ...``, ``... - INFO - Epoch 2/10``) is read one step per epoch, the total
+its ``/K``: a line that reports values (``loss: 0.17``) ends its epoch (the last such line of
+an epoch counts), a bare one begins it (the previous epoch ended there; ``Training
+completed``/``finished`` ends the last one).
 """
 
 from __future__ import annotations
@@ -25,8 +31,8 @@ from ._base import (
     LogFormat,
     Point,
     first_timestamp_s,
+    has_lines,
     last_timestamp_s,
-    lines_like,
     section_mark,
     timeline_from_points,
     timestamp_s,
@@ -42,6 +48,15 @@ _EPOCH = re.compile(r"\bepoch\b\s*[:=#\[]?\s*(\d+)", re.IGNORECASE)
 _NOT_TRAINING = re.compile(r"\b(?:eval\w*|valid\w*|test\w*|val)\b", re.IGNORECASE)
 # The timestamp starts the line, after at most a short prefix ("[rank0]:[titan] ", "DLL ").
 _STAMPED = re.compile(r"^.{0,40}?" + TIMESTAMP.pattern, re.MULTILINE)
+# "Epoch [3/30]", "Epoch: 3/30", "epoch 3 of 30": an epoch counter with its total.
+_EPOCH_OF = re.compile(r"\bepoch\b\s*[:=#\[]?\s*(\d+)\s*(?:/|of)\s*(\d+)", re.IGNORECASE)
+# A value reported on the line ("Train Loss: 0.17", "acc=0.9"): the epoch's report, at its end.
+_REPORTS = re.compile(r"[A-Za-z]\w*\s*[:=]\s*-?\d")
+_COMPLETED = re.compile(r"\btraining (?:is )?(?:completed?|finished|done)\b", re.IGNORECASE)
+_DETECT_EPOCHS = re.compile(
+    r"^.{0,40}?" + TIMESTAMP.pattern + r".*\bepoch\b\s*[:=#\[]?\s*\d+\s*(?:/|of)\s*\d+",
+    re.MULTILINE | re.IGNORECASE,
+)
 _DETECT = re.compile(
     r"^.{0,40}?" + TIMESTAMP.pattern + r".*\b(?:global[_ ]step|iteration|iter|step|update)\b"
     r"\s*[:=#]?\s*\d",
@@ -100,7 +115,7 @@ def read_pylogging(path: Path, text: str) -> Timeline:
     lines = text.splitlines()
     rows = step_lines(lines)
     if not rows:
-        raise LogError(f"{path}: no timestamped lines with a step number")
+        return _read_epochs(path, text, lines)
     steps, spe = counted(rows)
     # An evaluation or checkpoint between two step lines is a section of that interval.
     marks = []
@@ -129,10 +144,58 @@ def _restarts_with_epochs(rows) -> bool:
     return bool(went_back) and all(went_back)
 
 
+def _read_epochs(path: Path, text: str, lines: list[str]) -> Timeline:
+    """One step per epoch, from the timestamped lines that say "epoch k/K" (see the module
+    doc)."""
+    marks = []  # (seconds, epoch, total, reports)
+    completed = None
+    for line in lines:
+        ts = _STAMPED.match(line)
+        if ts is None:
+            continue
+        rest = line[ts.end() :]
+        t = timestamp_s(TIMESTAMP.search(line, ts.start()))
+        m = _EPOCH_OF.search(rest)
+        if m is None or _NOT_TRAINING.search(rest, 0, m.start()):
+            if marks and _COMPLETED.search(rest):
+                completed = t
+            continue
+        marks.append((t, int(m.group(1)), int(m.group(2)), bool(_REPORTS.search(rest, m.end()))))
+    if not marks:
+        raise LogError(f"{path}: no timestamped lines with a step or an epoch number (k/K)")
+    first = marks[0][1]  # epochs count from 0 or 1
+    reports = any(r for *_, r in marks)
+    ends: dict[int, float] = {}  # epochs done -> when
+    for t, k, _, r in marks:
+        if reports and r:
+            ends[k + 1 - first] = t  # the last report of an epoch counts
+        elif not reports:
+            ends.setdefault(k - first, t)  # epoch k began: the one before it ended
+    # From 1: K - (first - 1) epochs from the log's first; from 0 ("0/9" or "0/10"?) unclear.
+    total = marks[-1][2] - (first - 1) if first >= 1 else None
+    if not reports and completed is not None:
+        ends[marks[-1][1] + 1 - first] = completed
+    # A log that begins with the first epoch's report has no reading of its start.
+    start = first_timestamp_s(text)
+    return timeline_from_points(
+        [Point(step=n, t_s=t, total=total) for n, t in sorted(ends.items())],
+        path=path,
+        source="pylogging",
+        unit="epoch",
+        log_start_s=start if start is not None and start < min(ends.values()) else None,
+        log_end_s=last_timestamp_s(text),
+        steps_per_epoch=1.0,
+    )
+
+
+def _detect(head: str) -> bool:
+    return has_lines(_DETECT, head, 3) or has_lines(_DETECT_EPOCHS, head, 2)
+
+
 FORMAT = LogFormat(
     name="pylogging",
-    title="timestamped logger lines with a step number (Python logging, torchtitan, ...)",
-    detect=lines_like(_DETECT, 3),
+    title="timestamped logger lines with a step (or epoch k/K) number (Python logging, ...)",
+    detect=_detect,
     read=read_pylogging,
     example="2024-01-01 12:00:00,123 - INFO - step 100 loss 2.31",
 )
