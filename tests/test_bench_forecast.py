@@ -1,5 +1,6 @@
 """benchmarks/bench_forecast.py corpus --mlperf-dir: every finished MLPerf log of a folder's
-index.json replayed as the curated corpus logs are (real logs from the curated corpus)."""
+index.json replayed as the curated corpus logs are (real logs from the curated corpus); --logs:
+every finished training log of a folder, any format (the real public sample logs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import json
 import shutil
 import sys
 from pathlib import Path
+
+import pytest
+
+import ailens
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -51,3 +56,30 @@ def test_a_development_folder_is_replayed_log_by_log_like_the_curated_corpus(tmp
         )
         assert row["family"] == "rnnt" and row["actual_total_s"] > 0
     assert [r["nodes"] for r in rows] == [1, 16]
+
+
+def test_the_sample_logs_of_every_format_are_replayed_and_scored_apart(tmp_path, capsys):
+    logs = Path(__file__).resolve().parent / "data" / "logs"
+    for rel in (
+        "llamafactory/trainer_log.jsonl",  # finished, a line every 10 steps
+        "nanogpt/train.log",  # its total unknown: left out, said so
+        "llamafactory/README.md",  # READMEs are not logs
+    ):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(logs / rel, tmp_path / rel)
+
+    rows = bench_forecast.log_rows(tmp_path)
+
+    (row,) = rows
+    assert row["name"] == "logs/llamafactory/trainer_log.jsonl"
+    assert (row["set"], row["family"]) == ("logs", "llamafactory")
+    assert "skipped nanogpt/train.log" in capsys.readouterr().err
+    tl = ailens.read_timeline(tmp_path / "llamafactory" / "trainer_log.jsonl")
+    r = ailens.forecast_timeline(tl)
+    for pct in ("5", "10", "20", "50"):
+        # The forecast at the step of that fraction: the one made at the log's last line then.
+        p = r.at_fraction(int(pct) / 100)
+        assert row["error_pct"]["ailens"][pct] == pytest.approx(
+            100 * (p.predicted_total_s / r.actual_total_s - 1)
+        )
+        assert row["covered"][pct] is True
