@@ -61,7 +61,8 @@ def add_forecast(sub) -> None:
         default=None,
         metavar="P%,...",
         help="forecast as made at these percentages of the steps (default: now, the last step "
-        "in the log; for a finished run 5%%,10%%,20%%,50%%)",
+        "in the log; for a finished run 5%%,10%%,20%%,50%%); between two of the log's lines, "
+        "as made at the last one",
     )
     n = p.add_mutually_exclusive_group()
     n.add_argument(
