@@ -53,7 +53,11 @@ def test_plain_keras_marks_every_step_and_keeps_the_weights(tmp_path, flavour):
     # CSVLogger, W&B after the callback): every epoch, the time still to go shrinking.
     hist = r["history"]
     assert len(hist["ailens_eta_s"]) == len(hist["ailens_total_s"]) == 3, hist
-    assert len(hist["ailens_eta_pm_s"]) == 3 and all(v > 0 for v in hist["ailens_eta_pm_s"])
+    # With epochs still to come the time to go has a spread; at the last epoch's end the
+    # forecast may be the one made at the last step (on a loaded machine its cache is a
+    # second old): nothing to go, +/- 0.
+    pm = hist["ailens_eta_pm_s"]
+    assert len(pm) == 3 and all(v > 0 for v in pm[:-1]) and pm[-1] >= 0
     assert hist["ailens_eta_s"][0] > hist["ailens_eta_s"][-1] >= 0
     evals = [m for m in marks if m["kind"] == "section"]
     assert [(m["name"], m["step"]) for m in evals] == [("eval", 16)]

@@ -202,5 +202,5 @@ def test_the_forecast_reaches_the_trainers_loggers(tmp_path):
             float(r["ailens_eta_s"]),
             float(r["ailens_eta_pm_s"]),
         )
-        assert 0 <= eta <= total and pm > 0
+        assert 0 <= eta <= total and (pm > 0 or eta == 0)  # nothing to go: +/- 0
     assert float(rows[-1]["ailens_eta_s"]) < float(rows[0]["ailens_eta_s"])
