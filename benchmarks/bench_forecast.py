@@ -160,14 +160,13 @@ def log_rows(root: Path) -> list[dict]:
         except (ValueError, ailens.LogError) as e:
             print(f"skipped {name}: {e}", file=sys.stderr)
             continue
-        fmt = ailens.read_timeline(path).source
         rows.append(
             {
                 "name": "logs/" + name,
                 "kind": "logs",
                 "source": "logs",
                 "set": "logs",
-                "family": fmt,
+                "family": row["format"],
                 "structure": ["eval"] if row["evaluations"] else [],
                 **row,
             }

@@ -188,6 +188,7 @@ def replay_log(path: Path, *, include_init: bool = True) -> dict:
     n = tl.total_steps
     row["ranks"] = None
     row["unit"] = tl.unit
+    row["format"] = tl.source
     row["signature_fraction"] = None if r.signature_step is None else r.signature_step / n
     row["signature_error_pct"] = f.error_pct if f is not None and f.basis == "signature" else None
     sig = r.signature_step if f is not None and f.basis == "signature" else None

@@ -115,10 +115,11 @@ class Forecaster:
         if tied:  # the share is known to about one step in k
             self.level.quantum_s = max(self.level.quantum_s, share / k)
             self.tick_s = x if not self.tick_s else min(self.tick_s, x)
-        warm = [j for j in (*tied, i) if j < self.warmup_steps]
-        self._warm.extend(share for _ in warm)
-        if k > len(warm):
-            self.level.add(i, share, k=k - len(warm))
+        # The k steps ending at step i: those still in the warm-up, the rest one observation.
+        warm = min(k, max(self.warmup_steps - (i - k + 1), 0))
+        self._warm.extend([share] * warm)
+        if k > warm:
+            self.level.add(i, share, k=k - warm)
 
     def _place_at_unit_end(self, i: int, t_ns: int) -> None:
         """Sections inside unit ``i`` nearer its end than its start ran after its training (a
