@@ -4,6 +4,7 @@ that follows the timeline, or the Forecaster fed step ends and sections."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 import ailens
 from ailens import analyze, load_run
+from ailens.analysis.logformats._base import Point, timeline_from_points
 from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
 
 MLPERF = Path(__file__).resolve().parents[1] / "benchmarks" / "forecast_corpus" / "mlperf"
@@ -997,3 +999,28 @@ def test_a_section_seen_once_on_an_assumed_period_keeps_a_sane_interval():
     lo, hi = p.interval_s
     assert lo <= r.actual_total_s <= hi
     assert p.elapsed_s <= lo and hi < 2 * r.actual_total_s
+
+
+def test_a_logs_epochs_are_announced_to_the_model_and_the_signature_waits_for_an_epoch_end():
+    """A log that says its epochs' length (DeiT's MetricLogger: ``[ i/1251]``) announces
+    where each epoch ends, as a live Lens told ``steps_per_epoch`` does. Before, the reader
+    kept it from the model: the signature came at 24 % of the steps, before the first epoch
+    end and the 5-minute test behind it, -9.9 % off with its interval missing the end; it now
+    waits for that end to pass. A log that starts inside an epoch (resumed) or whose epoch is
+    not a whole number of steps announces none."""
+    tl = ailens.read_timeline(LOGS / "metriclogger" / "deit_vim_8gpu_2epochs.log")
+    assert tl.steps_per_epoch == 1251 and tl.schedule["steps_per_epoch"] == 1251
+    r = ailens.forecast_timeline(tl)
+    assert r.signature_step > 1251  # 611 before
+    p = r.at_step(1000)
+    assert any("epoch end" in w for w in r.forecast.signature_waited_for), r.forecast
+    assert p.predicted_total_s < r.actual_total_s  # the test nobody saw yet is not priced
+
+    def points(first: int):
+        return [Point(step=first + 10 * k, t_s=5.0 * k) for k in range(1, 30)]
+
+    read = functools.partial(timeline_from_points, path=Path("x.log"), source="test")
+    assert read(points(0), steps_per_epoch=50).schedule["steps_per_epoch"] == 50
+    assert "steps_per_epoch" not in read(points(30), steps_per_epoch=50).schedule
+    assert "steps_per_epoch" not in read(points(0), steps_per_epoch=12.5).schedule
+    assert "steps_per_epoch" not in read(points(0), steps_per_epoch=1.0).schedule

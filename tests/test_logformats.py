@@ -457,3 +457,13 @@ def test_cli_progress_bar_counts_from_the_first_step(tmp_path, capsys):
     assert row["steps_done"] == 50 and row["progress_bar_total_s"] == pytest.approx(110.0)
     assert cli_main(["forecast", str(p), "--at", "50%"]) == 0
     assert "(from the first step, after 10.00s of init)" in capsys.readouterr().out
+
+
+def test_cli_a_point_before_the_first_reading_has_spent_nothing(capsys):
+    """A log whose first line comes at half the run (an interactive bar captured rarely): at
+    5 % no step's end has been read, so nothing is spent yet (before, the run's last step end
+    was shown as spent: "training steps 0 in 2m22.6s")."""
+    log = LOGS / "hf-trainer" / "seq_label_nbbert_interactive.log"
+    assert cli_main(["forecast", str(log), "--at", "5%"]) == 0
+    out = capsys.readouterr().out
+    assert "not yet (warming up)" in out and "spent" not in out.split("actual end")[0]

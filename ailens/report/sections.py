@@ -414,7 +414,10 @@ def step_forecast_section(result, frac: float | None, r) -> Section:
 
 
 def _spent(tl, r) -> list[str]:
-    """Time spent so far by part: training steps and each named section."""
+    """Time spent so far by part: training steps and each named section (none before the
+    first step's end was read)."""
+    if not r.steps_done:
+        return []
     t = tl.step_end_s[r.steps_done - 1]
     by: dict[str, list[float]] = {}
     for s in tl.sections:

@@ -399,6 +399,12 @@ def timeline_from_points(
     sched = dict(schedule or {})
     if total_steps:
         sched["total_steps"] = int(total_steps)
+    spe = steps_per_epoch
+    if spe and spe >= 2 and spe == int(spe) and offset % int(spe) == 0:
+        # The log says where its epochs end, as a script tells a live Lens: the model waits
+        # for an epoch end to pass before its signature (what happens there is not seen).
+        # Not where the log starts inside an epoch: its ends would be misplaced.
+        sched.setdefault("steps_per_epoch", int(spe))
     inf = {"file": str(path), "format": source}
     if offset:
         inf["steps_before_log"] = offset
