@@ -58,6 +58,9 @@ def _follow(*args, env: dict | None = None) -> subprocess.Popen:
         text=True,
         cwd=REPO,
         env={**os.environ, **(env or {})},
+        # Ctrl-C as at a terminal: a suite started in the background (nohup, `cmd &` in a
+        # script) ignores SIGINT, and Python keeps ignoring what it inherits ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
