@@ -871,7 +871,8 @@ def test_a_check_before_the_first_step_is_a_one_off_once_its_second_did_not_come
     check = Section("sanity_check", 1.0, 1.5)  # set-up 1 s, the check, then the first step
     tl = Timeline(ends, (check,), {"total_steps": 400}, end_s=ends[-1])
     r = forecast_timeline(tl)
-    part = next(c for c in r.at_step(1).components if c.name == "section sanity_check")
+    # (at step 1 a run of 400 iterations has no forecast: its first step alone is start-up)
+    part = next(c for c in r.at_step(2).components if c.name == "section sanity_check")
     assert part.schedule == "every 1 steps"  # one occurrence: its own step is the guess
     for s in (4, 20, 200):
         p = r.at_step(s)
@@ -1024,3 +1025,24 @@ def test_a_logs_epochs_are_announced_to_the_model_and_the_signature_waits_for_an
     assert "steps_per_epoch" not in read(points(30), steps_per_epoch=50).schedule
     assert "steps_per_epoch" not in read(points(0), steps_per_epoch=12.5).schedule
     assert "steps_per_epoch" not in read(points(0), steps_per_epoch=1.0).schedule
+
+
+def test_a_run_of_iterations_has_no_forecast_from_its_first_step_alone():
+    """The first-unit prior (the steady level a share of the first unit) describes runs of
+    epochs or blocks. A run of thousands of iterations has start-up in its first step worth
+    tens of steps: torchvision's MetricLogger log of food-101 (5,900 iterations, its first
+    line at the first) said 9 h, [1h07m, 16h53m], for a 26-minute run. It has no forecast
+    until a second step's time is read; a run of epochs keeps the prior's."""
+    tl = ailens.read_timeline(LOGS / "metriclogger" / "food101_ddp_2gpu_20epochs.log")
+    r = ailens.forecast_timeline(tl)
+    first, second = r.at_step(1), r.at_step(101)
+    assert first.predicted_total_s is None and first.step_time_s is None
+    lo, hi = second.interval_s
+    assert lo <= r.actual_total_s <= hi
+    for total, forecast in ((40, True), (5_000, False)):
+        f = Forecaster()
+        f.on_schedule({"total_steps": total})
+        (p,), _ = _feed(f, [6.6])
+        assert (p.predicted_total_s is not None) is forecast, total
+        (p,), _ = _feed(f, [0.2], t_ns=int(6.6e9))
+        assert p.predicted_total_s is not None  # the second step's time is read

@@ -345,4 +345,5 @@ class Forecaster:
             parts=tuple(self._sections(self.steps_known, level)),
             df=NORMAL_DF,
             unannounced=self._unannounced(),
+            first_unit_only=len(self._warm) == 1,
         )

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .level import StepLevel
 from .parts import Part
-from .sections import EVAL_SHARE_SD
+from .sections import COARSE_STEPS, EVAL_SHARE_SD
 from .stats import t_quantile
 
 INTERVAL_LEVEL = 0.95
@@ -102,6 +102,8 @@ class Snapshot:
     # Recurring positions the schedule announces (epoch ends, checkpoints) none of which
     # has passed yet: what happens there is not seen.
     unseen_periods: tuple[str, ...] = ()
+    # The level is the first unit's time at the first-unit prior: no step after it seen.
+    first_unit_only: bool = False
 
     REVERSALS = 2
     # Real runs' step time wanders over a run (data, thermals, the schedule's later phases),
@@ -117,6 +119,13 @@ class Snapshot:
         n = total_steps or self.total_steps
         s, elapsed, lvl = self.steps_done, self.elapsed_s, self.level
         naive = naive_total_s(elapsed, s, n)
+        if self.first_unit_only and n and n > COARSE_STEPS:
+            # A run of iterations (thousands of steps), not of epochs or blocks: its first
+            # step holds the start-up (CUDA and the loader starting, tracing, compiling),
+            # tens of steps' time, which the first-unit prior (a share of an epoch) does not
+            # describe: a food-101 log's first iteration said 9 h for a 26-minute run. No
+            # forecast until a second step's time is read.
+            lvl = None
         if lvl is None or self.level_n < 1:
             return Prediction(
                 steps_done=s,
