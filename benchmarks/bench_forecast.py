@@ -131,10 +131,8 @@ def mlperf_dir_rows(root: Path) -> list[dict]:
 
 def _mlperf_row(path: Path, name: str, benchmark: str, nodes_from_name) -> dict | None:
     """One MLPerf log replayed and tagged; None (said on stderr) for one with no finished run."""
-    try:
-        row = replay_mlperf(path)
-    except (ValueError, ailens.LogError) as e:
-        print(f"skipped {name}: {e}", file=sys.stderr)
+    row = _replayed(name, replay_mlperf, path)
+    if row is None:
         return None
     return {
         "name": "mlperf/" + name.removesuffix(".gz").removesuffix(".txt"),
@@ -155,10 +153,8 @@ def log_rows(root: Path) -> list[dict]:
     rows = []
     for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".md"):
         name = str(path.relative_to(root))
-        try:
-            row = replay_log(path)
-        except (ValueError, ailens.LogError) as e:
-            print(f"skipped {name}: {e}", file=sys.stderr)
+        row = _replayed(name, replay_log, path)
+        if row is None:
             continue
         rows.append(
             {
@@ -174,15 +170,22 @@ def log_rows(root: Path) -> list[dict]:
     return rows
 
 
+def _replayed(name: str, replay_fn, target: Path, errors=(ValueError, ailens.LogError)):
+    """``replay_fn(target)``'s row, or None, said on stderr, for one it cannot score."""
+    try:
+        return replay_fn(target)
+    except errors as e:
+        print(f"skipped {name}: {e}", file=sys.stderr)
+        return None
+
+
 def recorded_rows(corpus_dir: Path) -> list[dict]:
     """A row per recorded run (a folder with a ``case.json``) in ``corpus_dir``."""
     rows = []
     for d in sorted(p for p in corpus_dir.iterdir() if (p / "case.json").is_file()):
         case = json.loads((d / "case.json").read_text())
-        try:
-            row = replay(d)
-        except (ValueError, ailens.TraceError) as e:
-            print(f"skipped {d.name}: {e}", file=sys.stderr)
+        row = _replayed(d.name, replay, d, errors=(ValueError, ailens.TraceError))
+        if row is None:
             continue
         rows.append(
             {

@@ -419,9 +419,7 @@ def _known_at(tl: Timeline) -> list[float]:
     for k, t in enumerate(ends, 1):
         if k in reads:
             last = t
-            out.append(t)
-        else:
-            out.append(last)
+        out.append(last)
     return out
 
 
