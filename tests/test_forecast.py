@@ -143,6 +143,26 @@ def test_t_quantile_matches_scipy():
             )
 
 
+def test_t_quantile_of_a_new_df_costs_a_few_cdf_evaluations(monkeypatch):
+    # A live run's early evaluations each ask for a new df (the level's steps grow): the
+    # quantile is solved there, on the training thread (issue 33: bisection took ~42 CDF
+    # evaluations, ~110 us, per new df). Newton's method from the Cornish-Fisher start
+    # needs a few, and agrees with scipy to the bisection's 1e-12.
+    stats = pytest.importorskip("scipy.stats")
+    import ailens.model.forecast.stats as st
+
+    calls = []
+    real = st._t_two_sided_cdf
+    monkeypatch.setattr(st, "_t_two_sided_cdf", lambda t, df: calls.append(df) or real(t, df))
+    for df in range(1, 61):
+        for q in (0.6, 0.975, 0.995):
+            calls.clear()
+            assert st.t_quantile.__wrapped__(q, df) == pytest.approx(
+                stats.t.ppf(q, df), rel=1e-11
+            ), (q, df)
+            assert len(calls) <= 6, (q, df, len(calls))
+
+
 # --------------------------------------------------------------------------- the model
 
 

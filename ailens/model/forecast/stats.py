@@ -37,37 +37,48 @@ def _t_two_sided_cdf(t: float, df: int) -> float:
 def t_quantile(q: float, df: int) -> float:
     """Quantile ``q`` (0.5 < q < 1) of Student's t with ``df`` degrees of freedom.
 
-    Exact (bisection on the closed-form CDF) up to 60 degrees of freedom, the Cornish-Fisher
-    expansion beyond (relative error < 1e-8 there). Stdlib only: the core does not use scipy.
+    Closed form for 1 and 2 degrees of freedom; up to 60, Newton's method on the closed-form
+    CDF from the Cornish-Fisher expansion (converged to 1e-14: the bisection it replaced
+    agreed to 5e-13, at a ninth of its cost: each new ``df`` of a live run's early
+    evaluations was ~110 us of bisection on the training thread, issue 33); beyond 60 the
+    expansion alone (relative error < 1e-8 there). Stdlib only: the core does not use scipy.
     """
     if not 0.5 < q < 1:
         raise ValueError(f"q must be in (0.5, 1), got {q}")
     df = int(df)
     if df < 1:
         raise ValueError(f"df must be >= 1, got {df}")
-    z = NormalDist().inv_cdf(q)
+    if df == 1:
+        return math.tan(math.pi * (q - 0.5))
+    if df == 2:
+        return (2 * q - 1) / math.sqrt(2 * q * (1 - q))
+    v = float(df)
+    t = _cornish_fisher(NormalDist().inv_cdf(q), v)
     if df > 60:
-        v = float(df)
-        return (
-            z
-            + (z**3 + z) / (4 * v)
-            + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
-            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-            + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
-        )
+        return t
+    # The two-sided CDF rises with t at twice the density: Newton's step.
     target = 2 * q - 1
-    lo, hi = z, max(z, 1.0)
-    while _t_two_sided_cdf(hi, df) < target:
-        hi *= 2
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if _t_two_sided_cdf(mid, df) < target:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * hi:
+    density = math.exp(math.lgamma((v + 1) / 2) - math.lgamma(v / 2)) / math.sqrt(v * math.pi)
+    for _ in range(50):
+        step = (_t_two_sided_cdf(t, df) - target) / (
+            2 * density * (1 + t * t / v) ** (-(v + 1) / 2)
+        )
+        t -= step
+        if abs(step) <= 1e-14 * t:
             break
-    return 0.5 * (lo + hi)
+    return t
+
+
+def _cornish_fisher(z: float, v: float) -> float:
+    """Student's t quantile from the normal one ``z``, ``v`` degrees of freedom (Cornish-Fisher,
+    terms to v^-4)."""
+    return (
+        z
+        + (z**3 + z) / (4 * v)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+        + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
+    )
 
 
 def chi2_quantile(q: float, df: int) -> float:
