@@ -62,6 +62,20 @@ def quiet_load(max_load: float, wait: float = 0) -> tuple[float, bool]:
         time.sleep(5)
 
 
+# --------------------------------------------------------------------------- bytecode
+
+
+def compile_bytecode() -> None:
+    """Write the bytecode of ailens and its integrations where it is stale, as
+    ``scripts/setup`` does after installing: a wheel install compiles it, but where
+    ``PYTHONDONTWRITEBYTECODE`` is set (this VM) a module edited since the set-up compiles
+    again at every import, and a launch would count that as ailens's cost (issue 33: 98
+    against 42-47 ms for ``import ailens`` with 35 modules stale,
+    ``benchmarks/overhead/_import_cost.py``). Up to date, it costs a directory scan."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "ailens"),
+                    str(REPO / "integrations")], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 # --------------------------------------------------------------------------- launching
 
 

@@ -620,6 +620,7 @@ def main() -> int:
             harness.write_json(args.json, {"close": got, "load_before": load_before,
                                      "load_after": harness.loadavg()})  # fmt: skip
         return 0
+    harness.compile_bytecode()  # what a launch imports is the installed package's
     rows, job_rows, settle = [], [], None
     for items, runner, dest in ((steps, run_case, rows), (jobs, run_job, job_rows)):
         if dest is job_rows and rows and any(j.name in chosen for j in jobs):
