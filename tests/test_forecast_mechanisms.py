@@ -13,7 +13,13 @@ import pytest
 
 import ailens
 from ailens import analyze, load_run
-from ailens.analysis.logformats._base import Point, timeline_from_points
+from ailens.analysis.logformats._base import (
+    Point,
+    config_int,
+    config_text,
+    read_text,
+    timeline_from_points,
+)
 from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
 
 MLPERF = Path(__file__).resolve().parents[1] / "benchmarks" / "forecast_corpus" / "mlperf"
@@ -1025,6 +1031,58 @@ def test_a_logs_epochs_are_announced_to_the_model_and_the_signature_waits_for_an
     assert "steps_per_epoch" not in read(points(30), steps_per_epoch=50).schedule
     assert "steps_per_epoch" not in read(points(0), steps_per_epoch=12.5).schedule
     assert "steps_per_epoch" not in read(points(0), steps_per_epoch=1.0).schedule
+
+
+def test_a_logs_printed_configuration_announces_its_evaluations_and_checkpoints():
+    """Issue 30, 10, for logs: where a log prints its configuration first, the evaluations
+    and checkpoints it states are the schedule, as the Hugging Face Trainer's are to a live
+    Lens. MMClassification 0.x (MMCV 1.x): ``evaluation = dict(metric=...)`` (EvalHook's
+    default interval, every epoch) and ``checkpoint_config = dict(interval=1)`` over epochs of
+    201 iterations. Before, only the MLPerf reader read a schedule: at 50 % of that run (step
+    201, its first evaluation not run yet) the forecast priced none, 129.1 s [111.6, 146.6]
+    for a run of 149.9 s whose two evaluations took 19 s; they are now priced before they
+    come. Megatron's arguments (``eval_interval``, ``eval_iters``, ``save`` and
+    ``save_interval``) and fairseq's ``Namespace`` (``validate_interval`` is not
+    ``validate_interval_updates``) the same; a schedule moves with a log that starts later in
+    the run (a period's positions kept, a checkpoint period it cannot place dropped)."""
+    tl = ailens.read_timeline(LOGS / "mmengine" / "mmcls_0x_colab_tools_2epochs.log")
+    assert tl.schedule["eval_every_steps"] == tl.schedule["checkpoint_every_steps"] == 201
+    r = ailens.forecast_timeline(tl)
+    p = r.at_step(201)
+    assert [c.remaining for c in p.components if c.name.startswith("section eval")] == [2]
+    lo, hi = p.interval_s
+    assert lo <= r.actual_total_s <= hi
+
+    tl = ailens.read_timeline(LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz")
+    # "eval_interval ... 100", "eval_iters ... 10", "save ... /blob/...", "save_interval ... 10000"
+    assert {k: tl.schedule.get(k) for k in ("eval_every_steps", "eval_steps")} == {
+        "eval_every_steps": 100,
+        "eval_steps": 10,
+    }
+    assert tl.schedule["checkpoint_every_steps"] == 10000
+
+    text = read_text(LOGS / "fairseq" / "syngec_glat_resumed_wall0_head.log")
+    assert config_int(text, "validate_interval") == 1
+    assert config_int(text, "validate_interval_updates") == 0
+    assert config_text(text, "disable_validation") == "False"
+    assert config_int("  save ........ /ckpt/run1", "save") is None
+    # resumed inside an epoch (40002 updates before the log, 282 an epoch): no epoch to place
+    assert (
+        "eval_every_epochs"
+        not in ailens.read_timeline(
+            LOGS / "fairseq" / "syngec_glat_resumed_wall0_head.log"
+        ).schedule
+    )
+
+    def points(first: int):
+        return [Point(step=first + 10 * k, t_s=5.0 * k) for k in range(1, 30)]
+
+    read = functools.partial(timeline_from_points, path=Path("x.log"), source="test")
+    every = {"eval_every_steps": 100, "checkpoint_every_steps": 100}
+    assert read(points(0), schedule=dict(every)).schedule == {**every}
+    moved = read(points(150), schedule=dict(every)).schedule
+    assert moved == {"eval_every_steps": 100, "eval_start_step": 50}  # at 200, 300, ...
+    assert read(points(200), schedule=dict(every)).schedule == {**every, "eval_start_step": 100}
 
 
 def test_a_run_of_iterations_has_no_forecast_from_its_first_step_alone():

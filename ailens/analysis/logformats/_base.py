@@ -32,6 +32,8 @@ __all__ = [
     "LogError",
     "LogFormat",
     "Point",
+    "config_int",
+    "config_text",
     "has_lines",
     "lines_like",
     "first_line",
@@ -187,6 +189,25 @@ def section_mark(line: str) -> str | None:
         if pattern.search(line):
             return name
     return None
+
+
+def config_text(text: str, key: str) -> str | None:
+    """What the configuration a log prints first says of ``key``: ``key=value`` (a Python
+    ``Namespace`` or ``dict(...)``), ``'key': value`` (a printed dict), ``key ..... value``
+    (Megatron's arguments) or ``key: value`` (YAML); the first, as printed (quotes off), None
+    where the log does not say. ``key`` may not be part of a longer name
+    (``validate_interval`` is not ``validate_interval_updates``)."""
+    m = re.search(
+        rf"(?<![\w.]){re.escape(key)}['\"]?(?:\s*[:=]\s*|\s+\.{{2,}}\s+)['\"]?([^,'\"\s)}}]*)",
+        text,
+    )
+    return None if m is None else m.group(1)
+
+
+def config_int(text: str, key: str) -> int | None:
+    """``config_text`` as a whole number; None where it is not one (``None``, a path)."""
+    value = config_text(text, key)
+    return int(value) if value is not None and re.fullmatch(r"-?\d+", value) else None
 
 
 def has_lines(pattern: re.Pattern, text: str, n: int) -> bool:
@@ -396,7 +417,7 @@ def timeline_from_points(
         if log_end_s is not None and clock == "absolute":
             last = max(last, log_end_s - zero)
         run_end = last
-    sched = dict(schedule or {})
+    sched = _on_timeline(dict(schedule or {}), offset)
     if total_steps:
         sched["total_steps"] = int(total_steps)
     spe = steps_per_epoch
@@ -405,6 +426,8 @@ def timeline_from_points(
         # for an epoch end to pass before its signature (what happens there is not seen).
         # Not where the log starts inside an epoch: its ends would be misplaced.
         sched.setdefault("steps_per_epoch", int(spe))
+    if "steps_per_epoch" not in sched:
+        sched.pop("eval_every_epochs", None)  # epochs the timeline cannot place
     inf = {"file": str(path), "format": source}
     if offset:
         inf["steps_before_log"] = offset
@@ -427,6 +450,20 @@ def timeline_from_points(
         # Lines every k steps: the ends between two readings are spread, not read.
         reading_steps=tuple(reads) if len(reads) < len(ends) else (),
     )
+
+
+def _on_timeline(schedule: dict, offset: int) -> dict:
+    """A schedule a log's configuration states, on the log's own step counter, moved onto
+    the timeline, whose steps begin after the ``offset`` steps before the log (a resumed run):
+    periodic evaluations keep their positions (the first after the offset); a checkpoint
+    period only where the offset is a whole number of periods (it has no start to move)."""
+    every = schedule.get("eval_every_steps")
+    if offset and every and "eval_start_step" not in schedule:
+        schedule["eval_start_step"] = every - offset % every
+    ckpt = schedule.get("checkpoint_every_steps")
+    if offset and ckpt and offset % ckpt:
+        del schedule["checkpoint_every_steps"]
+    return schedule
 
 
 def _typical_gap(pts: Sequence[Point], zero_based: bool) -> float:

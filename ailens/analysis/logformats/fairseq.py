@@ -10,6 +10,12 @@ and the run's end ``done training in X seconds``.
 A log whose ``wall`` never advances (``wall=0`` on every line: fairseq 0.10 resumed from a
 checkpoint) is timed by its lines' timestamps (``2023-06-13 17:31:54 | INFO | train_inner |
 ...``) instead, the run's end by the ``done training`` line's.
+
+The configuration fairseq prints first (``Namespace(...)`` or the ``{'checkpoint': {...},
+'dataset': {...}}`` dict) says where its validations and checkpoints come: at the end of
+every ``validate_interval``-th / ``save_interval``-th epoch, and every
+``validate_interval_updates`` / ``save_interval_updates`` updates (0: not by updates), unless
+``disable_validation`` / ``no_save``; they are the timeline's schedule.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
+    config_int,
+    config_text,
     first_timestamp_s,
     lines_like,
     section_mark,
@@ -83,7 +91,26 @@ def read_fairseq(path: Path, text: str) -> Timeline:
         total_steps=totals[0] if totals else None,
         end_s=end_s,
         steps_per_epoch=spe,
+        schedule=_schedule(text, spe),
     )
+
+
+def _schedule(text: str, spe: int | None) -> dict:
+    """The validation and checkpoint periods fairseq's printed configuration states; those in
+    epochs where the log gives ``spe``, the updates per epoch (the helper drops them where
+    the log starts inside an epoch)."""
+    out: dict = {}
+    if config_text(text, "disable_validation") not in ("True", "true"):
+        if (every := config_int(text, "validate_interval_updates")) and every > 0:
+            out["eval_every_steps"] = every
+        elif (epochs := config_int(text, "validate_interval")) and epochs > 0:
+            out["eval_every_epochs"] = epochs
+    if config_text(text, "no_save") not in ("True", "true"):
+        if (every := config_int(text, "save_interval_updates")) and every > 0:
+            out["checkpoint_every_steps"] = every
+        elif spe and (epochs := config_int(text, "save_interval")) and epochs > 0:
+            out["checkpoint_every_steps"] = epochs * spe
+    return out
 
 
 _LINE = re.compile(r"""\bnum_updates["']?\s*[:=]?\s*["']?\d+.*\bwall["']?\s*[:=]?\s*["']?\d""")

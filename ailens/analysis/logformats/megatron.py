@@ -11,6 +11,11 @@ iterations' ends follow from the elapsed time per iteration (Megatron's interval
 evaluations included) summed from the first iteration's start. An evaluation (``validation
 loss at iteration N``) or a checkpoint saved between two lines is a section of the interval it
 fell in.
+
+The arguments Megatron prints first say where its evaluations and checkpoints come:
+``eval_interval`` (every N iterations, ``eval_iters`` batches each) and ``save_interval``
+(with a ``save`` directory); they are the timeline's schedule. An evaluation announced that
+never runs (no validation split) is not priced once its first position has passed.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from ._base import (
     LogError,
     LogFormat,
     Point,
+    config_int,
+    config_text,
     first_timestamp_s,
     last_timestamp_s,
     lines_like,
@@ -78,7 +85,21 @@ def read_megatron(path: Path, text: str) -> Timeline:
         clock="absolute" if stamped else "from_start",
         log_start_s=first_timestamp_s(text) if stamped else None,
         log_end_s=last_timestamp_s(text) if stamped else None,
+        schedule=_schedule(text),
     )
+
+
+def _schedule(text: str) -> dict:
+    """The evaluation and checkpoint periods Megatron's printed arguments state."""
+    out = {}
+    every, batches = config_int(text, "eval_interval"), config_int(text, "eval_iters")
+    if every and every > 0 and batches and batches > 0:
+        out.update(eval_every_steps=every, eval_steps=batches)
+    save = config_text(text, "save")
+    ckpt = config_int(text, "save_interval")
+    if save not in (None, "None") and ckpt and ckpt > 0:
+        out["checkpoint_every_steps"] = ckpt
+    return out
 
 
 FORMAT = LogFormat(

@@ -16,7 +16,14 @@ of epoch e. A validation block is an "eval" section from the line before its fir
 its last. The total of an epoch-based run is ``max_epochs`` (from the config the log prints
 at its start) x N; the iterations after a validation begin when it ends; a run that reached its
 total ended at the log's last line. The time before the first progress line (building the model
-and the data) is "init"."""
+and the data) is "init".
+
+The MMCV 1.x config the log prints first says where its evaluations and checkpoints come:
+``evaluation = dict(interval=N, ...)`` (every N epochs, or iterations under an
+``IterBasedRunner``; N is 1 where it is not given, ``EvalHook``'s default) and
+``checkpoint_config = dict(interval=N[, by_epoch=False])``; they are the timeline's schedule.
+(``tools/train.py --no-validate`` runs none: an evaluation announced that never comes is not
+priced once its first position has passed.)"""
 
 from __future__ import annotations
 
@@ -26,7 +33,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ...model.timeline import Section, Timeline
-from ._base import LogError, LogFormat, Point, timeline_from_points
+from ._base import LogError, LogFormat, Point, config_int, timeline_from_points
 from ._clock import hold
 from ._table import whole_lines
 
@@ -45,6 +52,9 @@ _EPOCH = re.compile(
 _ITER = re.compile(r"Iter(?:\((?P<mode>train|val|test)\))?\s*\[\s*(?P<i>\d+)(?:/(?P<n>\d+))?\]")
 _SAVE = re.compile(r"Saving checkpoint at (\d+) (epochs|iterations)")
 _MAX_EPOCHS = re.compile(r"max_epochs\s*=\s*(\d+)")
+# MMCV 1.x's config: a top-level ``name = dict(...)`` line (its first line: the hook's own
+# keywords come first, nested dicts after).
+_CFG = re.compile(r"^(evaluation|checkpoint_config|runner) = dict\((.*)$", re.M)
 _TIME = re.compile(r"(?<![\w])time:\s*([\d.]+)")
 _YEAR_S = 366 * 86400.0
 
@@ -125,7 +135,29 @@ def read_mmengine(path: Path, text: str) -> Timeline:
         sections=sections,
         steps_per_epoch=spe,
         info={"max_epochs": max_epochs} if max_epochs else None,
+        schedule=_schedule(text, spe),
     )
+
+
+def _schedule(text: str, spe: int | None) -> dict:
+    """Where the evaluations and checkpoints of an MMCV 1.x config come, in iterations
+    (``spe`` per epoch; by epoch where the log gives no iterations per epoch: nothing)."""
+    cfg = dict(_CFG.findall(text))
+    by_iter = "IterBasedRunner" in cfg.get("runner", "")
+    out = {}
+    for name, key in (
+        ("evaluation", "eval_every_steps"),
+        ("checkpoint_config", "checkpoint_every_steps"),
+    ):
+        if name not in cfg:
+            continue
+        args = cfg[name]
+        every = config_int(args, "interval") or 1
+        iters = by_iter if name == "evaluation" else "by_epoch=False" in args
+        steps = every if iters else every * spe if spe else None
+        if steps:
+            out[key] = steps
+    return out
 
 
 def _last_per_step(points: list[Point]) -> list[Point]:
