@@ -15,7 +15,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import tensorflow as tf  # noqa: E402
 from common import (  # noqa: E402
-    StepTimer, keras_model, params_digest, parse_args, threads_per_rank,
+    StepTimer,
+    keras_model,
+    params_digest,
+    parse_args,
+    threads_per_rank,
 )
 from mnist_data import load, shard  # noqa: E402
 

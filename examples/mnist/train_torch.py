@@ -14,7 +14,11 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
-    StepTimer, params_digest, parse_args, threads_per_rank, torch_model,
+    StepTimer,
+    params_digest,
+    parse_args,
+    threads_per_rank,
+    torch_model,
 )
 from mnist_data import load, shard  # noqa: E402
 
@@ -64,7 +68,8 @@ else:
     if not args.no_lens:
         from ailens.integrations import horovod as ailens_hvd
 
-        lens = ailens_hvd.attach(hvd, optimizer=opt, total_steps=args.epochs * batches,  # the one line
+        # the one line
+        lens = ailens_hvd.attach(hvd, optimizer=opt, total_steps=args.epochs * batches,
                                  steps_per_epoch=batches, **lens_config)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
