@@ -136,6 +136,34 @@ def test_modded_nanogpt_log():
     assert ends[-1] == pytest.approx(19.300 + 178.616)  # step:1385/1385 train_time:178616ms
 
 
+def test_detectron2_log_txt():
+    """Detectron2's log.txt: ``iter`` from 0 every 20 iterations, timestamps without a year;
+    the checkpoint and the evaluation after iteration 999 end the iterations where they begin
+    and hold the next ones until they end; the total and the schedule from the printed
+    config."""
+    d2 = LOGS / "detectron2"
+    tl = ailens.read_timeline(d2 / "nyu_finetune_6gpu_first_eval.log")
+    assert tl.source == "detectron2" and tl.unit == "iteration" and not tl.finished
+    # SOLVER.MAX_ITER: 10000, CHECKPOINT_PERIOD: 1000, TEST.EVAL_PERIOD: 1000
+    assert tl.steps == 1000 and tl.total_steps == 10000
+    assert tl.schedule["eval_every_steps"] == tl.schedule["checkpoint_every_steps"] == 1000
+    # the first line 01:15:45; "iter: 19" at 01:16:13; "Saving checkpoint ... model_0000999.pth"
+    # at 01:27:20, the evaluation's last line and "iter: 999" at 01:30:17
+    assert tl.step_end_s[19] == pytest.approx(28.0)
+    assert tl.step_end_s[999] == pytest.approx(695.0)
+    (ev,) = [s for s in tl.sections if s.name == "eval"]
+    assert (ev.begin_s, ev.end_s) == pytest.approx((695.0, 872.0))
+
+    tl = ailens.read_timeline(d2 / "nyu_faster_rcnn_6gpu_stopped_16k.log.gz")
+    assert tl.steps == 16010 and tl.total_steps == 111000 and not tl.finished
+    parts = [s for s in tl.sections if s.name in ("eval", "checkpoint")]
+    assert len(parts) == 16  # after iterations 999, 1999, ..., 15999
+    # "Total training time: 3:49:40 (0:47:23 on hooks)": the hooks are the checkpoints and
+    # evaluations (and the iteration timer's own)
+    assert sum(s.end_s - s.begin_s for s in parts) == pytest.approx(47 * 60 + 23, rel=0.01)
+    assert (README := d2 / "README.md").exists() and "Licence" in README.read_text()
+
+
 def test_fairseq_json_progress():
     """train_inner json lines: num_updates with the wall seconds since training began; the
     total from max_update, the end from 'done training in'."""

@@ -1,15 +1,19 @@
 """Clock readings the framework logs print, as seconds: ``h:mm:ss`` / ``mm:ss`` durations
 (tqdm, LLaMA-Factory, MetricLogger's ``Total time``, with ``1 day, h:mm:ss`` above a day) and
-``12s`` / ``25ms/step`` style amounts (Keras); and ``hold``, a step counter held through an
+``12s`` / ``25ms/step`` style amounts (Keras); ``StampClock``, the timestamps of loggers that
+print no year (mmengine, Detectron2); and ``hold``, a step counter held through an
 evaluation."""
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from ._base import Point
 
-__all__ = ["DURATION", "duration_s", "hold", "unit_s"]
+__all__ = ["DURATION", "StampClock", "duration_s", "hold", "unit_s"]
+
+_YEAR_S = 366 * 86400.0
 
 # How far past its counter a held point sits (a fraction of a step no counter reaches).
 _HELD = 1e-6
@@ -47,3 +51,24 @@ def hold(points: list[Point], t_end: float, section: str | None = None) -> None:
     if points and points[-1].step is not None and points[-1].t_s is not None:
         if t_end > points[-1].t_s:
             points.append(Point(step=points[-1].step + _HELD, t_s=t_end, section=section))
+
+
+class StampClock:
+    """Seconds of a log's timestamps (``2021-10-21 02:48:44,261``, ``2022/08/22 15:51:56``, or
+    ``08/22 15:51:56`` without the year: one continues across New Year)."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+        self.last = None
+
+    def seconds(self, ts: str) -> float:
+        if "," in ts:
+            return datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if len(ts) > 14:
+            return datetime.strptime(ts, "%Y/%m/%d %H:%M:%S").timestamp()
+        t = datetime.strptime("2000/" + ts, "%Y/%m/%d %H:%M:%S").timestamp() + self.shift
+        if self.last is not None and t < self.last - _YEAR_S / 2:
+            self.shift += _YEAR_S  # December -> January
+            t += _YEAR_S
+        self.last = t
+        return t

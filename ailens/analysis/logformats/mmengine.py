@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 
 from ...model.timeline import Section, Timeline
 from ._base import LogError, LogFormat, Point, config_int, timeline_from_points
-from ._clock import hold
+from ._clock import StampClock, hold
 from ._table import whole_lines
 
 __all__ = ["FORMAT", "read_mmengine"]
@@ -56,7 +55,6 @@ _MAX_EPOCHS = re.compile(r"max_epochs\s*=\s*(\d+)")
 # keywords come first, nested dicts after).
 _CFG = re.compile(r"^(evaluation|checkpoint_config|runner) = dict\((.*)$", re.M)
 _TIME = re.compile(r"(?<![\w])time:\s*([\d.]+)")
-_YEAR_S = 366 * 86400.0
 
 
 def read_mmengine(path: Path, text: str) -> Timeline:
@@ -70,7 +68,7 @@ def read_mmengine(path: Path, text: str) -> Timeline:
     val_end = None
     spe = None
     total = None
-    clock = _Clock()
+    clock = StampClock()
     m_max = _MAX_EPOCHS.search(text)
     max_epochs = int(m_max.group(1)) if m_max else None
     for raw in text.replace("\r", "\n").splitlines():
@@ -168,26 +166,6 @@ def _last_per_step(points: list[Point]) -> list[Point]:
         else:
             out.append(p)
     return out
-
-
-class _Clock:
-    """Seconds of the log's timestamps; one without a year continues across New Year."""
-
-    def __init__(self) -> None:
-        self.shift = 0.0
-        self.last = None
-
-    def seconds(self, ts: str) -> float:
-        if "," in ts:
-            return datetime.strptime(ts, "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        if len(ts) > 14:
-            return datetime.strptime(ts, "%Y/%m/%d %H:%M:%S").timestamp()
-        t = datetime.strptime("2000/" + ts, "%Y/%m/%d %H:%M:%S").timestamp() + self.shift
-        if self.last is not None and t < self.last - _YEAR_S / 2:
-            self.shift += _YEAR_S  # December -> January
-            t += _YEAR_S
-        self.last = t
-        return t
 
 
 _DETECT = re.compile(
