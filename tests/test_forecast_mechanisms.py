@@ -1085,6 +1085,25 @@ def test_a_logs_printed_configuration_announces_its_evaluations_and_checkpoints(
     assert read(points(200), schedule=dict(every)).schedule == {**every, "eval_start_step": 100}
 
 
+def test_a_running_logs_forecast_now_counts_what_ran_after_its_last_step():
+    """``ailens forecast LOG`` on a run still going shows the forecast now: Detectron2's log
+    ends with the evaluation after iteration 999 (177 s) and the line that reports it. The
+    forecast after the last step did not count it (the evaluation "not seen yet", priced at
+    the share prior, 34 s each; elapsed 11m35s, the last step's end); "now" is what
+    ``--follow`` shows: the evaluation seen, the clock at the log's last reading."""
+    tl = ailens.read_timeline(LOGS / "detectron2" / "nyu_finetune_6gpu_first_eval.log")
+    r = ailens.forecast_timeline(tl)
+    last, now = r.at_step(tl.steps), r.latest
+    assert last.elapsed_s == pytest.approx(695.0) and now.elapsed_s == pytest.approx(872.0)
+    (seen,) = [c for c in now.components if c.name == "section eval"]
+    assert seen.remaining == 9 and seen.per_occurrence_s > 100
+    assert now.predicted_total_s > last.predicted_total_s + 9 * 60
+    finished = ailens.forecast_timeline(
+        ailens.read_timeline(LOGS / "mmengine" / "mmcls_0x_colab_tools_2epochs.log")
+    )
+    assert finished.latest is finished.steps[-1]  # a finished run: the last step's
+
+
 def test_a_run_of_iterations_has_no_forecast_from_its_first_step_alone():
     """The first-unit prior (the steady level a share of the first unit) describes runs of
     epochs or blocks. A run of thousands of iterations has start-up in its first step worth

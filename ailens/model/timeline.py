@@ -202,13 +202,16 @@ class TimelineForecast:
     """The result of :func:`forecast_timeline`: ``steps[i]`` is the forecast after step
     ``i + 1``; ``forecast`` is the run's forecast as ``ailens predict`` gives it (made at the
     signature, else at 10 % of the steps, else the latest); ``actual_total_s`` is the run's
-    end when it finished all its steps."""
+    end when it finished all its steps. ``now``: on a run still going, the forecast after
+    everything its timeline holds: what ran after its last step (an evaluation that ended
+    since, the clock's last reading) counted, as ``--follow`` shows it."""
 
     timeline: Timeline
     steps: tuple[StepForecast, ...]
     signature_step: int | None
     forecast: Forecast | None
     actual_total_s: float | None
+    now: StepForecast | None = None
 
     def at_step(self, steps_done: int) -> StepForecast | None:
         if 1 <= steps_done <= len(self.steps):
@@ -224,6 +227,9 @@ class TimelineForecast:
 
     @property
     def latest(self) -> StepForecast | None:
+        """``now`` on a run still going, else the forecast after the last step."""
+        if self.now is not None:
+            return self.now
         return self.steps[-1] if self.steps else None
 
     def to_dict(self, fractions: Iterable[float] | None = None) -> dict:
@@ -273,7 +279,10 @@ def forecast_timeline(timeline: Timeline, *, config: LensConfig | None = None) -
     rows: list[tuple] = []
     replay.feed(timeline, watch=lambda o: rows.append((o.predict(), o.total_steps)))
     oa = replay.oa
-    return timeline_forecast(timeline, oa, rows, oa.forecast(actual_total_s=oa.actual_total_s))
+    result = timeline_forecast(timeline, oa, rows, oa.forecast(actual_total_s=oa.actual_total_s))
+    if timeline.end_s is None:
+        result = replace(result, now=replay.latest())
+    return result
 
 
 def timeline_forecast(

@@ -414,16 +414,18 @@ def step_forecast_section(result, frac: float | None, r) -> Section:
 
 
 def _spent(tl, r) -> list[str]:
-    """Time spent so far by part: training steps and each named section (none before the
-    first step's end was read)."""
+    """Time spent so far by part: training steps and each named section, those ended by
+    the time the forecast was made at included (on a run still going, one after its last
+    step; none before the first step's end was read)."""
     if not r.steps_done:
         return []
     t = tl.step_end_s[r.steps_done - 1]
+    now = max(t, r.elapsed_s or 0.0)
     by: dict[str, list[float]] = {}
     for s in tl.sections:
-        if s.end_s <= t:
+        if s.end_s <= now:
             by.setdefault(s.name, []).append(s.end_s - s.begin_s)
-    sections = sum(sum(v) for v in by.values())
+    sections = sum(s.end_s - s.begin_s for s in tl.sections if s.end_s <= t)
     out = [f"training steps {r.steps_done} in {fmt_s(max(t - sections, 0.0), 'compact')}"]
     for name, v in by.items():
         out.append(f"{name} {len(v)} x {fmt_s(sum(v) / len(v), 'compact')}")
