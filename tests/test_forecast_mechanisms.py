@@ -1042,8 +1042,8 @@ def test_a_logs_printed_configuration_announces_its_evaluations_and_checkpoints(
     201, its first evaluation not run yet) the forecast priced none, 129.1 s [111.6, 146.6]
     for a run of 149.9 s whose two evaluations took 19 s; they are now priced before they
     come. Megatron's arguments (``eval_interval``, ``eval_iters``, ``save`` and
-    ``save_interval``) and fairseq's ``Namespace`` (``validate_interval`` is not
-    ``validate_interval_updates``) the same; a schedule moves with a log that starts later in
+    ``save_interval``), YOLOv5's (``noval=False``) and fairseq's ``Namespace``
+    (``validate_interval`` is not ``validate_interval_updates``) the same; a schedule moves with a log that starts later in
     the run (a period's positions kept, a checkpoint period it cannot place dropped)."""
     tl = ailens.read_timeline(LOGS / "mmengine" / "mmcls_0x_colab_tools_2epochs.log")
     assert tl.schedule["eval_every_steps"] == tl.schedule["checkpoint_every_steps"] == 201
@@ -1060,6 +1060,10 @@ def test_a_logs_printed_configuration_announces_its_evaluations_and_checkpoints(
         "eval_steps": 10,
     }
     assert tl.schedule["checkpoint_every_steps"] == 10000
+
+    # YOLOv5's "train: weights=yolov5s.pt, ..., noval=False, ...": a validation every epoch
+    tl = ailens.read_timeline(LOGS / "yolo-console" / "yolov5s_coco128_3epochs_tutorial.log")
+    assert tl.schedule["eval_every_epochs"] == 1 and tl.schedule["steps_per_epoch"] == 8
 
     text = read_text(LOGS / "fairseq" / "syngec_glat_resumed_wall0_head.log")
     assert config_int(text, "validate_interval") == 1

@@ -150,12 +150,13 @@ def bars_timeline(
     epochs: int | None = None,
     ended: bool = False,
     what: str,
+    schedule: dict | None = None,
 ) -> Timeline:
     """The timeline of the training bar (see the module doc). ``train_key``: the
     description the training bar has (Lightning's ``Epoch k``), else the bar that took
     longest; ``epochs``: the run's epochs where the log says it (the total is epochs x the
     bar's total); ``ended``: the log says the run ended (at the last epoch's end, its
-    sections after it included)."""
+    sections after it included); ``schedule``: what the log's printed arguments state."""
     bars = instances(bar_states(text))
     candidates = [b for b in bars if train_key is None or train_key.search(b.key)]
     if not candidates:
@@ -218,6 +219,7 @@ def bars_timeline(
         sections=sections,
         steps_per_epoch=spe if len(epochs_bars) > 1 or epochs else None,
         total_steps=total,
+        schedule=schedule,
         info={"epochs": epochs} if epochs else None,
     )
 

@@ -10,7 +10,9 @@ hours)``) at the end.
 
 The steps are the batches (the bar's count, N per epoch, numbered on across epochs); each
 epoch lasts its bar's elapsed time and its validation bar's is an "eval" section after it
-(the bars print whole seconds); the total is K x N."""
+(the bars print whole seconds); the total is K x N. A validation after every epoch is the
+schedule where the printed arguments say so (YOLOv5's ``noval=False``, Ultralytics 8's
+``val=True``)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Timeline
-from ._base import LogFormat
+from ._base import LogFormat, config_text
 from ._table import whole_lines
 from ._tqdm import bars_timeline, count_bars
 
@@ -51,7 +53,16 @@ def read_yolo_console(path: Path, text: str) -> Timeline:
         epochs=int(m.group(1)) if m else None,
         ended=_DONE.search(text) is not None,
         what="Ultralytics epoch bars ('  1/50  3.2G  1.206 ...  640: 100%| 120/120 [00:30<00:00')",
+        schedule=_schedule(text),
     )
+
+
+def _schedule(text: str) -> dict:
+    """A validation after every epoch where the printed arguments say so: YOLOv5's
+    ``noval=False``, Ultralytics 8's ``val=True`` (with ``noval`` / ``val=False`` only the
+    last epoch's)."""
+    every = config_text(text, "noval") == "False" or config_text(text, "val") == "True"
+    return {"eval_every_epochs": 1} if every else {}
 
 
 def _detect(head: str) -> bool:
