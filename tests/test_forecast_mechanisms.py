@@ -1043,8 +1043,9 @@ def test_a_logs_printed_configuration_announces_its_evaluations_and_checkpoints(
     for a run of 149.9 s whose two evaluations took 19 s; they are now priced before they
     come. Megatron's arguments (``eval_interval``, ``eval_iters``, ``save`` and
     ``save_interval``), YOLOv5's (``noval=False``) and fairseq's ``Namespace``
-    (``validate_interval`` is not ``validate_interval_updates``) the same; a schedule moves with a log that starts later in
-    the run (a period's positions kept, a checkpoint period it cannot place dropped)."""
+    (``validate_interval`` is not ``validate_interval_updates``) the same; a schedule moves
+    with a log that starts later in the run (a period's positions kept, a checkpoint period
+    it cannot place dropped)."""
     tl = ailens.read_timeline(LOGS / "mmengine" / "mmcls_0x_colab_tools_2epochs.log")
     assert tl.schedule["eval_every_steps"] == tl.schedule["checkpoint_every_steps"] == 201
     r = ailens.forecast_timeline(tl)
