@@ -54,17 +54,18 @@ def read_detectron2(path: Path, text: str) -> Timeline:
     cfg: dict[str, int] = {}
     starts = 0
     restart = False
-    last_t = None  # the last timestamped line's time
+    first_t = last_t = None  # the first and the last timestamped line's time
     extra = None  # a checkpoint or evaluation since the last progress line: [name, begin, after]
     for raw in text.replace("\r", "\n").splitlines():
-        line = _ANSI.sub("", raw).strip()
-        if c := _CONFIG.match(_ANSI.sub("", raw)):
+        bare = _ANSI.sub("", raw)
+        if c := _CONFIG.match(bare):
             cfg[c.group(1)] = int(c.group(2))
             continue
-        m = _LINE.match(line)
+        m = _LINE.match(bare.strip())
         if not m:
             continue
         t = clock.seconds(m.group("ts"))
+        first_t = t if first_t is None else first_t
         msg, name = m.group("msg"), m.group("name") or m.group("cname")
         if _START.search(msg):
             starts += 1
@@ -84,7 +85,7 @@ def read_detectron2(path: Path, text: str) -> Timeline:
             if after is None:
                 every = cfg.get("EVAL_PERIOD") or 0
                 after = done - done % every if what == "eval" and every else done
-            if points and after > points[-1].step and begin is not None:
+            if points and after > points[-1].step:
                 points.append(Point(step=after, t_s=begin, total=total, restart=restart))
                 restart = False
             if points and points[-1].step == after:
@@ -108,7 +109,7 @@ def read_detectron2(path: Path, text: str) -> Timeline:
         source="detectron2",
         unit="iteration",
         clock="absolute",
-        log_start_s=clock.seconds(_LINE.match(_first_stamped(text)).group("ts")),
+        log_start_s=first_t,
         log_end_s=last_t,
         schedule=_schedule(cfg),
     )
@@ -127,14 +128,6 @@ def _extra(extra, name: str, msg: str, t: float):
     elif ".evaluation" in name or ".data" in name:
         what = "eval"
     return [what, begin, after]
-
-
-def _first_stamped(text: str) -> str:
-    for raw in text.replace("\r", "\n").splitlines():
-        line = _ANSI.sub("", raw).strip()
-        if _LINE.match(line):
-            return line
-    return ""
 
 
 def _schedule(cfg: dict[str, int]) -> dict:
