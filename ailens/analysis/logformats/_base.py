@@ -191,16 +191,21 @@ def section_mark(line: str) -> str | None:
     return None
 
 
+_NAME_CHAR = re.compile(r"[\w.]")
+
+
 def config_text(text: str, key: str) -> str | None:
     """What the configuration a log prints first says of ``key``: ``key=value`` (a Python
     ``Namespace`` or ``dict(...)``), ``'key': value`` (a printed dict), ``key ..... value``
     (Megatron's arguments) or ``key: value`` (YAML); the first, as printed (quotes off), None
     where the log does not say. ``key`` may not be part of a longer name
     (``validate_interval`` is not ``validate_interval_updates``)."""
-    m = re.search(
-        rf"(?<![\w.]){re.escape(key)}['\"]?(?:\s*[:=]\s*|\s+\.{{2,}}\s+)['\"]?([^,'\"\s)}}]*)",
-        text,
-    )
+    # The key as a literal first (a lookbehind before it made the search test every offset:
+    # a key the log does not print cost a scan 60 times slower, 0.3 s on an 11 MB log).
+    pattern = re.compile(re.escape(key) + r"""['"]?(?:\s*[:=]\s*|\s+\.{2,}\s+)['"]?([^,'"\s)}]*)""")
+    m = pattern.search(text)
+    while m is not None and m.start() > 0 and _NAME_CHAR.match(text, m.start() - 1):
+        m = pattern.search(text, m.start() + 1)  # part of a longer name: look on
     return None if m is None else m.group(1)
 
 
