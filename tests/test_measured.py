@@ -285,6 +285,32 @@ def test_measured_steps_that_fall_under_weak_scaling_are_noise_the_interval_span
     assert not any("measurement noise" in a for a in r.assumptions)
 
 
+def test_a_measured_fall_is_not_continued_below_ideal_scaling():
+    """A fall between the two largest measured scales, continued linearly in the devices,
+    reaches a step of 0 and below (Gavel's V100 ResNet-18 rows: 30.9 ms at 1 worker, 20.0
+    ms at 2, so -36 ms at 8; a strong-scaling speed-up beyond ideal, a negative serial
+    part, does the same). The interval's low end beyond the runs is ideal scaling from the
+    nearest measured scale, widened only by the unexplained range."""
+    one = replace(_job(step_s=0.0309), grad_bytes=0, buckets=())
+    two = replace(_job(step_s=0.0200, ranks=2, rpn=2), grad_bytes=0, buckets=())
+    for q in (4, 8):
+        r = predict_measured([one, two], [q])[0]
+        f_lo = unexplained_band(q, [1, 2])[0]
+        assert r.step_low_s == pytest.approx(0.0200 * f_lo)
+    strong = dict(scaling="strong", global_batch=256.0)
+    # Gavel's V100 Transformer: 627 ms at batch 256 on 1 worker, 199 ms at 128 on 2; its
+    # 1-worker steps at batches 64 and 128 are the compute curve.
+    curve = ((64.0, 0.116), (128.0, 0.184), (256.0, 0.627))
+    one = replace(_job(step_s=0.627), grad_bytes=0, buckets=(), batch_per_device=256, curve=curve)
+    two = replace(
+        _job(step_s=0.199, ranks=2, rpn=2), grad_bytes=0, buckets=(), batch_per_device=128
+    )
+    for q in (4, 8):
+        r = predict_measured([one, two], [q], **strong)[0]
+        assert r.step_low_s >= 0.199 * 2 / q * unexplained_band(q, [1, 2])[0] - 1e-12
+        assert 0 < r.step_low_s <= r.step_time_s <= r.step_high_s
+
+
 def test_the_interval_spans_other_splits_of_the_measured_growth_between_network_and_the_rest():
     """Two runs (2 GPUs 100 ms, 4 GPUs 104 ms) fit the growth as a slow network; but the
     4-GPU run may lie off the model by the unexplained range, so the network may explain

@@ -272,7 +272,11 @@ def _disagreement(scales, q: int, low: float, high: float, scaling: str):
 def _extrapolation(scales, row, step: float, scaling: str) -> tuple[float, float, str]:
     """The interval of a target beyond the largest measured scale: between ideal scaling
     from the nearest measured scale and the growth of the two largest continued linearly in
-    the devices (Amdahl); inside the measured range none (empty ``wide``)."""
+    the devices (Amdahl); inside the measured range none (empty ``wide``). A growth that
+    falls (weak: the larger run's step below the smaller's; strong: a speed-up beyond
+    ideal, a negative serial part) is not continued: it would reach a step of 0 and below,
+    and weak scaling keeps each device's work, so such a fall is the runs' noise, which
+    ``_disagreement`` spans; its continuation is ideal scaling."""
     q = row.ranks
     second, last = sorted(scales, key=lambda m: m.ranks)[-2:]
     (q1, s1), (q2, s2) = (second.ranks, second.step_s), (last.ranks, last.step_s)
@@ -286,7 +290,7 @@ def _extrapolation(scales, row, step: float, scaling: str) -> tuple[float, float
     else:
         linear = s1 + (s2 - s1) * (q - q1) / (q2 - q1)
         ideal = s2
-    ends = (ideal, linear, step)
+    ends = (ideal, max(linear, ideal), step)
     return float(min(ends)), float(max(ends)), "extrapolation"
 
 
