@@ -495,3 +495,49 @@ def test_cli_a_point_before_the_first_reading_has_spent_nothing(capsys):
     assert cli_main(["forecast", str(log), "--at", "5%"]) == 0
     out = capsys.readouterr().out
     assert "not yet (warming up)" in out and "spent" not in out.split("actual end")[0]
+
+
+@pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
+def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
+    """A log saved by Windows PowerShell 5 (``python train.py > log``: UTF-16 with a
+    byte-order mark, CRLF line ends) or by an editor as UTF-8 with a byte-order mark reads
+    as the original: the same timeline."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    text = raw.decode("utf-8", errors="replace").replace("\r\n", "\n")
+    want = ailens.read_timeline(path)
+    name = path.name.removesuffix(".gz")
+    for label, data in (
+        ("utf16", text.replace("\n", "\r\n").encode("utf-16")),
+        ("utf8bom", b"\xef\xbb\xbf" + text.encode("utf-8")),
+    ):
+        d = tmp_path / label
+        d.mkdir()
+        for beside in NOT_LOGS & {f.name for f in path.parent.iterdir()}:
+            (d / beside).write_bytes((path.parent / beside).read_bytes())  # args.yaml
+        p = d / name
+        p.write_bytes(data)
+        got = ailens.read_timeline(p)
+        assert got.steps == want.steps and got.step_end_s == want.step_end_s, label
+        assert got.sections == want.sections and got.schedule == want.schedule, label
+        assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
+    # Still being written: cut inside a character, it reads as its UTF-8 copy cut there.
+    p = tmp_path / "utf16" / name
+    written = p.read_bytes()
+    cut = written[: len(written) // 2 | 1]
+    p.write_bytes(cut)
+    same = tmp_path / "utf8bom" / name
+    same.write_text(cut.decode("utf-16", errors="ignore"), encoding="utf-8")
+    try:
+        want = ailens.read_timeline(same, fmt=fmt)
+    except ailens.LogError:
+        with pytest.raises(ailens.LogError, match=name):
+            ailens.read_timeline(p, fmt=fmt)
+    else:
+        got = ailens.read_timeline(p, fmt=fmt)
+        assert (got.steps, got.step_end_s, got.sections) == (
+            want.steps,
+            want.step_end_s,
+            want.sections,
+        )

@@ -104,8 +104,8 @@ class Point:
 
 
 def read_text(path: Path) -> str:
-    """The file's text (gzip accepted); a LogError naming the file for a missing file, a
-    broken gzip, or bytes that are not text."""
+    """The file's text (gzip accepted; UTF-8, or UTF-16 with a byte-order mark); a LogError
+    naming the file for a missing file, a broken gzip, or bytes that are not text."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -122,14 +122,20 @@ def read_text(path: Path) -> str:
             raise LogError(
                 f"{path}: a gzip file that does not decompress ({e}); re-fetch it"
             ) from None
-    text = raw.decode("utf-8", errors="replace")
-    if _binary(raw[:HEAD_BYTES], text[:HEAD_BYTES]):
+    # Windows PowerShell 5's ``>`` and ``Tee-Object`` write UTF-16 with a byte-order mark;
+    # a log still being written may end inside a character (replaced, as for UTF-8).
+    utf16 = raw[:2] in _UTF16_BOMS
+    text = raw.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
+    head = text[:HEAD_BYTES]
+    if _binary(head.encode() if utf16 else raw[:HEAD_BYTES], head):
         raise LogError(
             f"{path}: not a training log (binary data, not text); give the text log the job "
             f"printed, an ailens run directory or {CSV_FORM}"
         )
     return text
 
+
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 _CONTROL = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f]")
 
