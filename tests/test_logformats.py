@@ -541,3 +541,57 @@ def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
             want.step_end_s,
             want.sections,
         )
+
+
+# A launcher's per-line prefix for rank r (Open MPI --tag-output, Horovod's Gloo launcher,
+# torchrun --tee, srun --label padded to two digits, MPICH -prepend-rank).
+LAUNCHER_TAGS = {
+    "openmpi": "[1,{r}]<stdout>:",
+    "gloo": "[{r}]<stdout>:",
+    "torchrun": "[default{r}]:",
+    "srun": "{r:2d}: ",
+    "mpich": "[{r}] ",
+}
+
+
+@pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
+def test_samples_with_launcher_prefixes_or_colours_read_as_the_original(fmt, path, tmp_path):
+    """A log as a multi-rank launch prints it: each line prefixed with its rank by the
+    launcher, two ranks printing the same lines interleaved (rank 0's kept, once), or with a
+    terminal's colour codes around its lines, reads as the original: the same timeline."""
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    lines = raw.decode("utf-8", errors="replace").split("\n")
+    want = ailens.read_timeline(path)
+    variants = {
+        f"{name}_two_ranks": "\n".join(tag.format(r=r) + ln for ln in lines for r in (0, 1))
+        for name, tag in LAUNCHER_TAGS.items()
+    }
+    variants["colour"] = "\n".join(
+        f"\x1b[1;32m{ln[:12]}\x1b[0m{ln[12:]}\x1b[K" if ln else ln for ln in lines
+    )
+    for label, text in variants.items():
+        d = tmp_path / label
+        d.mkdir()
+        for beside in NOT_LOGS & {f.name for f in path.parent.iterdir()}:
+            (d / beside).write_bytes((path.parent / beside).read_bytes())  # args.yaml
+        p = d / path.name.removesuffix(".gz")
+        p.write_text(text, encoding="utf-8")
+        got = ailens.read_timeline(p)
+        assert got.steps == want.steps and got.step_end_s == want.step_end_s, label
+        assert got.sections == want.sections and got.schedule == want.schedule, label
+        assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
+
+
+def test_a_launcher_prefix_on_few_lines_is_left_alone():
+    """Lines that merely begin like a launcher's prefix (a log's own "[0] " or "12: ") on
+    fewer than half the lines are the log's text: nothing is removed."""
+    from ailens.analysis.logformats._base import one_rank
+
+    text = "epoch 1\n[0] warmup\n12: step one\nstep two\nstep three\n"
+    assert one_rank(text) == text
+    tagged = "launcher starting\n[1,0]<stdout>:a\n[1,1]<stdout>:a\n[1,1]<stdout>:b\n[1,0]<stdout>:b"
+    assert one_rank(tagged) == "launcher starting\na\nb"
+    # The rank that printed most is kept, the lowest on a tie.
+    assert one_rank(" 0: x\n 1: y\n 1: z\n") == "y\nz\n"

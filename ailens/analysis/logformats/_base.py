@@ -132,7 +132,70 @@ def read_text(path: Path) -> str:
             f"{path}: not a training log (binary data, not text); give the text log the job "
             f"printed, an ailens run directory or {CSV_FORM}"
         )
-    return text
+    return one_rank(without_colour(text))
+
+
+# Colour and cursor codes a console logger writes: CSI (``ESC [ ... letter``), OSC
+# (``ESC ] ... BEL``) and the two-character escapes.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def without_colour(text: str) -> str:
+    """``text`` without the colour and cursor codes a console logger writes (a log captured
+    from a terminal, ``FORCE_COLOR``, Ultralytics' and Detectron2's coloured lines)."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
+# The per-line prefix a launcher puts on each rank's output, its rank captured: Open MPI's
+# ``--tag-output`` (``[1,0]<stdout>:``, Horovod's ``horovodrun`` too), Horovod's Gloo
+# launcher (``[0]<stdout>:``), torchrun's ``--tee`` (``[default0]:``, ``[rank0]:``), Slurm's
+# ``srun --label`` (`` 0: ``, padded to one width), MPICH's ``-prepend-rank`` and Intel MPI's
+# ``-l`` (``[0] ``).
+_LAUNCHER_PREFIXES = tuple(
+    re.compile(p)
+    for p in (
+        r"\[\d+,(\d+)\]<std(?:out|err)>:",
+        r"\[(\d+)\]<std(?:out|err)>:",
+        r"\[(?:default|rank)(\d+)\]:",
+        r" *(\d+): ",
+        r"\[(\d+)\] ",
+    )
+)
+# A prefix is the launcher's when at least this share of the log's non-empty lines (of the
+# first LAUNCHER_LINES) begin with it: the launcher's own lines and a job's unbuffered
+# fragments carry none.
+LAUNCHER_SHARE = 0.5
+LAUNCHER_LINES = 5000
+
+
+def one_rank(text: str) -> str:
+    """The lines one rank printed, without the launcher's per-line prefix
+    (``_LAUNCHER_PREFIXES``), where a launcher put one on most lines: those of the rank that
+    printed the most (rank 0 as a rule; the lowest on a tie), and the lines with no prefix
+    (the launcher's own). Every rank printing the same progress line would count its steps
+    once per rank. Text with no such prefix is returned as it is."""
+    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
+    sample = list(itertools.islice((x for x in head if x.strip()), LAUNCHER_LINES))
+    if not sample:
+        return text
+    best, hits = None, 0
+    for prefix in _LAUNCHER_PREFIXES:
+        n = sum(1 for ln in sample if prefix.match(ln))
+        if n > hits:
+            best, hits = prefix, n
+    if best is None or hits < LAUNCHER_SHARE * len(sample):
+        return text
+    ranked = [(m, ln) for ln in text.split("\n") for m in (best.match(ln),)]
+    counts: dict[int, int] = {}
+    for m, _ in ranked:
+        if m:
+            counts[int(m.group(1))] = counts.get(int(m.group(1)), 0) + 1
+    rank = min(counts, key=lambda r: (-counts[r], r))
+    return "\n".join(
+        ln if m is None else ln[m.end() :]
+        for m, ln in ranked
+        if m is None or int(m.group(1)) == rank
+    )
 
 
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")

@@ -2,8 +2,8 @@
 ViTDet, ...): the file log ``OUTPUT_DIR/log.txt``, ``[11/18 14:31:34] d2.utils.events INFO:
 eta: 20:50:22  iter: 979  total_loss: ...  time: 0.6832  data_time: ...  lr: ...`` every 20
 iterations (``iter`` counts from 0), and the console's ``[11/18 14:31:34 d2.utils.events]:
-eta: ...`` (its colour codes stripped). The timestamps (no year, whole seconds) are the clock;
-the steps are the iterations, ``iter + 1`` done.
+eta: ...`` (colour codes stripped, as for every log). The timestamps (no year, whole
+seconds) are the clock; the steps are the iterations, ``iter + 1`` done.
 
 A checkpoint (``Saving checkpoint to .../model_0000999.pth``) and an evaluation (the
 ``d2.evaluation`` loggers' lines, ``Start inference on N batches`` ... ``copypaste: ...``) run
@@ -32,7 +32,6 @@ from ._clock import DURATION, StampClock, duration_s, hold
 
 __all__ = ["FORMAT", "read_detectron2"]
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # "[11/18 14:31:34] d2.utils.events INFO: msg" (log.txt) or "[11/18 14:31:34 d2.utils.events]:
 # msg" (the console, "WARNING " before a warning's).
 _LINE = re.compile(
@@ -56,8 +55,7 @@ def read_detectron2(path: Path, text: str) -> Timeline:
     restart = False
     first_t = last_t = None  # the first and the last timestamped line's time
     extra = None  # a checkpoint or evaluation since the last progress line: [name, begin, after]
-    for raw in text.replace("\r", "\n").splitlines():
-        bare = _ANSI.sub("", raw)
+    for bare in text.replace("\r", "\n").splitlines():
         if c := _CONFIG.match(bare):
             cfg[c.group(1)] = int(c.group(2))
             continue
@@ -140,7 +138,7 @@ def _schedule(cfg: dict[str, int]) -> dict:
 
 
 _DETECT = re.compile(
-    r"^(?:\x1b\[[0-9;]*m)*\[\d\d/\d\d \d\d:\d\d:\d\d(?:\] (?:d2|detectron2)[\w.]* [A-Z]+:| "
+    r"^\[\d\d/\d\d \d\d:\d\d:\d\d(?:\] (?:d2|detectron2)[\w.]* [A-Z]+:| "
     r"(?:d2|detectron2)[\w.]*\]:)",
     re.M,
 )
