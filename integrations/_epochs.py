@@ -3,11 +3,14 @@
 The training data is the loader (a torch ``DataLoader``, a ``tf.data`` dataset iterated
 eagerly) during whose iteration the first training step ends; its length (``len(loader)``,
 the dataset's cardinality) is taken as the steps per epoch (one step a batch), and the steps
-between its first two iterations replace that at the first epoch boundary (gradient
-accumulation, a loop that stops early). The loaders' ``__iter__`` is wrapped while attached
-(one call per epoch, nothing per batch). A schedule the script or a framework gave is left as
-it is. The forecast then shows when the current epoch ends (``lens.forecast.epoch``), and the
-run's total once the epochs are known too.
+between its first two iterations replace that at the first epoch boundary (a loop that stops
+early). A torch loader also says how many batches it handed out (its iterator's
+``_num_yielded``, read at the first three step ends): a script that steps its optimizer once
+every k batches (gradient accumulation) has len / k steps per epoch from its third step.
+The loaders' ``__iter__`` is wrapped while attached (one call per epoch, nothing per batch).
+A schedule the script or a framework gave is left as it is. The forecast then shows when
+the current epoch ends (``lens.forecast.epoch``), and the run's total once the epochs are
+known too.
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from ._base import named_like
 class EpochWatch:
     """Mixin of an :class:`~ailens.integrations._base.Attachment` (before it in the bases)."""
 
-    _pending_loader: tuple[int, int, int | None] | None = None  # (id, steps at its start, len)
+    # (id, steps at its start, len, the iterator)
+    _pending_loader: tuple[int, int, int | None, Any] | None = None
     _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
     _spe_guess: int | None = None  # the steps per epoch this watch set from a length
     _spe_learned = False
+    # The training iterator and the batches it had handed out at each step's end, until the
+    # third step's end says the batches per step.
+    _batches_probe: tuple[Any, list[int]] | None = None
 
     def watch_torch_loaders(self) -> None:
         """Wrap ``torch.utils.data.DataLoader.__iter__`` while attached."""
@@ -44,18 +51,18 @@ class EpochWatch:
             it = real(loader)
             if self.attached and not self._spe_learned:
                 try:
-                    self._loader_began(id(loader), lambda: length(loader))
+                    self._loader_began(id(loader), lambda: length(loader), it)
                 except Exception as e:  # noqa: BLE001 - fail open
                     self.lens.disable(e)
             return it
 
         self.patches.set(cls, "__iter__", named_like(__iter__, real))
 
-    def _loader_began(self, key: int, length) -> None:
+    def _loader_began(self, key: int, length, it: Any) -> None:
         steps = self.lens.steps
         train = self._train_loader
         if train is None:
-            self._pending_loader = (key, steps, length())
+            self._pending_loader = (key, steps, length(), it)
             return
         if train[0] != key or steps <= train[1]:
             return  # another loader (an evaluation), or the same epoch begun again (a peek)
@@ -70,16 +77,51 @@ class EpochWatch:
         super()._step_end()
         if self._pending_loader is not None:
             self._loader_trains()
+        elif self._batches_probe is not None:
+            self._batches_per_step()
 
     def _loader_trains(self) -> None:
         """The first step ended during the pending loader's iteration: it trains."""
-        key, start, n = self._pending_loader
+        key, start, n, it = self._pending_loader
         self._pending_loader = None
         self._train_loader = (key, start)
         if n and self.lens.steps_per_epoch is None:
             self._spe_guess = n
             self.lens.set_schedule(steps_per_epoch=n)
             self.lens.describe(steps_per_epoch_from="the training data's length")
+            drawn = _batches_drawn(it)
+            if drawn is not None:
+                self._batches_probe = (it, [drawn])
+
+    def _batches_per_step(self) -> None:
+        """The batches the second and third steps took: the same k > 1 (gradient
+        accumulation; a step the optimizer skipped, as a mixed-precision scaler does after
+        an overflow, takes more batches once, not twice alike) divides the loader's length,
+        until the first epoch boundary says the steps themselves."""
+        it, drawn = self._batches_probe
+        n = _batches_drawn(it)
+        if n is None or self._spe_learned:
+            self._batches_probe = None
+            return
+        drawn.append(n)
+        if len(drawn) < 3:
+            return
+        self._batches_probe = None
+        k, again = drawn[1] - drawn[0], drawn[2] - drawn[1]
+        guess = self._spe_guess
+        if k > 1 and k == again and self.lens.steps_per_epoch == guess and guess // k >= 1:
+            self._spe_guess = guess // k
+            self.lens.set_schedule(steps_per_epoch=guess // k)
+            self.lens.describe(
+                steps_per_epoch_from=f"the training data's length over the {k} batches a step took"
+            )
+
+
+def _batches_drawn(it: Any) -> int | None:
+    """The batches a loader's iterator has handed out: torch's ``_num_yielded`` (every
+    ``DataLoader`` iterator since torch 1.2); None where the iterator does not count them."""
+    n = getattr(it, "_num_yielded", None)
+    return n if isinstance(n, int) else None
 
 
 def _torch_length(loader: Any) -> int | None:

@@ -185,11 +185,15 @@ def test_tutorial_script_told_nothing_shows_the_epoch_end_and_how_to_give_the_le
 
 @pytest.mark.parallel
 def test_accumulating_tutorial_learns_the_steps_per_epoch_at_the_first_boundary(tmp_path):
-    """One optimizer step per 2 batches: len(loader) says 40, the first epoch had 20 steps."""
+    """One optimizer step per 2 batches: len(loader) says 40, the first epoch had 20 steps.
+    The loader says it handed out 2 batches a step, so from the third step on the running
+    epoch ends at step 20, not 40 (before: from the first epoch boundary)."""
     results = run_tutorial(tmp_path, "--epochs", "2", "--accumulate", "2")
     for r in results:
         assert r["disabled"] is None and r["steps"] == 40
         assert r["steps_per_epoch"] == 20
+        first = [s for s in r["seen"] if s["at"] is not None and 3 <= s["at"] <= 20]
+        assert first and all(s["epoch"] == 1 and s["epoch_end_step"] == 20 for s in first), first
         second = [s for s in r["seen"] if s["at"] is not None and s["at"] > 20]
         # as the other tutorial: after k whole epochs the running epoch is k + 1 (at step 40,
         # the end of the second, a run whose length is not known yet goes on into a third)
@@ -198,6 +202,36 @@ def test_accumulating_tutorial_learns_the_steps_per_epoch_at_the_first_boundary(
             for s in second
         )
         assert any(s["epoch"] == 2 and s["epoch_end_step"] == 40 for s in second)
+
+
+@pytest.mark.parametrize(
+    "steps_after, spe",
+    [
+        (lambda i: (i + 1) % 3 == 0, 8),  # every third batch: 24 / 3
+        (lambda i: i != 1, 24),  # every batch but the second (a skipped step): still 24
+    ],
+    ids=["accumulating", "one-skipped"],
+)
+def test_the_batches_a_step_takes_divide_the_loaders_length(tmp_path, steps_after, spe):
+    """Gradient accumulation (the optimizer stepped once every k batches) gives len / k
+    steps per epoch from the third step, before any epoch boundary; one step the optimizer
+    skipped (a mixed-precision scaler after an overflow) takes two batches once, not twice
+    alike, and leaves the loader's length."""
+    from ailens.integrations.torch import attach
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.ones(96, 4)), batch_size=4)  # 24 batches
+    handle = attach(model, opt, run_dir=tmp_path / "run")
+    for i, (x,) in enumerate(loader):
+        model(x).sum().backward()
+        if steps_after(i):
+            opt.step()
+            opt.zero_grad()
+        if i == 15:  # inside the first epoch
+            assert handle.lens.steps_per_epoch == spe
+    handle.close()
 
 
 def test_epochs_given_without_steps_per_epoch_give_the_total_from_the_loader(tmp_path):
