@@ -555,10 +555,11 @@ LAUNCHER_TAGS = {
 
 
 @pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
-def test_samples_with_launcher_prefixes_or_colours_read_as_the_original(fmt, path, tmp_path):
+def test_samples_as_launchers_and_consoles_print_them_read_as_the_original(fmt, path, tmp_path):
     """A log as a multi-rank launch prints it: each line prefixed with its rank by the
-    launcher, two ranks printing the same lines interleaved (rank 0's kept, once), or with a
-    terminal's colour codes around its lines, reads as the original: the same timeline."""
+    launcher, two ranks printing the same lines interleaved (rank 0's kept, once); with a
+    terminal's colour codes around its lines; or with every line twice (a logger with two
+    handlers on one stream), reads as the original: the same timeline."""
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
@@ -568,6 +569,7 @@ def test_samples_with_launcher_prefixes_or_colours_read_as_the_original(fmt, pat
         f"{name}_two_ranks": "\n".join(tag.format(r=r) + ln for ln in lines for r in (0, 1))
         for name, tag in LAUNCHER_TAGS.items()
     }
+    variants["doubled"] = "\n".join(ln for ln in lines for _ in (0, 1))
     variants["colour"] = "\n".join(
         f"\x1b[1;32m{ln[:12]}\x1b[0m{ln[12:]}\x1b[K" if ln else ln for ln in lines
     )
@@ -584,10 +586,11 @@ def test_samples_with_launcher_prefixes_or_colours_read_as_the_original(fmt, pat
         assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
 
 
-def test_a_launcher_prefix_on_few_lines_is_left_alone():
+def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     """Lines that merely begin like a launcher's prefix (a log's own "[0] " or "12: ") on
-    fewer than half the lines are the log's text: nothing is removed."""
-    from ailens.analysis.logformats._base import one_rank
+    fewer than half the lines, or a line repeated now and then, are the log's text: nothing
+    is removed."""
+    from ailens.analysis.logformats._base import one_rank, without_repeats
 
     text = "epoch 1\n[0] warmup\n12: step one\nstep two\nstep three\n"
     assert one_rank(text) == text
@@ -595,3 +598,6 @@ def test_a_launcher_prefix_on_few_lines_is_left_alone():
     assert one_rank(tagged) == "launcher starting\na\nb"
     # The rank that printed most is kept, the lowest on a tie.
     assert one_rank(" 0: x\n 1: y\n 1: z\n") == "y\nz\n"
+    text = "step 1\n----\n----\nstep 2\nstep 3\nstep 4\nstep 5\n"
+    assert without_repeats(text) == text
+    assert without_repeats("a\na\n\nb\nb\nc\n") == "a\n\nb\nc\n"

@@ -132,7 +132,7 @@ def read_text(path: Path) -> str:
             f"{path}: not a training log (binary data, not text); give the text log the job "
             f"printed, an ailens run directory or {CSV_FORM}"
         )
-    return one_rank(without_colour(text))
+    return without_repeats(one_rank(without_colour(text)))
 
 
 # Colour and cursor codes a console logger writes: CSI (``ESC [ ... letter``), OSC
@@ -195,6 +195,27 @@ def one_rank(text: str) -> str:
         ln if m is None else ln[m.end() :]
         for m, ln in ranked
         if m is None or int(m.group(1)) == rank
+    )
+
+
+# A log whose lines come twice is doubled when at least this share of its non-empty lines
+# (of the first LAUNCHER_LINES) repeat the line before them.
+DOUBLED_SHARE = 0.3
+
+
+def without_repeats(text: str) -> str:
+    """``text`` without the lines that repeat the one before them, where that is systematic
+    (``DOUBLED_SHARE``): a logger with two handlers on one stream (a named logger's and the
+    root's), or two unprefixed ranks printing the same lines, prints each line twice; a
+    progress or evaluation line read twice would count twice. Text where few lines repeat
+    (a separator printed twice) is returned as it is."""
+    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
+    sample = [(a, b) for a, b in zip(head, head[1:], strict=False) if b.strip()][:LAUNCHER_LINES]
+    if not sample or sum(a == b for a, b in sample) < DOUBLED_SHARE * len(sample):
+        return text
+    lines = text.split("\n")
+    return "\n".join(
+        b for a, b in zip([None, *lines], lines, strict=False) if b != a or not b.strip()
     )
 
 
