@@ -497,6 +497,29 @@ def test_cli_a_point_before_the_first_reading_has_spent_nothing(capsys):
     assert "not yet (warming up)" in out and "spent" not in out.split("actual end")[0]
 
 
+def test_logs_compressed_with_bzip2_or_xz_read_as_the_original(tmp_path):
+    """A log kept as ``.bz2`` or ``.xz`` (archives, log rotation) reads as the plain one; a
+    cut one says which compression failed."""
+    import bz2
+    import lzma
+
+    path = LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz"
+    raw = gzip.decompress(path.read_bytes())
+    want = ailens.read_timeline(path)
+    for kind, data in (("bzip2", bz2.compress(raw)), ("xz", lzma.compress(raw))):
+        p = tmp_path / f"log.{kind}"
+        p.write_bytes(data)
+        got = ailens.read_timeline(p)
+        assert (got.steps, got.step_end_s, got.sections) == (
+            want.steps,
+            want.step_end_s,
+            want.sections,
+        )
+        p.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ailens.LogError, match=f"log.{kind}: a {kind} file that does not"):
+            ailens.read_timeline(p)
+
+
 @pytest.mark.parametrize("fmt, path", list(_samples()), ids=lambda x: str(x))
 def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
     """A log saved by Windows PowerShell 5 (``python train.py > log``: UTF-16 with a

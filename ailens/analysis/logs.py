@@ -39,7 +39,7 @@ def read_timeline(
 ) -> Timeline:
     """The timeline of a run: ``path`` is an ailens run directory or a training log (an
     MLPerf log, a CSV of ``step,end_s[,section]``, a Megatron, nanoGPT, tqdm, ... console log:
-    ``format_names()``; gzip accepted), in the format its content is or ``fmt``.
+    ``format_names()``; gzip, bzip2 or xz accepted), in the format its content is or ``fmt``.
     ``total_steps`` or ``epochs`` say how long the run is where the file does not (epochs are
     converted with the steps per epoch read from the log). ``include_init``: count from the
     log's first reading (before initialisation, what a user waits for); False: from the end

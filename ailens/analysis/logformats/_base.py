@@ -14,9 +14,11 @@ steps before the log's first timed interval are left out (``total_steps`` counts
 
 from __future__ import annotations
 
+import bz2
 import calendar
 import gzip
 import itertools
+import lzma
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -104,8 +106,9 @@ class Point:
 
 
 def read_text(path: Path) -> str:
-    """The file's text (gzip accepted; UTF-8, or UTF-16 with a byte-order mark); a LogError
-    naming the file for a missing file, a broken gzip, or bytes that are not text."""
+    """The file's text (gzip, bzip2 or xz accepted; UTF-8, or UTF-16 with a byte-order mark);
+    a LogError naming the file for a missing file, a broken compressed file, or bytes that
+    are not text."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -115,13 +118,15 @@ def read_text(path: Path) -> str:
         ) from None
     except OSError as e:
         raise LogError(f"{path}: cannot be read ({e.strerror or e})") from None
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError, ValueError) as e:
-            raise LogError(
-                f"{path}: a gzip file that does not decompress ({e}); re-fetch it"
-            ) from None
+    for magic, kind, decompress in _COMPRESSED:
+        if magic.match(raw):
+            try:
+                raw = decompress(raw)
+            except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
+                raise LogError(
+                    f"{path}: a {kind} file that does not decompress ({e}); re-fetch it"
+                ) from None
+            break
     # Windows PowerShell 5's ``>`` and ``Tee-Object`` write UTF-16 with a byte-order mark;
     # a log still being written may end inside a character (replaced, as for UTF-8).
     utf16 = raw[:2] in _UTF16_BOMS
@@ -220,6 +225,12 @@ def without_repeats(text: str) -> str:
 
 
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# Compressed logs, by their magic bytes: (magic, what it is, how to decompress).
+_COMPRESSED = (
+    (re.compile(rb"\x1f\x8b"), "gzip", gzip.decompress),
+    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2", bz2.decompress),
+    (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.decompress),
+)
 
 _CONTROL = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f]")
 
