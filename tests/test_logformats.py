@@ -609,6 +609,33 @@ def test_samples_as_launchers_and_consoles_print_them_read_as_the_original(fmt, 
         assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
 
 
+def test_a_pipeline_runs_last_rank_printing_the_iterations_is_kept_beside_rank_0(tmp_path):
+    """Megatron prints its arguments on rank 0 and its iteration lines on the last pipeline
+    rank: under ``srun --label`` both are kept (the schedule from the first, the steps from
+    the second), and the same iteration lines printed by a higher rank, its own loss in
+    them, are left out."""
+    import re
+
+    path = LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz"
+    lines = gzip.decompress(path.read_bytes()).decode().split("\n")
+    first = next(i for i, ln in enumerate(lines) if " iteration " in ln)
+    want = ailens.read_timeline(path)
+    out = [f" 0: {ln}" for ln in lines[:first]]
+    own_loss = re.compile(r"(?<=lm loss: )[0-9.E+-]+")
+    for ln in lines[first:]:
+        out.append(f"15: {ln}")
+        out.append("31: " + own_loss.sub("9.876543E+00", ln))
+    p = tmp_path / "srun.log"
+    p.write_text("\n".join(out), encoding="utf-8")
+    got = ailens.read_timeline(p)
+    assert want.schedule and got.schedule == want.schedule
+    assert (got.steps, got.step_end_s, got.sections) == (
+        want.steps,
+        want.step_end_s,
+        want.sections,
+    )
+
+
 def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     """Lines that merely begin like a launcher's prefix (a log's own "[0] " or "12: ") on
     fewer than half the lines, or a line repeated now and then, are the log's text: nothing
@@ -619,8 +646,11 @@ def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     assert one_rank(text) == text
     tagged = "launcher starting\n[1,0]<stdout>:a\n[1,1]<stdout>:a\n[1,1]<stdout>:b\n[1,0]<stdout>:b"
     assert one_rank(tagged) == "launcher starting\na\nb"
-    # The rank that printed most is kept, the lowest on a tie.
-    assert one_rank(" 0: x\n 1: y\n 1: z\n") == "y\nz\n"
+    # A rank printing its own lines is kept; one printing a lower rank's lines, its own
+    # numbers in them, is not.
+    assert one_rank(" 0: x\n 1: y\n 1: z\n") == "x\ny\nz\n"
+    two = " 0: setup\n 0: step 1 loss 2.5\n 1: step 1 loss 2.7\n 0: step 2 loss 2.4\n"
+    assert one_rank(two + " 1: step 2 loss 2.3\n") == "setup\nstep 1 loss 2.5\nstep 2 loss 2.4\n"
     text = "step 1\n----\n----\nstep 2\nstep 3\nstep 4\nstep 5\n"
     assert without_repeats(text) == text
     assert without_repeats("a\na\n\nb\nb\nc\n") == "a\n\nb\nc\n"

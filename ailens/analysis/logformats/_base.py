@@ -174,11 +174,13 @@ LAUNCHER_LINES = 5000
 
 
 def one_rank(text: str) -> str:
-    """The lines one rank printed, without the launcher's per-line prefix
-    (``_LAUNCHER_PREFIXES``), where a launcher put one on most lines: those of the rank that
-    printed the most (rank 0 as a rule; the lowest on a tie), and the lines with no prefix
-    (the launcher's own). Every rank printing the same progress line would count its steps
-    once per rank. Text with no such prefix is returned as it is."""
+    """The log without the launcher's per-line prefix (``_LAUNCHER_PREFIXES``), where a
+    launcher put one on most lines, each line printed once: a rank whose lines of the log's
+    second half mostly have the shape (digits aside) of those a lower rank prints there
+    repeats that rank (every rank printing the same progress line, its own loss in it) and
+    is left out; the lines only one rank prints are kept (Megatron's iteration lines on the
+    last pipeline rank beside its arguments on rank 0), with the launcher's own unprefixed
+    lines. Text with no such prefix is returned as it is."""
     head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
     sample = list(itertools.islice((x for x in head if x.strip()), LAUNCHER_LINES))
     if not sample:
@@ -190,17 +192,32 @@ def one_rank(text: str) -> str:
             best, hits = prefix, n
     if best is None or hits < LAUNCHER_SHARE * len(sample):
         return text
-    ranked = [(m, ln) for ln in text.split("\n") for m in (best.match(ln),)]
-    counts: dict[int, int] = {}
-    for m, _ in ranked:
-        if m:
-            counts[int(m.group(1))] = counts.get(int(m.group(1)), 0) + 1
-    rank = min(counts, key=lambda r: (-counts[r], r))
-    return "\n".join(
-        ln if m is None else ln[m.end() :]
-        for m, ln in ranked
-        if m is None or int(m.group(1)) == rank
-    )
+    ranked = [
+        (None, ln) if m is None else (int(m.group(1)), ln[m.end() :])
+        for ln in text.split("\n")
+        for m in (best.match(ln),)
+    ]
+    tagged = [i for i, (r, _) in enumerate(ranked) if r is not None]
+    late: dict[int, set[str]] = {}
+    for i in tagged[len(tagged) // 2 :]:
+        r, ln = ranked[i]
+        if ln.strip():
+            late.setdefault(r, set()).add(_DIGITS.sub("#", ln))
+    printed: set[str] = set()
+    repeats = set()
+    for r in sorted(late):
+        shapes = late[r]
+        if len(shapes & printed) >= REPEAT_SHARE * len(shapes):
+            repeats.add(r)
+        else:
+            printed |= shapes
+    return "\n".join(ln for r, ln in ranked if r not in repeats)
+
+
+_DIGITS = re.compile(r"\d+")
+# A rank repeats a lower one when at least this share of its late line shapes are the
+# lower ranks'.
+REPEAT_SHARE = 0.5
 
 
 # A log whose lines come twice is doubled when at least this share of its non-empty lines
