@@ -654,3 +654,40 @@ def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     text = "step 1\n----\n----\nstep 2\nstep 3\nstep 4\nstep 5\n"
     assert without_repeats(text) == text
     assert without_repeats("a\na\n\nb\nb\nc\n") == "a\n\nb\nc\n"
+
+
+def test_the_logs_of_a_resubmitted_run_read_as_one_timeline(tmp_path):
+    """A run resubmitted after a failure leaves one log per job: the second prints its
+    preamble again and redoes the iterations since the last checkpoint. Given in order
+    (``ailens forecast A B``, ``read_timeline([A, B])``), they make one timeline: every
+    iteration once, the redone ones' time a "restart" section, the schedule of the run; a run
+    directory among several logs is refused; ``--follow`` reads the earlier logs with the
+    one being written."""
+    path = LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz"
+    lines = gzip.decompress(path.read_bytes()).decode().split("\n")
+    iters = [i for i, ln in enumerate(lines) if " iteration " in ln and "/" in ln]
+    first, checkpoint, failed = iters[0], iters[14], iters[19]
+    a, b = tmp_path / "slurm-1001.out", tmp_path / "slurm-1002.out"
+    a.write_text("\n".join(lines[: failed + 1]), encoding="utf-8")
+    b.write_text("\n".join(lines[:first] + lines[checkpoint + 1 :]), encoding="utf-8")
+    whole = ailens.read_timeline(path)
+    got = ailens.read_timeline([a, b])
+    assert got.steps == whole.steps and got.schedule == whole.schedule
+    (lost,) = [s for s in got.sections if s.name == "restart"]
+
+    def iteration(i):
+        return int(lines[i].split(" iteration ")[1].split("/")[0])
+
+    ends = whole.step_end_s  # iteration n ends at ends[n - 1]
+    redone = ends[iteration(failed) - 1] - ends[iteration(checkpoint) - 1]
+    assert lost.end_s - lost.begin_s == pytest.approx(redone, rel=0.05)
+    assert got.step_end_s[-1] == pytest.approx(whole.step_end_s[-1] + (lost.end_s - lost.begin_s))
+    with pytest.raises(ailens.LogError, match="a run directory is read alone"):
+        ailens.read_timeline([a, tmp_path])
+    from ailens.cli.follow import _LogSource
+
+    src = _LogSource(b, {}, earlier=(a,))
+    u = src.read(lambda _: None)
+    assert u.steps == whole.steps
+    out = cli_main(["forecast", str(a), str(b)])
+    assert out == 0

@@ -6,6 +6,7 @@ takes the format named.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +31,7 @@ __all__ = [
 
 
 def read_timeline(
-    path: str | Path,
+    path: str | Path | Sequence[str | Path],
     *,
     total_steps: int | None = None,
     epochs: float | None = None,
@@ -39,16 +40,26 @@ def read_timeline(
 ) -> Timeline:
     """The timeline of a run: ``path`` is an ailens run directory or a training log (an
     MLPerf log, a CSV of ``step,end_s[,section]``, a Megatron, nanoGPT, tqdm, ... console log:
-    ``format_names()``; gzip, bzip2 or xz accepted), in the format its content is or ``fmt``.
+    ``format_names()``; gzip, bzip2 or xz accepted), in the format its content is or ``fmt``;
+    or the logs of one run in order (a job resubmitted after a time limit or a failure: one
+    log per job), read as one log, so a resumed run is one timeline with its restarts.
     ``total_steps`` or ``epochs`` say how long the run is where the file does not (epochs are
     converted with the steps per epoch read from the log). ``include_init``: count from the
     log's first reading (before initialisation, what a user waits for); False: from the end
     of the initialisation (MLPerf: run_start, what MLPerf scores)."""
-    p = Path(path)
+    paths = [Path(x) for x in ([path] if isinstance(path, str | Path) else path)]
+    if not paths:
+        raise LogError("no log given: give a run directory, a training log or the logs of one run")
+    p = paths[0]
+    if len(paths) > 1 and any(x.is_dir() for x in paths):
+        raise LogError(
+            f"{', '.join(map(str, paths))}: several logs are the logs of one run in order; a "
+            "run directory is read alone"
+        )
     if p.is_dir():
         tl = read_run_dir(p)
     else:
-        text = read_text(p)
+        text = "\n".join(read_text(x) for x in paths)
         if fmt == "mlperf" or (fmt is None and not include_init and _is_mlperf(text)):
             tl = read_mlperf(p, text=text, include_init=include_init)
         else:

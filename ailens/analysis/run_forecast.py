@@ -8,6 +8,7 @@ run's ``forecast.json``), any other log through its timeline (``read_timeline`` 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def latest_run(
 
 
 def forecast_path(
-    path: str | os.PathLike,
+    path: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     total_steps: int | None = None,
     epochs: float | None = None,
@@ -118,10 +119,11 @@ def forecast_path(
     **read,
 ) -> TimelineForecast:
     """The forecast of what ``path`` holds: an ailens run directory through
-    :func:`forecast_run`, any other log through ``read_timeline`` (``read``: its other
-    keywords, e.g. a format) and ``forecast_timeline``."""
-    p = Path(path)
-    if p.is_dir():
-        return forecast_run(p, total_steps=total_steps, epochs=epochs)
+    :func:`forecast_run`, any other log (or the logs of one run, in order) through
+    ``read_timeline`` (``read``: its other keywords, e.g. a format) and
+    ``forecast_timeline``."""
+    if isinstance(path, str | os.PathLike) and Path(path).is_dir():
+        return forecast_run(Path(path), total_steps=total_steps, epochs=epochs)
+    p = Path(path) if isinstance(path, str | os.PathLike) else [Path(x) for x in path]
     tl = read_timeline(p, total_steps=total_steps, epochs=epochs, include_init=include_init, **read)
     return forecast_timeline(tl)

@@ -106,10 +106,12 @@ def _why_none(tl, latest) -> str:
 
 
 class _LogSource:
-    """A log file, fed to the forecast as it grows."""
+    """A log file, fed to the forecast as it grows (after ``earlier``: the logs of the same
+    run's earlier jobs, complete)."""
 
-    def __init__(self, path: Path, read_kwargs: dict) -> None:
+    def __init__(self, path: Path, read_kwargs: dict, earlier: tuple[Path, ...] = ()) -> None:
         self.path = path
+        self.earlier = earlier
         self.read_kwargs = read_kwargs
         self.replay = None
         self.rereads = 0
@@ -125,7 +127,7 @@ class _LogSource:
         from ..analysis.logs import read_timeline
         from ..model.timeline import TimelineReplay
 
-        tl = read_timeline(self.path, **self.read_kwargs)
+        tl = read_timeline([*self.earlier, self.path], **self.read_kwargs)
         if self.replay is None or not self.replay.extends(tl):
             if self.replay is not None:
                 self.rereads += 1
@@ -297,7 +299,7 @@ def follow(args, read_kwargs: dict) -> int:
     from ..analysis.logs import LogError
     from ..record.trace import TraceError
 
-    path: Path = args.log
+    *earlier, path = args.log  # the run's earlier jobs' logs, then the one being written
     src = None
     screen = _Screen(str(path), json_lines=args.json_lines)
     board = _Tensorboard(args.tensorboard) if args.tensorboard is not None else None
@@ -306,9 +308,11 @@ def follow(args, read_kwargs: dict) -> int:
     try:
         while True:
             # A run directory or a log: known once the path is there (it may come later).
-            kind = _RunDirSource if path.is_dir() else _LogSource
-            if not isinstance(src, kind):
-                src = kind(path, read_kwargs)
+            if path.is_dir() and not earlier:
+                if not isinstance(src, _RunDirSource):
+                    src = _RunDirSource(path, read_kwargs)
+            elif not isinstance(src, _LogSource):
+                src = _LogSource(path, read_kwargs, tuple(earlier))
             stamp = src.stamp()
             if stamp != last_stamp:
                 last_stamp, last_change = stamp, time.monotonic()

@@ -48,7 +48,12 @@ def add_forecast(sub) -> None:
         "forecast.json. --follow follows a running job's log. See docs/forecast.md.",
     )
     p.add_argument(
-        "log", type=Path, metavar="LOG", nargs="?", help="run directory, training log or CSV"
+        "log",
+        type=Path,
+        metavar="LOG",
+        nargs="*",
+        help="run directory, training log or CSV; or the logs of one run in order (a job "
+        "resubmitted after a time limit or a failure: one log per job), read as one",
     )
     p.add_argument(
         "--format",
@@ -131,7 +136,7 @@ def cmd_forecast(args) -> int:
     if args.format == "list":
         emit("\n".join(f"{f.name:<16} {f.title}" for f in FORMATS))
         return 0
-    if args.log is None:
+    if not args.log:
         raise CliError("give the LOG to forecast (a run directory, a training log or a CSV)")
     if args.json_lines or args.tensorboard is not None:
         if not args.follow:
@@ -142,13 +147,15 @@ def cmd_forecast(args) -> int:
         from .follow import follow
 
         return follow(args, _read_options(args))
+    logs = args.log if len(args.log) > 1 else args.log[0]
+    named = " + ".join(map(str, args.log))
     try:
-        result = forecast_path(args.log, **_read_options(args))
+        result = forecast_path(logs, **_read_options(args))
     except (LogError, ValueError) as e:
         raise CliError(str(e)) from None
     tl = result.timeline
     if not tl.steps:
-        raise CliError(f"{args.log}: no steps in the log yet; nothing to forecast from")
+        raise CliError(f"{named}: no steps in the log yet; nothing to forecast from")
     if args.at is not None:
         fractions = args.at
     elif tl.finished:
@@ -157,7 +164,7 @@ def cmd_forecast(args) -> int:
         fractions = None
     if fractions is not None and not tl.total_steps:
         raise CliError(
-            f"{args.log}: the log does not say how many steps the run has; give --total-steps "
+            f"{named}: the log does not say how many steps the run has; give --total-steps "
             "N or --epochs N for forecasts at percentages of it"
         )
     rows = (
@@ -171,7 +178,7 @@ def cmd_forecast(args) -> int:
             doc["at"] = [result.latest.to_dict()]
         emit(json.dumps(doc, indent=2))
         return 0
-    emit(_forecast_text(args.log, result, rows))
+    emit(_forecast_text(named, result, rows))
     return 0
 
 
