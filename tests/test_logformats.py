@@ -691,3 +691,25 @@ def test_the_logs_of_a_resubmitted_run_read_as_one_timeline(tmp_path):
     assert u.steps == whole.steps
     out = cli_main(["forecast", str(a), str(b)])
     assert out == 0
+
+
+def test_a_hole_of_nul_bytes_a_failed_node_left_is_skipped(tmp_path):
+    """A log on a network file system whose node failed mid-write holds a block of NUL bytes
+    where the lost writes were; the text around it reads as the log without it. NULs
+    scattered through the bytes are still binary data."""
+    path = LOGS / "megatron" / "megatron_deepspeed_gpt3-0.125B.log.gz"
+    raw = gzip.decompress(path.read_bytes())
+    want = ailens.read_timeline(path)
+    cut = raw.index(b"\n", 2000) + 1  # in the head the format is detected from
+    for hole in (raw[:cut] + bytes(4096) + raw[cut:], raw + bytes(4096)):
+        p = tmp_path / "hole.log"
+        p.write_bytes(hole)
+        got = ailens.read_timeline(p)
+        assert (got.steps, got.step_end_s, got.sections) == (
+            want.steps,
+            want.step_end_s,
+            want.sections,
+        )
+    p.write_bytes(b"".join(raw[i : i + 50] + b"\x00" for i in range(0, 20000, 50)))
+    with pytest.raises(ailens.LogError, match="binary data"):
+        ailens.read_timeline(p)

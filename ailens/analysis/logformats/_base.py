@@ -130,6 +130,10 @@ def read_text(path: Path) -> str:
     # Windows PowerShell 5's ``>`` and ``Tee-Object`` write UTF-16 with a byte-order mark;
     # a log still being written may end inside a character (replaced, as for UTF-8).
     utf16 = raw[:2] in _UTF16_BOMS
+    if not utf16 and b"\x00" in raw:
+        # A node that failed mid-write leaves a hole of NUL bytes in a log on a network
+        # file system; scattered NULs stay (binary data).
+        raw = _NUL_HOLE.sub(b"", raw)
     text = raw.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
     head = text[:HEAD_BYTES]
     if _binary(head.encode() if utf16 else raw[:HEAD_BYTES], head):
@@ -242,6 +246,9 @@ def without_repeats(text: str) -> str:
 
 
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+# A run of NUL bytes this long in a text log is a hole (a block the file system allocated
+# and nobody wrote), not data.
+_NUL_HOLE = re.compile(rb"\x00{16,}")
 # Compressed logs, by their magic bytes: (magic, what it is, how to decompress).
 _COMPRESSED = (
     (re.compile(rb"\x1f\x8b"), "gzip", gzip.decompress),
