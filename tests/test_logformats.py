@@ -44,6 +44,33 @@ def _samples(refused: bool = False):
                 yield d.name, f
 
 
+def _copy_as(path: Path, folder: Path, data: bytes) -> Path:
+    """``data`` written as the sample ``path`` (uncompressed) into ``folder``, with the files
+    its reader looks up beside it (Ultralytics' args.yaml)."""
+    folder.mkdir()
+    for beside in NOT_LOGS & {f.name for f in path.parent.iterdir()}:
+        (folder / beside).write_bytes((path.parent / beside).read_bytes())
+    p = folder / path.name.removesuffix(".gz")
+    p.write_bytes(data)
+    return p
+
+
+def _assert_same_steps(got, want, label: str = "") -> None:
+    """The same steps, their ends and the sections."""
+    assert (got.steps, got.step_end_s, got.sections) == (
+        want.steps,
+        want.step_end_s,
+        want.sections,
+    ), label
+
+
+def _assert_same_timeline(got, want, label: str = "") -> None:
+    """The same timeline: steps, sections, schedule, total and end."""
+    _assert_same_steps(got, want, label)
+    assert got.schedule == want.schedule and got.total_steps == want.total_steps, label
+    assert got.end_s == want.end_s, label
+
+
 # --------------------------------------------------------------------------- the formats
 
 
@@ -510,11 +537,7 @@ def test_logs_compressed_with_bzip2_or_xz_read_as_the_original(tmp_path):
         p = tmp_path / f"log.{kind}"
         p.write_bytes(data)
         got = ailens.read_timeline(p)
-        assert (got.steps, got.step_end_s, got.sections) == (
-            want.steps,
-            want.step_end_s,
-            want.sections,
-        )
+        _assert_same_steps(got, want)
         p.write_bytes(data[: len(data) // 2])
         with pytest.raises(ailens.LogError, match=f"log.{kind}: a {kind} file that does not"):
             ailens.read_timeline(p)
@@ -535,16 +558,8 @@ def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
         ("utf16", text.replace("\n", "\r\n").encode("utf-16")),
         ("utf8bom", b"\xef\xbb\xbf" + text.encode("utf-8")),
     ):
-        d = tmp_path / label
-        d.mkdir()
-        for beside in NOT_LOGS & {f.name for f in path.parent.iterdir()}:
-            (d / beside).write_bytes((path.parent / beside).read_bytes())  # args.yaml
-        p = d / name
-        p.write_bytes(data)
-        got = ailens.read_timeline(p)
-        assert got.steps == want.steps and got.step_end_s == want.step_end_s, label
-        assert got.sections == want.sections and got.schedule == want.schedule, label
-        assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
+        got = ailens.read_timeline(_copy_as(path, tmp_path / label, data))
+        _assert_same_timeline(got, want, label)
     # Still being written: cut inside a character, it reads as its UTF-8 copy cut there.
     p = tmp_path / "utf16" / name
     written = p.read_bytes()
@@ -559,11 +574,7 @@ def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
             ailens.read_timeline(p, fmt=fmt)
     else:
         got = ailens.read_timeline(p, fmt=fmt)
-        assert (got.steps, got.step_end_s, got.sections) == (
-            want.steps,
-            want.step_end_s,
-            want.sections,
-        )
+        _assert_same_steps(got, want)
 
 
 # A launcher's per-line prefix for rank r (Open MPI --tag-output, Horovod's Gloo launcher,
@@ -597,16 +608,8 @@ def test_samples_as_launchers_and_consoles_print_them_read_as_the_original(fmt, 
         f"\x1b[1;32m{ln[:12]}\x1b[0m{ln[12:]}\x1b[K" if ln else ln for ln in lines
     )
     for label, text in variants.items():
-        d = tmp_path / label
-        d.mkdir()
-        for beside in NOT_LOGS & {f.name for f in path.parent.iterdir()}:
-            (d / beside).write_bytes((path.parent / beside).read_bytes())  # args.yaml
-        p = d / path.name.removesuffix(".gz")
-        p.write_text(text, encoding="utf-8")
-        got = ailens.read_timeline(p)
-        assert got.steps == want.steps and got.step_end_s == want.step_end_s, label
-        assert got.sections == want.sections and got.schedule == want.schedule, label
-        assert got.total_steps == want.total_steps and got.end_s == want.end_s, label
+        got = ailens.read_timeline(_copy_as(path, tmp_path / label, text.encode("utf-8")))
+        _assert_same_timeline(got, want, label)
 
 
 def test_a_pipeline_runs_last_rank_printing_the_iterations_is_kept_beside_rank_0(tmp_path):
@@ -629,18 +632,14 @@ def test_a_pipeline_runs_last_rank_printing_the_iterations_is_kept_beside_rank_0
     p.write_text("\n".join(out), encoding="utf-8")
     got = ailens.read_timeline(p)
     assert want.schedule and got.schedule == want.schedule
-    assert (got.steps, got.step_end_s, got.sections) == (
-        want.steps,
-        want.step_end_s,
-        want.sections,
-    )
+    _assert_same_steps(got, want)
 
 
 def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     """Lines that merely begin like a launcher's prefix (a log's own "[0] " or "12: ") on
     fewer than half the lines, or a line repeated now and then, are the log's text: nothing
     is removed."""
-    from ailens.analysis.logformats._base import one_rank, without_repeats
+    from ailens.analysis.logformats._text import one_rank, without_repeats
 
     text = "epoch 1\n[0] warmup\n12: step one\nstep two\nstep three\n"
     assert one_rank(text) == text
@@ -705,11 +704,7 @@ def test_a_hole_of_nul_bytes_a_failed_node_left_is_skipped(tmp_path):
         p = tmp_path / "hole.log"
         p.write_bytes(hole)
         got = ailens.read_timeline(p)
-        assert (got.steps, got.step_end_s, got.sections) == (
-            want.steps,
-            want.step_end_s,
-            want.sections,
-        )
+        _assert_same_steps(got, want)
     p.write_bytes(b"".join(raw[i : i + 50] + b"\x00" for i in range(0, 20000, 50)))
     with pytest.raises(ailens.LogError, match="binary data"):
         ailens.read_timeline(p)

@@ -50,9 +50,9 @@ from ._base import (
     LogFormat,
     Point,
     first_line,
-    read_text,
     timeline_from_points,
 )
+from ._text import read_text
 from .mlperf import parse_mlperf
 
 __all__ = [

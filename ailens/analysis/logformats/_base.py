@@ -1,6 +1,6 @@
 """What every log format shares: the :class:`LogFormat` record a reader registers, the error
-it raises, the file's text, and :func:`timeline_from_points`, which turns the progress points
-a reader parses into a :class:`~ailens.model.timeline.Timeline`.
+it raises, and :func:`timeline_from_points`, which turns the progress points a reader parses
+into a :class:`~ailens.model.timeline.Timeline` (the file's text comes from ``_text``).
 
 A reader only finds its lines: for each progress line a :class:`Point` (the log's step counter,
 its clock reading or the seconds per step it prints, the total steps it says). The shared
@@ -14,11 +14,8 @@ steps before the log's first timed interval are left out (``total_steps`` counts
 
 from __future__ import annotations
 
-import bz2
 import calendar
-import gzip
 import itertools
-import lzma
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -41,7 +38,6 @@ __all__ = [
     "first_line",
     "first_timestamp_s",
     "last_timestamp_s",
-    "read_text",
     "section_mark",
     "timeline_from_points",
     "timestamp_s",
@@ -103,171 +99,6 @@ class Point:
     total: int | None = None
     restart: bool = False
     section: str | None = None
-
-
-def read_text(path: Path) -> str:
-    """The file's text (gzip, bzip2 or xz accepted; UTF-8, or UTF-16 with a byte-order mark);
-    a LogError naming the file for a missing file, a broken compressed file, or bytes that
-    are not text."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise LogError(
-            f"{path}: no such file or directory (give an ailens run directory, a training "
-            f"log or {CSV_FORM})"
-        ) from None
-    except OSError as e:
-        raise LogError(f"{path}: cannot be read ({e.strerror or e})") from None
-    for magic, kind, decompress in _COMPRESSED:
-        if magic.match(raw):
-            try:
-                raw = decompress(raw)
-            except (OSError, EOFError, ValueError, lzma.LZMAError) as e:
-                raise LogError(
-                    f"{path}: a {kind} file that does not decompress ({e}); re-fetch it"
-                ) from None
-            break
-    # Windows PowerShell 5's ``>`` and ``Tee-Object`` write UTF-16 with a byte-order mark;
-    # a log still being written may end inside a character (replaced, as for UTF-8).
-    utf16 = raw[:2] in _UTF16_BOMS
-    if not utf16 and b"\x00" in raw:
-        # A node that failed mid-write leaves a hole of NUL bytes in a log on a network
-        # file system; scattered NULs stay (binary data).
-        raw = _NUL_HOLE.sub(b"", raw)
-    text = raw.decode("utf-16" if utf16 else "utf-8-sig", errors="replace")
-    head = text[:HEAD_BYTES]
-    if _binary(head.encode() if utf16 else raw[:HEAD_BYTES], head):
-        raise LogError(
-            f"{path}: not a training log (binary data, not text); give the text log the job "
-            f"printed, an ailens run directory or {CSV_FORM}"
-        )
-    return without_repeats(one_rank(without_colour(text)))
-
-
-# Colour and cursor codes a console logger writes: CSI (``ESC [ ... letter``), OSC
-# (``ESC ] ... BEL``) and the two-character escapes.
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-
-
-def without_colour(text: str) -> str:
-    """``text`` without the colour and cursor codes a console logger writes (a log captured
-    from a terminal, ``FORCE_COLOR``, Ultralytics' and Detectron2's coloured lines)."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
-
-
-# The per-line prefix a launcher puts on each rank's output, its rank captured: Open MPI's
-# ``--tag-output`` (``[1,0]<stdout>:``, Horovod's ``horovodrun`` too), Horovod's Gloo
-# launcher (``[0]<stdout>:``), torchrun's ``--tee`` (``[default0]:``, ``[rank0]:``), Slurm's
-# ``srun --label`` (`` 0: ``, padded to one width), MPICH's ``-prepend-rank`` and Intel MPI's
-# ``-l`` (``[0] ``).
-_LAUNCHER_PREFIXES = tuple(
-    re.compile(p)
-    for p in (
-        r"\[\d+,(\d+)\]<std(?:out|err)>:",
-        r"\[(\d+)\]<std(?:out|err)>:",
-        r"\[(?:default|rank)(\d+)\]:",
-        r" *(\d+): ",
-        r"\[(\d+)\] ",
-    )
-)
-# A prefix is the launcher's when at least this share of the log's non-empty lines (of the
-# first LAUNCHER_LINES) begin with it: the launcher's own lines and a job's unbuffered
-# fragments carry none.
-LAUNCHER_SHARE = 0.5
-LAUNCHER_LINES = 5000
-
-
-def one_rank(text: str) -> str:
-    """The log without the launcher's per-line prefix (``_LAUNCHER_PREFIXES``), where a
-    launcher put one on most lines, each line printed once: a rank whose lines of the log's
-    second half mostly have the shape (digits aside) of those a lower rank prints there
-    repeats that rank (every rank printing the same progress line, its own loss in it) and
-    is left out; the lines only one rank prints are kept (Megatron's iteration lines on the
-    last pipeline rank beside its arguments on rank 0), with the launcher's own unprefixed
-    lines. Text with no such prefix is returned as it is."""
-    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
-    sample = list(itertools.islice((x for x in head if x.strip()), LAUNCHER_LINES))
-    if not sample:
-        return text
-    best, hits = None, 0
-    for prefix in _LAUNCHER_PREFIXES:
-        n = sum(1 for ln in sample if prefix.match(ln))
-        if n > hits:
-            best, hits = prefix, n
-    if best is None or hits < LAUNCHER_SHARE * len(sample):
-        return text
-    ranked = [
-        (None, ln) if m is None else (int(m.group(1)), ln[m.end() :])
-        for ln in text.split("\n")
-        for m in (best.match(ln),)
-    ]
-    tagged = [i for i, (r, _) in enumerate(ranked) if r is not None]
-    late: dict[int, set[str]] = {}
-    for i in tagged[len(tagged) // 2 :]:
-        r, ln = ranked[i]
-        if ln.strip():
-            late.setdefault(r, set()).add(_DIGITS.sub("#", ln))
-    printed: set[str] = set()
-    repeats = set()
-    for r in sorted(late):
-        shapes = late[r]
-        if len(shapes & printed) >= REPEAT_SHARE * len(shapes):
-            repeats.add(r)
-        else:
-            printed |= shapes
-    return "\n".join(ln for r, ln in ranked if r not in repeats)
-
-
-_DIGITS = re.compile(r"\d+")
-# A rank repeats a lower one when at least this share of its late line shapes are the
-# lower ranks'.
-REPEAT_SHARE = 0.5
-
-
-# A log whose lines come twice is doubled when at least this share of its non-empty lines
-# (of the first LAUNCHER_LINES) repeat the line before them.
-DOUBLED_SHARE = 0.3
-
-
-def without_repeats(text: str) -> str:
-    """``text`` without the lines that repeat the one before them, where that is systematic
-    (``DOUBLED_SHARE``): a logger with two handlers on one stream (a named logger's and the
-    root's), or two unprefixed ranks printing the same lines, prints each line twice; a
-    progress or evaluation line read twice would count twice. Text where few lines repeat
-    (a separator printed twice) is returned as it is."""
-    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
-    sample = [(a, b) for a, b in zip(head, head[1:], strict=False) if b.strip()][:LAUNCHER_LINES]
-    if not sample or sum(a == b for a, b in sample) < DOUBLED_SHARE * len(sample):
-        return text
-    lines = text.split("\n")
-    return "\n".join(
-        b for a, b in zip([None, *lines], lines, strict=False) if b != a or not b.strip()
-    )
-
-
-_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
-# A run of NUL bytes this long in a text log is a hole (a block the file system allocated
-# and nobody wrote), not data.
-_NUL_HOLE = re.compile(rb"\x00{16,}")
-# Compressed logs, by their magic bytes: (magic, what it is, how to decompress).
-_COMPRESSED = (
-    (re.compile(rb"\x1f\x8b"), "gzip", gzip.decompress),
-    (re.compile(rb"BZh[1-9]1AY&SY"), "bzip2", bz2.decompress),
-    (re.compile(rb"\xfd7zXZ\x00"), "xz", lzma.decompress),
-)
-
-_CONTROL = re.compile(r"[\x00-\x07\x0e-\x1a\x1c-\x1f\x7f]")
-
-
-def _binary(raw: bytes, text: str) -> bool:
-    """Bytes that are not a text log: NUL bytes, or more than 1 % undecodable or control
-    characters (escape sequences, tabs, form feeds and carriage returns are text)."""
-    if not raw:
-        return False
-    if b"\x00" in raw:
-        return True
-    odd = text.count("\ufffd") + len(_CONTROL.findall(text))
-    return odd > 0.01 * max(len(text), 1)
 
 
 # A wall-clock timestamp as loggers print it: 2024-01-01 12:00:00[,.]123 (or with a T).

@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 from ...model.timeline import Section, Timeline
-from ._base import CSV_FORM, LogError, LogFormat, Point, read_text, timeline_from_points
+from ._base import CSV_FORM, LogError, LogFormat, Point, timeline_from_points
+from ._text import read_text
 
 __all__ = ["FORMAT", "read_csv"]
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ...model.timeline import Section, Timeline
-from ._base import LogError, LogFormat, read_text
+from ._base import LogError, LogFormat
+from ._text import read_text
 
 __all__ = ["FORMAT", "parse_mlperf", "read_mlperf"]
 
