@@ -15,6 +15,8 @@ known too.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ._base import named_like
@@ -23,14 +25,15 @@ from ._base import named_like
 class EpochWatch:
     """Mixin of an :class:`~ailens.integrations._base.Attachment` (before it in the bases)."""
 
-    # (id, steps at its start, len, the iterator)
-    _pending_loader: tuple[int, int, int | None, Any] | None = None
+    # (id, steps at its start, len, the iterator: a weak reference, so that a loader's
+    # worker processes end with the script's last reference to it)
+    _pending_loader: tuple[int, int, int | None, Callable[[], Any]] | None = None
     _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
     _spe_guess: int | None = None  # the steps per epoch this watch set from a length
     _spe_learned = False
     # The training iterator and the batches it had handed out at each step's end, until the
     # third step's end says the batches per step.
-    _batches_probe: tuple[Any, list[int]] | None = None
+    _batches_probe: tuple[Callable[[], Any], list[int]] | None = None
 
     def watch_torch_loaders(self) -> None:
         """Wrap ``torch.utils.data.DataLoader.__iter__`` while attached."""
@@ -51,14 +54,14 @@ class EpochWatch:
             it = real(loader)
             if self.attached and not self._spe_learned:
                 try:
-                    self._loader_began(id(loader), lambda: length(loader), it)
+                    self._loader_began(id(loader), lambda: length(loader), _weak(it))
                 except Exception as e:  # noqa: BLE001 - fail open
                     self.lens.disable(e)
             return it
 
         self.patches.set(cls, "__iter__", named_like(__iter__, real))
 
-    def _loader_began(self, key: int, length, it: Any) -> None:
+    def _loader_began(self, key: int, length, it: Callable[[], Any]) -> None:
         steps = self.lens.steps
         train = self._train_loader
         if train is None:
@@ -89,7 +92,7 @@ class EpochWatch:
             self._spe_guess = n
             self.lens.set_schedule(steps_per_epoch=n)
             self.lens.describe(steps_per_epoch_from="the training data's length")
-            drawn = _batches_drawn(it)
+            drawn = _batches_drawn(it())
             if drawn is not None:
                 self._batches_probe = (it, [drawn])
 
@@ -99,7 +102,7 @@ class EpochWatch:
         an overflow, takes more batches once, not twice alike) divides the loader's length,
         until the first epoch boundary says the steps themselves."""
         it, drawn = self._batches_probe
-        n = _batches_drawn(it)
+        n = _batches_drawn(it())
         if n is None or self._spe_learned:
             self._batches_probe = None
             return
@@ -115,6 +118,15 @@ class EpochWatch:
             self.lens.describe(
                 steps_per_epoch_from=f"the training data's length over the {k} batches a step took"
             )
+
+
+def _weak(it: Any) -> Callable[[], Any]:
+    """A weak reference to ``it``: called, the iterator, or None once it is gone (always
+    None for an object that takes no weak reference)."""
+    try:
+        return weakref.ref(it)
+    except TypeError:
+        return lambda: None
 
 
 def _batches_drawn(it: Any) -> int | None:

@@ -19,9 +19,10 @@ __all__ = ["one_rank", "read_text", "without_colour", "without_repeats"]
 
 
 def read_text(path: Path) -> str:
-    """The file's text (gzip, bzip2 or xz accepted; UTF-8, or UTF-16 with a byte-order mark);
-    a LogError naming the file for a missing file, a broken compressed file, or bytes that
-    are not text."""
+    """The file's text as the job printed it (gzip, bzip2 or xz accepted; UTF-8, or UTF-16
+    with a byte-order mark; NUL holes, colour codes, a launcher's rank prefixes and a
+    doubled logger's repeats taken off); a LogError naming the file for a missing file, a
+    broken compressed file, or bytes that are not text."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
