@@ -13,11 +13,11 @@ import pytest
 
 import ailens
 from ailens import analyze, load_run
+from ailens.analysis.logformats import read_text
 from ailens.analysis.logformats._base import (
     Point,
     config_int,
     config_text,
-    read_text,
     timeline_from_points,
 )
 from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
