@@ -6,6 +6,7 @@ takes the format named.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -31,7 +32,7 @@ __all__ = [
 
 
 def read_timeline(
-    path: str | Path | Sequence[str | Path],
+    path: str | os.PathLike | Sequence[str | os.PathLike],
     *,
     total_steps: int | None = None,
     epochs: float | None = None,
@@ -47,7 +48,7 @@ def read_timeline(
     converted with the steps per epoch read from the log). ``include_init``: count from the
     log's first reading (before initialisation, what a user waits for); False: from the end
     of the initialisation (MLPerf: run_start, what MLPerf scores)."""
-    paths = [Path(x) for x in ([path] if isinstance(path, str | Path) else path)]
+    paths = [Path(x) for x in ([path] if isinstance(path, str | os.PathLike) else path)]
     if not paths:
         raise LogError("no log given: give a run directory, a training log or the logs of one run")
     p = paths[0]

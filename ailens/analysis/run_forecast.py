@@ -124,6 +124,7 @@ def forecast_path(
     ``forecast_timeline``."""
     if isinstance(path, str | os.PathLike) and Path(path).is_dir():
         return forecast_run(Path(path), total_steps=total_steps, epochs=epochs)
-    p = Path(path) if isinstance(path, str | os.PathLike) else [Path(x) for x in path]
-    tl = read_timeline(p, total_steps=total_steps, epochs=epochs, include_init=include_init, **read)
+    tl = read_timeline(
+        path, total_steps=total_steps, epochs=epochs, include_init=include_init, **read
+    )
     return forecast_timeline(tl)

@@ -35,17 +35,17 @@ def add_forecast(sub) -> None:
         "forecast",
         help="forecast any run from its log: an ailens run dir, a training log, a CSV",
         description="Forecast the end of a run that ran with or without ailens, from its "
-        "timeline: an "
-        "ailens run directory, or a training log as the job printed it, its format detected"
-        " from its content (Megatron-LM/DeepSpeed, DeepSpeed, nanoGPT, modded-nanogpt, "
-        "MLPerf/MLCommons :::MLLOG, ...: `--format list` names them all; gzip, bzip2 or xz "
-        "accepted; a launcher's rank prefixes and colour codes taken off), or a CSV of "
-        "step,end_s[,section[,begin_s]] rows (a row with section 'end' says when the run "
-        "ended). The forecast is the live Lens's own (ailens.forecast_timeline), shown with"
-        " its 95% interval, its parts and the progress-bar and Composer ETAs beside it. An "
-        "ailens run directory goes through the run's own analysis (its settings and "
-        "recorded exchanges), so its numbers are those of `ailens report` and the run's "
-        "forecast.json. --follow follows a running job's log. See docs/forecast.md.",
+        "timeline: an ailens run directory, or a training log as the job printed it, its "
+        "format detected from its content (Megatron-LM/DeepSpeed, DeepSpeed, nanoGPT, "
+        "modded-nanogpt, MLPerf/MLCommons :::MLLOG, ...: `--format list` names them all; "
+        "gzip, bzip2 or xz accepted; a launcher's rank prefixes and colour codes taken off), "
+        "or a CSV of step,end_s[,section[,begin_s]] rows (a row with section 'end' says "
+        "when the run ended). The forecast is the live Lens's own "
+        "(ailens.forecast_timeline), shown with its 95% interval, its parts and the "
+        "progress-bar and Composer ETAs beside it. An ailens run directory goes through the "
+        "run's own analysis (its settings and recorded exchanges), so its numbers are those "
+        "of `ailens report` and the run's forecast.json. --follow follows a running job's "
+        "log. See docs/forecast.md.",
     )
     p.add_argument(
         "log",

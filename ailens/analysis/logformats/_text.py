@@ -91,6 +91,12 @@ LAUNCHER_SHARE = 0.5
 LAUNCHER_LINES = 5000
 
 
+def _head_lines(text: str) -> list[str]:
+    """The lines a share of the log is judged on: its first 2 x ``LAUNCHER_LINES`` (blank
+    lines among them), without splitting the rest of a long log."""
+    return text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
+
+
 def one_rank(text: str) -> str:
     """The log without the launcher's per-line prefix (``_LAUNCHER_PREFIXES``), where a
     launcher put one on most lines, each line printed once: a rank whose lines of the log's
@@ -99,8 +105,7 @@ def one_rank(text: str) -> str:
     is left out; the lines only one rank prints are kept (Megatron's iteration lines on the
     last pipeline rank beside its arguments on rank 0), with the launcher's own unprefixed
     lines. Text with no such prefix is returned as it is."""
-    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
-    sample = list(itertools.islice((x for x in head if x.strip()), LAUNCHER_LINES))
+    sample = list(itertools.islice((x for x in _head_lines(text) if x.strip()), LAUNCHER_LINES))
     if not sample:
         return text
     best, hits = None, 0
@@ -139,7 +144,7 @@ REPEAT_SHARE = 0.5
 
 
 # A log whose lines come twice is doubled when at least this share of its non-empty lines
-# (of the first LAUNCHER_LINES) repeat the line before them.
+# (of its head lines) repeat the line before them.
 DOUBLED_SHARE = 0.3
 
 
@@ -149,7 +154,7 @@ def without_repeats(text: str) -> str:
     root's), or two unprefixed ranks printing the same lines, prints each line twice; a
     progress or evaluation line read twice would count twice. Text where few lines repeat
     (a separator printed twice) is returned as it is."""
-    head = text.split("\n", 2 * LAUNCHER_LINES)[: 2 * LAUNCHER_LINES]
+    head = _head_lines(text)
     sample = [(a, b) for a, b in zip(head, head[1:], strict=False) if b.strip()][:LAUNCHER_LINES]
     if not sample or sum(a == b for a, b in sample) < DOUBLED_SHARE * len(sample):
         return text
