@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,94 @@ def test_fairseq_wall_stuck_at_zero_is_timed_by_the_timestamps():
     # each epoch's validation and checkpoint (17:32:38 to 17:32:53 after epoch 143)
     evals = [s for s in tl.sections if s.name == "eval"]
     assert len(evals) == 6 and evals[0].end_s - evals[0].begin_s == pytest.approx(15, abs=1)
+
+
+def test_tensorflow_estimator_log():
+    """TF1 Estimator: the LoggingTensorHook's 'loss = X, step = N (S sec)' every 100 steps,
+    no clock: the intervals' seconds summed; its first line says step 0 (the global step
+    before the step ran); the final checkpoint's steps after the last line at the last pace;
+    the evaluate() after 'Loss for final step' is not the run's."""
+    path = LOGS / "tensorflow" / "handson_ml_ch10_dnnclassifier.log"
+    assert detect_format(read_text(path)).name == "tensorflow"
+    tl = ailens.read_timeline(path)
+    assert tl.source == "tensorflow" and tl.steps == tl.total_steps == 44000 and tl.finished
+    # "step = 0", then "step = 100 (0.209 sec)": 101 steps done 0.209 s after the first
+    assert tl.step_end_s[0] == 0.0 and tl.step_end_s[100] == pytest.approx(0.209)
+    assert np.diff(tl.step_end_s[:101]) == pytest.approx([0.00209] * 100)
+    # 439 intervals summing to 61.714 s to "step = 43900 (0.126 sec)", then 99 steps to
+    # "Saving checkpoints for 44000" at that interval's pace
+    assert tl.step_end_s[43900] == pytest.approx(61.714)
+    assert tl.end_s == tl.step_end_s[-1] == pytest.approx(61.714 + 99 * 0.00126)
+    assert not [s for s in tl.sections if s.name == "eval"]
+    assert (
+        README := LOGS / "tensorflow" / "README.md"
+    ).exists() and "Licence" in README.read_text()
+
+
+def test_tensorflow_absl_times_are_the_clock_and_a_checkpoint_a_section():
+    """Each event printed twice, through tf.logging and absl: the absl copy's time is the
+    clock; a resumed run's tail (from step 900029); a checkpoint saved inside an interval is a
+    step reading of its own and a section; 'Loss for final step' ends the run."""
+    tl = ailens.read_timeline(LOGS / "tensorflow" / "ascend_npu_estimator_resumed_tail.log")
+    assert tl.info["steps_before_log"] == 900029 - 100  # its first interval began before it
+    assert tl.steps == tl.total_steps == 900810 - 899929 and tl.finished
+
+    def at(hms: str) -> float:  # absl times of 12/12, from the first interval's start
+        h, m, s = (float(x) for x in hms.split(":"))
+        return h * 3600 + m * 60 + s - (21 * 3600 + 59 * 60 + 5.964472 - 22.301)
+
+    assert tl.step_end_s[99] == pytest.approx(22.301)  # step = 900029 (22.301 sec)
+    assert tl.step_end_s[171] == pytest.approx(at("21:59:22.676009"))  # checkpoint 900101
+    assert tl.step_end_s[299] == pytest.approx(at("22:00:23.045186"))  # step = 900229
+    assert tl.step_end_s[-1] == pytest.approx(at("22:02:36.937217"))  # checkpoint 900810
+    assert tl.end_s == pytest.approx(at("22:02:51.659879"))  # Loss for final step
+    # 900101 -> 900129 took 33.0 s where 28 steps take ~6.3 s: the save (and the job's copy)
+    (ckpt,) = tl.sections
+    assert ckpt.name == "checkpoint" and ckpt.begin_s == pytest.approx(tl.step_end_s[171])
+    assert 25.0 < ckpt.end_s - ckpt.begin_s < 28.0
+
+
+_TF1_HOOKS = """
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.INFO)
+step = tf.compat.v1.train.get_or_create_global_step()
+x = tf.compat.v1.get_variable("x", initializer=3.0)
+loss = tf.square(x)
+train = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
+hooks = [tf.compat.v1.train.LoggingTensorHook({"loss": loss, "step": step}, every_n_iter=50),
+         tf.compat.v1.train.StopAtStepHook(last_step=300)]
+with tf.compat.v1.train.MonitoredTrainingSession(
+        checkpoint_dir=CKPT, save_checkpoint_steps=100, hooks=hooks) as sess:
+    while not sess.should_stop():
+        sess.run(train)
+"""
+
+
+def test_tensorflow_logs_as_tensorflow_prints_them_today(tmp_path):
+    """The hooks of today's TensorFlow (tf.compat.v1's MonitoredTrainingSession): what it
+    prints reads as the steps it ran, each logged interval the seconds its line says."""
+    pytest.importorskip("tensorflow")
+    import subprocess
+    import sys
+
+    code = f"CKPT = {str(tmp_path / 'ckpt')!r}\n" + _TF1_HOOKS
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    log = tmp_path / "train.log"
+    log.write_text(out.stderr + out.stdout)
+    lines = re.findall(r"step = (\d+)(?: \(([0-9.]+) sec\))?$", log.read_text(), re.M)
+    # "step = 0" .. "step = 250": the hook reads the global step in the step's own run, before
+    # its increment (one behind the steps done) or, now and then, after it
+    counters = [int(n) for n, _ in lines]
+    assert len(counters) == 6 and all(0 <= c - 50 * i <= 1 for i, c in enumerate(counters))
+    tl = ailens.read_timeline(log)
+    assert tl.source == "tensorflow" and tl.steps == counters[-1] + 1
+    ends = [tl.step_end_s[int(n)] for n, _ in lines]
+    assert np.diff(ends) == pytest.approx([float(sec) for _, sec in lines[1:]], abs=1e-9)
 
 
 def test_python_logging_lines_with_a_step_number():

@@ -37,6 +37,7 @@ from . import (
     nanogpt,
     nemo,
     pylogging,
+    tensorflow_logs,
     timm,
     torchtitan,
     tqdm_bars,
@@ -93,6 +94,7 @@ FORMATS: tuple[LogFormat, ...] = (
     yolo_console.FORMAT,
     lightning_csv.FORMAT,
     keras_csv.FORMAT,
+    tensorflow_logs.FORMAT,
     pylogging.FORMAT,  # generic: after every format whose lines it would also take
     tqdm_bars.FORMAT,  # generic: after every format whose logs carry tqdm bars
     csv_steps.FORMAT,
