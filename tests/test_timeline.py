@@ -253,6 +253,20 @@ def test_mlperf_v05_lines(tmp_path):
     assert [round(s.end_s - s.begin_s, 3) for s in tl.sections] == [2.0] * 6
 
 
+def test_mlperf_v06_submitter_lines():
+    """A v0.6 submitter's own form ('MLPerf: resnet [06/13/19 00:30:58], train_epoch:0': the
+    v0.5 keys, to the second) reads as the v0.5 lines do."""
+    path = REPO / "tests" / "data" / "mlperf_v0.6_alibaba_sinian_resnet_result_1.txt.gz"
+    tl = read_timeline(path)
+    assert tl.source == "mlperf" and tl.unit == "epoch"
+    assert tl.steps == tl.total_steps == 80 and tl.finished  # train_epoch:0 .. train_epoch:79
+    # run_start 00:30:56, train_epoch:0 00:30:58 (start-up), train_epoch:1 00:31:23,
+    # run_stop 00:55:21
+    assert tl.step_end_s[0] == 27.0 and tl.end_s == 24 * 60 + 25
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 20 and (evals[0].begin_s, evals[0].end_s) == (81.0, 83.0)
+
+
 def test_mlperf_epochs_give_the_total(tmp_path):
     """A log cut mid-run (no run_stop) has no total until --epochs or --total-steps say it;
     the epochs convert with the steps per epoch read from the log."""

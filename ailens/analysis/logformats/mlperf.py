@@ -1,7 +1,8 @@
 """MLPerf/MLCommons Training logs (``mlperf_logging``): ``:::MLLOG {json}`` lines (v0.7 on),
-``:::MLL <time> key: {json}`` (v0.6) and ``:::MLPv0.5.0 <benchmark> <time> (file:line) key:
-value`` (v0.5), with any prefix a launcher puts before them; gzip or plain text. The
-timeline's step is the finest unit of training progress the log has: per-iteration
+``:::MLL <time> key: {json}`` (v0.6), ``:::MLPv0.5.0 <benchmark> <time> (file:line) key:
+value`` (v0.5) and a v0.6 submitter's own ``MLPerf: <benchmark> [mm/dd/yy HH:MM:SS], key:
+value`` (the v0.5 keys, to the second), with any prefix a launcher puts before them; gzip or
+plain text. The timeline's step is the finest unit of training progress the log has: per-iteration
 ``tracked_stats`` events whose ``step`` advances regularly (unit "logged step"), when there are
 at least 20 and twice as many as epochs; else ``epoch_stop`` (unit "epoch"), ``block_stop`` (a
 block of ``epoch_count`` epochs), the training between evaluations (a log with more
@@ -17,6 +18,7 @@ the end is ``run_stop``.
 from __future__ import annotations
 
 import bisect
+import calendar
 import json
 import math
 import re
@@ -33,6 +35,12 @@ __all__ = ["FORMAT", "parse_mlperf", "read_mlperf"]
 _MLLOG = re.compile(r":::MLLOG\s+(\{.*\})\s*$")
 _MLL = re.compile(r":::MLL\s+([0-9.]+)\s+(\w+):\s*(.*?)\s*$")
 _MLP05 = re.compile(r":::MLPv0\.5\.0\s+\S+\s+([0-9.]+)\s+\([^)]*\)\s+(\w+)(?::\s*(.*?))?\s*$")
+# A v0.6 submitter's own form of the v0.5 keys, to the second (Alibaba's ResNet):
+# "MLPerf: resnet [06/13/19 00:30:58], train_epoch:0".
+_MLPLAIN = re.compile(
+    r"^MLPerf: \w+ \[(\d\d)/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d)\], (\w+)(?::\s*(.*?))?\s*$",
+    re.MULTILINE,
+)
 # v0.5 keys that mean the v0.6+ ones.
 _V05_KEYS = {"train_epoch": "epoch_start", "run_final": "run_stop", "train_loop": "run_start"}
 _EPOCH_KEYS = ("epoch_num", "first_epoch_num")
@@ -51,7 +59,7 @@ def parse_mlperf(text: str) -> list[tuple[float, str, object, dict]]:
     """The log's events as (time in seconds, key, value, metadata), in time order."""
     out = []
     for line in text.splitlines():
-        if ":::ML" not in line:
+        if ":::ML" not in line and not line.startswith("MLPerf: "):
             continue
         m = _MLLOG.search(line)
         if m:
@@ -79,15 +87,30 @@ def parse_mlperf(text: str) -> list[tuple[float, str, object, dict]]:
             continue
         m = _MLP05.search(line)
         if m:
-            key = _V05_KEYS.get(m.group(2), m.group(2))
-            try:
-                value = json.loads(m.group(3)) if m.group(3) else None
-            except ValueError:
-                value = m.group(3)
-            meta = {"epoch_num": value} if key == "epoch_start" and _num(value) else {}
-            out.append((float(m.group(1)), key, value, meta))
+            out.append(_v05_event(float(m.group(1)), m.group(2), m.group(3)))
+            continue
+        m = _MLPLAIN.match(line)
+        if m:
+            out.append(_v05_event(_plain_time(m), m.group(7), m.group(8)))
     out.sort(key=lambda e: e[0])
     return out
+
+
+def _plain_time(m: re.Match) -> float:
+    """Seconds of a ``_MLPLAIN`` line's ``[mm/dd/yy HH:MM:SS]``."""
+    mo, d, y, h, mi, sec = (int(x) for x in m.groups()[:6])
+    return float(calendar.timegm((2000 + y, mo, d, h, mi, sec, 0, 0, 0)))
+
+
+def _v05_event(t: float, key: str, raw: str | None) -> tuple[float, str, object, dict]:
+    """An event of the v0.5 keys (as v0.6+ names them), its value parsed where it is JSON."""
+    key = _V05_KEYS.get(key, key)
+    try:
+        value = json.loads(raw) if raw else None
+    except ValueError:
+        value = raw
+    meta = {"epoch_num": value} if key == "epoch_start" and _num(value) else {}
+    return t, key, value, meta
 
 
 def _num(x) -> bool:
@@ -143,7 +166,10 @@ def _line_time(line: str) -> float | None:
         t = re.search(r'"time_ms":\s*([0-9.]+)', m.group(1))
         return float(t.group(1)) / 1e3 if t else None
     m = _MLL.search(line) or _MLP05.search(line)
-    return float(m.group(1)) if m else None
+    if m:
+        return float(m.group(1))
+    m = _MLPLAIN.match(line)
+    return None if m is None else _plain_time(m)
 
 
 def _framework_progress(text: str, start: float, end: float) -> tuple[list[float], float] | None:
@@ -406,7 +432,7 @@ def _eval_schedule(unit: str, steps: list[float], sections: list[Section]) -> di
 
 
 def _detect(head: str) -> bool:
-    return ":::MLL" in head or ":::MLPv0.5.0" in head
+    return ":::MLL" in head or ":::MLPv0.5.0" in head or _MLPLAIN.search(head) is not None
 
 
 FORMAT = LogFormat(
