@@ -667,13 +667,16 @@ def test_samples_saved_on_windows_read_as_the_original(fmt, path, tmp_path):
 
 
 # A launcher's per-line prefix for rank r (Open MPI --tag-output, Horovod's Gloo launcher,
-# torchrun --tee, srun --label padded to two digits, MPICH -prepend-rank).
+# torchrun --tee, srun --label padded to two digits, MPICH -prepend-rank; pdsh's host names,
+# DeepSpeed's multi-node launcher).
 LAUNCHER_TAGS = {
     "openmpi": "[1,{r}]<stdout>:",
     "gloo": "[{r}]<stdout>:",
     "torchrun": "[default{r}]:",
     "srun": "{r:2d}: ",
     "mpich": "[{r}] ",
+    "pdsh": "worker-{r}: ",
+    "pdsh_ip": "10.0.0.{r}: ",
 }
 
 
@@ -739,6 +742,9 @@ def test_a_launcher_prefix_or_a_repeat_on_few_lines_is_left_alone():
     assert one_rank(" 0: x\n 1: y\n 1: z\n") == "x\ny\nz\n"
     two = " 0: setup\n 0: step 1 loss 2.5\n 1: step 1 loss 2.7\n 0: step 2 loss 2.4\n"
     assert one_rank(two + " 1: step 2 loss 2.3\n") == "setup\nstep 1 loss 2.5\nstep 2 loss 2.4\n"
+    # A log's own "word: " lines are not a host's prefix (a host name has a digit, dot or dash)
+    text = "INFO: start\nloss: 2.5\nloss: 2.4\nnode-1 up\n"
+    assert one_rank(text) == text
     text = "step 1\n----\n----\nstep 2\nstep 3\nstep 4\nstep 5\n"
     assert without_repeats(text) == text
     assert without_repeats("a\na\n\nb\nb\nc\n") == "a\n\nb\nc\n"

@@ -73,7 +73,9 @@ def without_colour(text: str) -> str:
 # ``--tag-output`` (``[1,0]<stdout>:``, Horovod's ``horovodrun`` too), Horovod's Gloo
 # launcher (``[0]<stdout>:``), torchrun's ``--tee`` (``[default0]:``, ``[rank0]:``), Slurm's
 # ``srun --label`` (`` 0: ``, padded to one width), MPICH's ``-prepend-rank`` and Intel MPI's
-# ``-l`` (``[0] ``).
+# ``-l`` (``[0] ``); and pdsh's host (``worker-1: ``, ``10.0.0.2: ``: DeepSpeed's multi-node
+# launcher), a name with a digit, dot or dash in it (a log's own ``INFO: `` or ``loss: `` is
+# not one), the hosts in the order of their names.
 _LAUNCHER_PREFIXES = tuple(
     re.compile(p)
     for p in (
@@ -82,6 +84,7 @@ _LAUNCHER_PREFIXES = tuple(
         r"\[(?:default|rank)(\d+)\]:",
         r" *(\d+): ",
         r"\[(\d+)\] ",
+        r"(?=[\w.-]*[\d.-])([A-Za-z0-9][\w.-]*): ",
     )
 )
 # A prefix is the launcher's when at least this share of the log's non-empty lines (of the
@@ -115,8 +118,9 @@ def one_rank(text: str) -> str:
             best, hits = prefix, n
     if best is None or hits < LAUNCHER_SHARE * len(sample):
         return text
+    numbered = best is not _LAUNCHER_PREFIXES[-1]  # ranks, else host names
     ranked = [
-        (None, ln) if m is None else (int(m.group(1)), ln[m.end() :])
+        (None, ln) if m is None else (int(m[1]) if numbered else m[1], ln[m.end() :])
         for ln in text.split("\n")
         for m in (best.match(ln),)
     ]
