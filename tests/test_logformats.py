@@ -307,6 +307,19 @@ def test_tensorflow_logs_as_tensorflow_prints_them_today(tmp_path):
     assert np.diff(ends) == pytest.approx([float(sec) for _, sec in lines[1:]], abs=1e-9)
 
 
+def test_tensorflow_log_with_cpp_lines_whose_time_is_no_date(tmp_path):
+    """TensorFlow's C++ logging before absl is initialised prints a glog prefix whose time is
+    no date (``I0000 00:00:1796652008.249888``): not a clock reading, and no error."""
+    path = LOGS / "tensorflow" / "handson_ml_ch10_dnnclassifier.log"
+    cpp = (
+        "I0000 00:00:1796652008.249888   18098 cudart_stub.cc:31] Could not find cuda drivers\n"
+        "I0000 00:00:00.411288   18098 mlir_graph_optimization_pass.cc:437] MLIR V1 pass\n"
+    )
+    p = tmp_path / "with_cpp.log"
+    p.write_text(cpp + path.read_text())
+    _assert_same_steps(ailens.read_timeline(p), ailens.read_timeline(path))
+
+
 def test_python_logging_lines_with_a_step_number():
     """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
     tl = ailens.read_timeline(

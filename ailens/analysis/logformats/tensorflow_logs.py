@@ -70,8 +70,7 @@ def read_tensorflow(path: Path, text: str) -> Timeline:
     rows = []  # (absl time or None, message)
     for line in text.splitlines():
         m = _PREFIX.match(line)
-        t = None if m.group(1) is None else clock.seconds(f"{m[1]}/{m[2]} {m[3]}")
-        rows.append((None if t is None else t + float(m[4] or 0.0), line[m.end() :]))
+        rows.append((_absl_time(clock, m), line[m.end() :]))
     # Every message through tf.logging and absl both: where hook lines carry absl times, only
     # the lines with a time count.
     use_stamps = any(t is not None and _hook(msg) for t, msg in rows)
@@ -157,6 +156,17 @@ def read_tensorflow(path: Path, text: str) -> Timeline:
         sections=sections,
         schedule={"checkpoint_every_steps": every} if every else {},
     )
+
+
+def _absl_time(clock: StampClock, m: re.Match) -> float | None:
+    """Seconds of a line's absl time; None where it has none (or not a date: C++ logging
+    before absl's initialisation prints ``I0000 00:00:1796652008.249888``)."""
+    if m.group(1) is None:
+        return None
+    try:
+        return clock.seconds(f"{m[1]}/{m[2]} {m[3]}") + float(m[4] or 0.0)
+    except ValueError:
+        return None
 
 
 def _counting(messages) -> tuple[bool, int | None]:
