@@ -320,6 +320,28 @@ def test_tensorflow_log_with_cpp_lines_whose_time_is_no_date(tmp_path):
     _assert_same_steps(ailens.read_timeline(p), ailens.read_timeline(path))
 
 
+def test_paddledetection_log():
+    """PaddleDetection: '[MM/DD HH:MM:SS] ppdet.engine INFO: Epoch: [e] [i/N] ... eta: ...
+    batch_cost: ...' every 20 steps; epochs and steps from 0; the total from the trainer's
+    ETA (the steps left at its average step time) in whole epochs; the checkpoint and the
+    evaluation after each epoch a section of the interval they fell in."""
+    path = LOGS / "paddle" / "ppdet_yolov5_roadsign_aistudio.log"
+    assert detect_format(read_text(path)).name == "paddle"
+    tl = ailens.read_timeline(path)
+    assert tl.source == "paddle" and not tl.finished
+    assert tl.steps == 2 * 87 + 1 and tl.steps_per_epoch == 87  # the last: Epoch: [2] [ 0/87]
+    assert tl.total_steps == 40 * 87  # eta 8:28:32 / batch_cost 8.7679 = 3,480 steps left
+    # from the first line (10:17:41): [ 0/87] at 10:17:51, [20/87] at 10:19:42
+    assert tl.step_end_s[0] == 10.0 and tl.step_end_s[20] == 121.0
+    evals = [s for s in tl.sections if s.name == "eval"]
+    assert len(evals) == 2
+    # [80/87] at 10:25:13, then the checkpoint, the evaluation and [1] [ 0/87] at 10:26:35:
+    # 82 s for 7 steps at ~5-6.3 s (the log's intervals) and the rest
+    assert evals[0].begin_s == tl.step_end_s[80] == 452.0
+    assert 82 - 7 * 6.3 <= evals[0].end_s - evals[0].begin_s <= 82 - 7 * 5.0
+    assert "Licence: Apache-2.0" in (LOGS / "paddle" / "README.md").read_text()
+
+
 def test_python_logging_lines_with_a_step_number():
     """maskrcnn-benchmark's logger: a timestamp, then 'iter: N' every 20 iterations."""
     tl = ailens.read_timeline(
