@@ -76,7 +76,7 @@ def without_colour(text: str) -> str:
 # ``-l`` (``[0] ``); and pdsh's host (``worker-1: ``, ``10.0.0.2: ``: DeepSpeed's multi-node
 # launcher), a name with a digit, dot or dash in it (a log's own ``INFO: `` or ``loss: `` is
 # not one), the hosts in the order of their names.
-_LAUNCHER_PREFIXES = tuple(
+_RANK_PREFIXES = tuple(
     re.compile(p)
     for p in (
         r"\[\d+,(\d+)\]<std(?:out|err)>:",
@@ -84,9 +84,10 @@ _LAUNCHER_PREFIXES = tuple(
         r"\[(?:default|rank)(\d+)\]:",
         r" *(\d+): ",
         r"\[(\d+)\] ",
-        r"(?=[\w.-]*[\d.-])([A-Za-z0-9][\w.-]*): ",
     )
 )
+_HOST_PREFIX = re.compile(r"(?=[\w.-]*[\d.-])([A-Za-z0-9][\w.-]*): ")
+_LAUNCHER_PREFIXES = (*_RANK_PREFIXES, _HOST_PREFIX)
 # A prefix is the launcher's when at least this share of the log's non-empty lines (of the
 # first LAUNCHER_LINES) begin with it: the launcher's own lines and a job's unbuffered
 # fragments carry none.
@@ -118,14 +119,14 @@ def one_rank(text: str) -> str:
             best, hits = prefix, n
     if best is None or hits < LAUNCHER_SHARE * len(sample):
         return text
-    numbered = best is not _LAUNCHER_PREFIXES[-1]  # ranks, else host names
+    numbered = best is not _HOST_PREFIX  # ranks, else host names
     ranked = [
         (None, ln) if m is None else (int(m[1]) if numbered else m[1], ln[m.end() :])
         for ln in text.split("\n")
         for m in (best.match(ln),)
     ]
     tagged = [i for i, (r, _) in enumerate(ranked) if r is not None]
-    late: dict[int, set[str]] = {}
+    late: dict[int | str, set[str]] = {}
     for i in tagged[len(tagged) // 2 :]:
         r, ln = ranked[i]
         if ln.strip():

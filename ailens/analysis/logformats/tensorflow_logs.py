@@ -67,16 +67,17 @@ _DETECT = re.compile(
 
 def read_tensorflow(path: Path, text: str) -> Timeline:
     clock = StampClock()
-    rows = []  # (absl time or None, message)
+    rows = []  # (absl time or None, message, its hook reading or None)
     for line in text.splitlines():
         m = _PREFIX.match(line)
-        rows.append((_absl_time(clock, m), line[m.end() :]))
+        msg = line[m.end() :]
+        rows.append((_absl_time(clock, m), msg, _hook(msg)))
     # Every message through tf.logging and absl both: where hook lines carry absl times, only
     # the lines with a time count.
-    use_stamps = any(t is not None and _hook(msg) for t, msg in rows)
+    use_stamps = any(t is not None and h for t, _, h in rows)
     if use_stamps:
-        rows = [(t, msg) for t, msg in rows if t is not None]
-    zero_based, gap = _counting(msg for _, msg in rows)
+        rows = [row for row in rows if row[0] is not None]
+    zero_based, gap = _counting([h[0] for _, _, h in rows if h is not None])
 
     points: list[Point] = []
     sections: list[Section] = []
@@ -87,8 +88,7 @@ def read_tensorflow(path: Path, text: str) -> Timeline:
     eval_begin: float | None = None
     saved = None  # the counter of the last checkpoint saved past the last hook line
     end_s = None
-    for stamp, msg in rows:
-        h = _hook(msg)
+    for stamp, msg, h in rows:
         if h is not None:
             step, seconds = h
             if step == prev:
@@ -139,10 +139,10 @@ def read_tensorflow(path: Path, text: str) -> Timeline:
     if end_s is not None:  # what ran after the training (an evaluate() call) is not the run's
         sections = [s for s in sections if s.begin_s < end_s]
     every = config_int(text, "_save_checkpoints_steps")
-    stamps = [s for s, _ in rows if s is not None] if use_stamps else []
+    stamps = [s for s, _, _ in rows] if use_stamps else []
     # The log's first reading starts it (init before the first interval) when it is not the
     # first hook line itself, whose interval began before the log.
-    first = next((s for s, msg in rows if _hook(msg)), None) if use_stamps else None
+    first = next((s for s, _, h in rows if h), None) if use_stamps else None
     return timeline_from_points(
         points,
         path=path,
@@ -169,12 +169,11 @@ def _absl_time(clock: StampClock, m: re.Match) -> float | None:
         return None
 
 
-def _counting(messages) -> tuple[bool, int | None]:
-    """Whether the hook lines count from 0, and their usual counter gap (None: one line). A
-    hook logs at its first step and every N after: lines at multiples of N say the global
+def _counting(counters: list[int]) -> tuple[bool, int | None]:
+    """Whether the hook lines' counters count from 0, and their usual gap (None: one line).
+    A hook logs at its first step and every N after: lines at multiples of N say the global
     step before each logged step ran (its first line says 0), one behind the steps done;
     a hook at another offset (a resumed run) is taken to say the steps done."""
-    counters = [h[0] for h in map(_hook, messages) if h is not None]
     gaps = sorted(b - a for a, b in zip(counters, counters[1:], strict=False) if b > a)
     gap = gaps[len(gaps) // 2] if gaps else None
     return gap is not None and counters[0] % gap == 0, gap
