@@ -1123,6 +1123,361 @@ static PyTypeObject HandleWaitType = {
     .tp_members = AsyncCall_members,
 };
 
+/* BlockingCall: a blocking collective of mpi4py's communicator proxy (integrations/mpi.py's
+ * LensComm), recorded in C: no Python frame of ailens's per call where the steps are marked or
+ * step inference follows the found loop (follow_observed; a step end is then the Lens's), one
+ * (`owner.begin`: the inference's observation and the tick) while it searches.
+ * `sizing` says where the payload is: SIZE_FIRST, the first positional argument (an array of
+ * `array_type`: its `nbytes`; a type in `no_payload`: 0 bytes; anything else: the Python
+ * wrapper `fallback`), or SIZE_ZERO, none. `equal_counts`: MPI requires the same count on
+ * every rank, so the step inference's op is "<name>:<bytes>" (LensComm._record). Anything but
+ * the common case (an open non-blocking request, inference still looking at the calling
+ * line, a payload by keyword or in a buffer spec) goes to `fallback`, which decides as the
+ * Python method always did. */
+enum { SIZE_FIRST = 1, SIZE_ZERO = 2 };
+/* record/steps.py's StepFinder state that follows the found loop by op alone (_FOLLOW). */
+#define FINDER_FOLLOW 2
+
+static PyObject *s_open, *s_needs_keys, *s_begin, *s_step_op, *begin_kwnames, *s_lock,
+    *s_acquire, *s_release, *s_steps, *s_steps_marked, *s_state, *s_pos, *s_period,
+    *s_pattern_ops, *s_n, *s_last_end, *s_step_end;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *real, *owner, *local, *op, *name, *array_type, *no_payload, *fallback, *dict;
+    PyObject *step_op;     /* "<name>:<bytes>" made for step_op_nbytes (equal counts) */
+    long long step_op_nbytes;
+    int sizing, equal_counts;
+    vectorcallfunc vectorcall;
+} BlockingCall;
+
+/* 1: attribute `name` of `obj` is true; 0: false; -1: unreadable (the error cleared). */
+static int truth_of(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int t = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (t < 0)
+        PyErr_Clear();
+    return t;
+}
+
+/* The payload's bytes of a call whose first argument is `first`; -1: not the common case. */
+static long long first_nbytes(BlockingCall *self, PyObject *first)
+{
+    if ((PyObject *)Py_TYPE(first) == self->array_type) {
+        PyObject *b = PyObject_GetAttr(first, s_nbytes);
+        long long v = b == NULL ? -1 : PyLong_AsLongLong(b);
+        Py_XDECREF(b);
+        if (v < 0) {
+            PyErr_Clear();
+            return -1;
+        }
+        return v;
+    }
+    if (self->no_payload != Py_None) {
+        int in = PySet_Contains(self->no_payload, (PyObject *)Py_TYPE(first));
+        if (in > 0)
+            return 0;
+        if (in < 0)
+            PyErr_Clear();
+    }
+    return -1;
+}
+
+/* The step inference's op for a call of `nbytes` (new ref), as LensComm._record makes it. */
+static PyObject *step_op_of(BlockingCall *self, long long nbytes)
+{
+    if (!self->equal_counts)
+        return Py_NewRef(self->name);
+    if (self->step_op == NULL || self->step_op_nbytes != nbytes) {
+        PyObject *s = PyUnicode_FromFormat("%U:%lld", self->name, nbytes);
+        if (s == NULL)
+            return NULL;
+        Py_XSETREF(self->step_op, s);
+        self->step_op_nbytes = nbytes;
+    }
+    return Py_NewRef(self->step_op);
+}
+
+/* An int attribute of `obj`; -1 when unreadable (the error cleared). */
+static long long int_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    long long x = v == NULL ? -1 : PyLong_AsLongLong(v);
+    Py_XDECREF(v);
+    if (x == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return x;
+}
+
+static int set_int_attr(PyObject *obj, PyObject *name, long long x)
+{
+    PyObject *v = PyLong_FromLongLong(x);
+    int r = v == NULL ? -1 : PyObject_SetAttr(obj, name, v);
+    Py_XDECREF(v);
+    return r;
+}
+
+/* Step inference's common cases (StepFinder.observe following the loop, inlined): the finder
+ * follows the found loop and `step_op` is the op the loop has next (the observation only moves
+ * its position: 1), or the loop's first op after a whole iteration (a step ends before this
+ * call: 2, `owner._step_end()` to be called, as Attachment._observe does); the script has not
+ * marked a step itself (Attachment._observe; the Lens's step count read as its `_steps`, what
+ * its `steps` property returns). Then 1 or 2, with `owner.lock` held (Attachment.begin: the
+ * observation and the tick in one order on every thread); else 0 and nothing changed: the
+ * Python path decides (an iteration broken by other collectives, another thread inside, the
+ * loop changed, anything unreadable). */
+static int follow_observed(PyObject *owner, PyObject *finder, PyObject *step_op)
+{
+    PyObject *lock = PyObject_GetAttr(owner, s_lock);
+    if (lock == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *call[2] = {lock, Py_False};
+    PyObject *got = PyObject_VectorcallMethod(s_acquire, call, 2, NULL);
+    int held = got == NULL ? -1 : PyObject_IsTrue(got);
+    Py_XDECREF(got);
+    if (held <= 0) {
+        PyErr_Clear();
+        Py_DECREF(lock);
+        return 0;
+    }
+    int ok = 0;
+    PyObject *lens = PyObject_GetAttr(owner, s_lens);
+    PyObject *steps = lens == NULL ? NULL : PyObject_GetAttr(lens, s_steps);
+    PyObject *marked = steps == NULL ? NULL : PyObject_GetAttr(owner, s_steps_marked);
+    int same = marked == NULL ? -1 : PyObject_RichCompareBool(steps, marked, Py_EQ);
+    Py_XDECREF(lens);
+    Py_XDECREF(steps);
+    Py_XDECREF(marked);
+    if (same > 0 && int_attr(finder, s_state) == FINDER_FOLLOW) {
+        long long pos = int_attr(finder, s_pos), period = int_attr(finder, s_period);
+        long long n = int_attr(finder, s_n);
+        int ends = pos >= period; /* a whole iteration went by: its first op ends the step */
+        PyObject *ops = pos >= 0 && period > 0 && n >= 0 ? PyObject_GetAttr(finder, s_pattern_ops)
+                                                         : NULL;
+        PyObject *next = ops == NULL ? NULL : PySequence_GetItem(ops, ends ? 0 : (Py_ssize_t)pos);
+        int match = next == NULL ? -1 : PyObject_RichCompareBool(next, step_op, Py_EQ);
+        Py_XDECREF(ops);
+        Py_XDECREF(next);
+        if (match > 0 && !ends)
+            ok = set_int_attr(finder, s_pos, pos + 1) == 0 && set_int_attr(finder, s_n, n + 1) == 0;
+        else if (match > 0)
+            ok = set_int_attr(finder, s_pos, 1) == 0 && set_int_attr(finder, s_last_end, n) == 0 &&
+                         set_int_attr(finder, s_n, n + 1) == 0
+                     ? 2
+                     : 0;
+    }
+    PyErr_Clear();
+    if (!ok) {
+        PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+        Py_XDECREF(r);
+        PyErr_Clear();
+    }
+    Py_DECREF(lock);
+    return ok;
+}
+
+/* Release owner.lock, held since follow_observed (an error is cleared: the collective runs). */
+static void release_lock(PyObject *owner)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* begin_tick's BaseException, if any, stays raised */
+    PyObject *lock = PyObject_GetAttr(owner, s_lock);
+    PyObject *r = lock == NULL ? NULL : PyObject_CallMethodNoArgs(lock, s_release);
+    Py_XDECREF(lock);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+}
+
+static int blocking_cleared(BlockingCall *self)
+{
+    if (self->real != NULL && self->owner != NULL && self->local != NULL && self->op != NULL &&
+        self->name != NULL && self->array_type != NULL && self->no_payload != NULL &&
+        self->fallback != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "ailens: a cleared wrapper was called");
+    return 1;
+}
+
+static PyObject *BlockingCall_vectorcall(BlockingCall *self, PyObject *const *args,
+                                         size_t nargsf, PyObject *kwnames)
+{
+    if (blocking_cleared(self))
+        return NULL;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!recording(self->owner, self->local))
+        return PyObject_Vectorcall(self->real, args, nargsf, kwnames);
+    long long nbytes = 0;
+    if (self->sizing == SIZE_FIRST)
+        nbytes = nargs > 0 ? first_nbytes(self, args[0]) : -1;
+    if (nbytes < 0 || truth_of(self->owner, s_open) != 0)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *finder = PyObject_GetAttr(self->owner, s_finder);
+    if (finder == NULL) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    int inferred = finder != Py_None;
+    int keys = inferred ? truth_of(finder, s_needs_keys) : 0;
+    if (keys != 0) { /* inference still tells equal collectives apart by the calling line */
+        Py_DECREF(finder);
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    }
+    PyObject *tick = NULL;
+    if (!inferred) {
+        tick = begin_tick(self->owner, self->op, nbytes);
+    }
+    else {
+        PyObject *step_op = step_op_of(self, nbytes);
+        int followed = step_op == NULL ? 0 : follow_observed(self->owner, finder, step_op);
+        if (followed) {
+            PyObject *ended = followed == 2 ? PyObject_CallMethodNoArgs(self->owner, s_step_end)
+                                            : Py_NewRef(Py_None);
+            if (ended != NULL) /* else its error is raised, as from Attachment.begin */
+                tick = begin_tick(self->owner, self->op, nbytes);
+            Py_XDECREF(ended);
+            release_lock(self->owner);
+        }
+        else if (step_op != NULL) { /* Attachment.begin: observation and tick; never raises */
+            PyObject *nb = PyLong_FromLongLong(nbytes);
+            if (nb != NULL) {
+                PyObject *call[4] = {self->owner, self->op, nb, step_op};
+                tick = PyObject_VectorcallMethod(s_begin, call, 3, begin_kwnames);
+                Py_DECREF(nb);
+            }
+        }
+        Py_XDECREF(step_op);
+    }
+    Py_DECREF(finder);
+    if (tick == NULL)
+        return NULL;
+    /* the framework's own calls inside are not recorded */
+    if (PyObject_SetAttr(self->local, s_depth, small_one) < 0)
+        PyErr_Clear();
+    PyObject *r = PyObject_Vectorcall(self->real, args, nargsf, kwnames);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyObject_SetAttr(self->local, s_depth, small_zero) < 0)
+        PyErr_Clear();
+    int ok = end_tick(self->owner, tick);
+    Py_DECREF(tick);
+    if (r == NULL) {
+        if (ok < 0)
+            PyErr_Clear(); /* the framework's exception is the one to raise */
+        PyErr_Restore(type, value, tb);
+        return NULL;
+    }
+    PyErr_Restore(type, value, tb);
+    if (ok < 0) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    return r;
+}
+
+static PyObject *BlockingCall_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"real",       "owner",      "local",   "op",       "name",
+                            "array_type", "no_payload", "sizing",  "equal_counts",
+                            "fallback",   NULL};
+    PyObject *real, *owner, *local, *op, *name, *array_type, *no_payload, *fallback;
+    int sizing, equal_counts;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "$OOOUUOOipO:BlockingCall", names, &real,
+                                     &owner, &local, &op, &name, &array_type, &no_payload,
+                                     &sizing, &equal_counts, &fallback))
+        return NULL;
+    if (!PyCallable_Check(real) || !PyCallable_Check(fallback) || !PyType_Check(array_type) ||
+        (no_payload != Py_None && !PyAnySet_Check(no_payload)) ||
+        (sizing != SIZE_FIRST && sizing != SIZE_ZERO)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "BlockingCall: real and fallback callable, array_type a type, "
+                        "no_payload a set or None, sizing SIZE_FIRST or SIZE_ZERO");
+        return NULL;
+    }
+    BlockingCall *self = (BlockingCall *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->real = Py_NewRef(real);
+    self->owner = Py_NewRef(owner);
+    self->local = Py_NewRef(local);
+    self->op = Py_NewRef(op);
+    self->name = Py_NewRef(name);
+    self->array_type = Py_NewRef(array_type);
+    self->no_payload = Py_NewRef(no_payload);
+    self->fallback = Py_NewRef(fallback);
+    self->sizing = sizing;
+    self->equal_counts = equal_counts;
+    self->vectorcall = (vectorcallfunc)BlockingCall_vectorcall;
+    return (PyObject *)self;
+}
+
+static int BlockingCall_traverse(BlockingCall *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->real);
+    Py_VISIT(self->owner);
+    Py_VISIT(self->local);
+    Py_VISIT(self->op);
+    Py_VISIT(self->name);
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->no_payload);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->step_op);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int BlockingCall_clear(BlockingCall *self)
+{
+    Py_CLEAR(self->real);
+    Py_CLEAR(self->owner);
+    Py_CLEAR(self->local);
+    Py_CLEAR(self->op);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->no_payload);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->step_op);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void BlockingCall_dealloc(BlockingCall *self)
+{
+    PyObject_GC_UnTrack(self);
+    BlockingCall_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef BlockingCall_members[] = {
+    {"real", T_OBJECT, offsetof(BlockingCall, real), 0, "the framework's function"},
+    {"fallback", T_OBJECT, offsetof(BlockingCall, fallback), READONLY, "the Python wrapper"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(BlockingCall, vectorcall), READONLY},
+    {"__dictoffset__", T_PYSSIZET, offsetof(BlockingCall, dict), READONLY},
+    {NULL},
+};
+
+static PyTypeObject BlockingCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ailens._recorder.BlockingCall",
+    .tp_doc = "BlockingCall(*, real, owner, local, op, name, array_type, no_payload, sizing, "
+              "equal_counts, fallback): records each call of the blocking collective `real` "
+              "as `op`.",
+    .tp_basicsize = sizeof(BlockingCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = BlockingCall_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(BlockingCall, vectorcall),
+    .tp_dictoffset = offsetof(BlockingCall, dict),
+    .tp_traverse = (traverseproc)BlockingCall_traverse,
+    .tp_clear = (inquiry)BlockingCall_clear,
+    .tp_dealloc = (destructor)BlockingCall_dealloc,
+    .tp_members = BlockingCall_members,
+};
+
 static struct PyModuleDef recorder_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ailens._recorder",
@@ -1141,7 +1496,8 @@ PyMODINIT_FUNC PyInit__recorder(void)
     if (perf_counter_ns_fn == NULL || process_time_ns_fn == NULL)
         return NULL;
     if (PyType_Ready(&LockType) < 0 || PyType_Ready(&RecorderType) < 0 ||
-        PyType_Ready(&AsyncCallType) < 0 || PyType_Ready(&HandleWaitType) < 0)
+        PyType_Ready(&AsyncCallType) < 0 || PyType_Ready(&HandleWaitType) < 0 ||
+        PyType_Ready(&BlockingCallType) < 0)
         return NULL;
     if ((s_attached = PyUnicode_InternFromString("attached")) == NULL ||
         (s_depth = PyUnicode_InternFromString("depth")) == NULL ||
@@ -1151,6 +1507,23 @@ PyMODINIT_FUNC PyInit__recorder(void)
         (s_collective_end = PyUnicode_InternFromString("collective_end")) == NULL ||
         (s_disable = PyUnicode_InternFromString("disable")) == NULL ||
         (s_nbytes = PyUnicode_InternFromString("nbytes")) == NULL ||
+        (s_open = PyUnicode_InternFromString("_open")) == NULL ||
+        (s_needs_keys = PyUnicode_InternFromString("needs_keys")) == NULL ||
+        (s_begin = PyUnicode_InternFromString("begin")) == NULL ||
+        (s_step_op = PyUnicode_InternFromString("step_op")) == NULL ||
+        (begin_kwnames = PyTuple_Pack(1, s_step_op)) == NULL ||
+        (s_lock = PyUnicode_InternFromString("lock")) == NULL ||
+        (s_acquire = PyUnicode_InternFromString("acquire")) == NULL ||
+        (s_release = PyUnicode_InternFromString("release")) == NULL ||
+        (s_steps = PyUnicode_InternFromString("_steps")) == NULL ||
+        (s_steps_marked = PyUnicode_InternFromString("_steps_marked")) == NULL ||
+        (s_state = PyUnicode_InternFromString("_state")) == NULL ||
+        (s_pos = PyUnicode_InternFromString("_pos")) == NULL ||
+        (s_period = PyUnicode_InternFromString("period")) == NULL ||
+        (s_pattern_ops = PyUnicode_InternFromString("_pattern_ops")) == NULL ||
+        (s_n = PyUnicode_InternFromString("_n")) == NULL ||
+        (s_last_end = PyUnicode_InternFromString("_last_end")) == NULL ||
+        (s_step_end = PyUnicode_InternFromString("_step_end")) == NULL ||
         (small_one = PyLong_FromLong(1)) == NULL || (small_zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&recorder_module);
@@ -1162,7 +1535,11 @@ PyMODINIT_FUNC PyInit__recorder(void)
         PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
         PyModule_AddObjectRef(m, "Recorder", (PyObject *)&RecorderType) < 0 ||
         PyModule_AddObjectRef(m, "AsyncCall", (PyObject *)&AsyncCallType) < 0 ||
-        PyModule_AddObjectRef(m, "HandleWait", (PyObject *)&HandleWaitType) < 0) {
+        PyModule_AddObjectRef(m, "HandleWait", (PyObject *)&HandleWaitType) < 0 ||
+        PyModule_AddObjectRef(m, "BlockingCall", (PyObject *)&BlockingCallType) < 0 ||
+        PyModule_AddIntConstant(m, "SIZE_FIRST", SIZE_FIRST) < 0 ||
+        PyModule_AddIntConstant(m, "SIZE_ZERO", SIZE_ZERO) < 0 ||
+        PyModule_AddIntConstant(m, "FINDER_FOLLOW", FINDER_FOLLOW) < 0) {
         Py_DECREF(m);
         return NULL;
     }

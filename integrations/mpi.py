@@ -63,6 +63,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ailens import Lens
+from ailens.record.buffer import BLOCKING_CALL
 
 from ._base import Attachment, open_lens
 from ._base import _local as _base_local
@@ -180,6 +181,12 @@ _OBJECT_OPS.update(
 )
 
 
+# Objects of a pickled collective whose payload is recorded as 0 bytes (``object_nbytes``).
+_NO_PAYLOAD = frozenset({float, int, bool, complex, str, dict, type(None)})
+# Where a compiled wrapper finds a call's payload: its first argument, or none.
+_SIZE_FIRST, _SIZE_ZERO = 1, 2
+
+
 class TimedRequest(MPI.Request):
     """An ``MPI.Request`` sharing the handle of a non-blocking collective's request; its
     completion ends the collective's tick. Built by :class:`LensComm`, not by users."""
@@ -221,6 +228,41 @@ class LensComm(Attachment):
         self.comm = comm
         self._open: list[TimedRequest] = []
         super().__init__(lens, infer_steps=steps == "infer", agree=exchange)
+        if BLOCKING_CALL is not None:
+            self._compile_blocking()
+
+    def _compile_blocking(self) -> None:
+        """Each blocking collective whose payload is its first argument (or that has none)
+        becomes, on this proxy, a compiled wrapper (``BlockingCall``): the common case of
+        its Python method (``_blocking_method``) in C, that method its fallback. With the
+        steps marked, or followed by op (step inference's observation made in C, a step end
+        then the Lens's), a collective costs ailens no Python frame of the wrapper's; the
+        search, a broken iteration and the rest go through the method. At tens of
+        milliseconds a step the Python path, run in caches the step's own work emptied, was
+        most of ailens's cost (issue 33)."""
+        first_sized = (_send, _send_gathered, _bcast_buf)
+        for name, (op, nbytes_of) in {**_BUFFER_OPS, **_OBJECT_OPS}.items():
+            if nbytes_of is _zero:
+                how = _SIZE_ZERO
+            elif nbytes_of in first_sized or name in _OBJECT_OPS:
+                how = _SIZE_FIRST  # an array's bytes; a plain value's 0 (object_nbytes)
+            else:
+                continue  # the scatter family: the payload is the receive buffer
+            real = getattr(self.comm, name, None)
+            if real is None:
+                continue
+            vars(self)[name] = BLOCKING_CALL(
+                real=real,
+                owner=self,
+                local=_base_local,
+                op=op,
+                name=name,
+                array_type=np.ndarray,
+                no_payload=_NO_PAYLOAD if name in _OBJECT_OPS else None,
+                sizing=how,
+                equal_counts=name in _EQUAL_COUNTS,
+                fallback=getattr(LensComm, name).__get__(self),
+            )
 
     @property
     def steps_merged(self) -> int:
@@ -288,10 +330,6 @@ def _method(name: str, op: str, nbytes_of: Callable, nonblocking: bool) -> Calla
     return method
 
 
-# Objects of a pickled collective whose payload is recorded as 0 bytes (``object_nbytes``).
-_NO_PAYLOAD = frozenset({float, int, bool, complex, str, dict, type(None)})
-
-
 def _nbytes(nbytes_of: Callable, comm, args: tuple, kwargs: dict) -> int:
     """The payload's bytes by ``nbytes_of``; 0 when the arguments cannot be sized."""
     try:
@@ -305,7 +343,9 @@ def _blocking_method(name: str, op: str, nbytes_of: Callable) -> Callable:
     followed by op alone) is ``LensComm._record`` and ``Attachment.call`` inlined into this
     one frame, the bytes of a first argument that is a numpy array (or a plain number for a
     pickled collective) read here; the rest goes through ``_record``. Every Python call and
-    lookup is paid per collective, and after the script's own work in cold caches."""
+    lookup is paid per collective, and after the script's own work in cold caches: where
+    the buffer is compiled, the common case is in C (``LensComm._compile_blocking``) and
+    this method its fallback."""
     equal_counts = name in _EQUAL_COUNTS
     # whether the payload is the first argument (unless it is MPI.IN_PLACE: not an array)
     first_sized = nbytes_of in (_send, _send_gathered, _bcast_buf) or (

@@ -215,21 +215,26 @@ def _collectives(comm, iterations: int, manual: bool) -> float:
     return total + float(out.sum())
 
 
-def _record_all(tmp_path: Path, steps: str, general: bool, monkeypatch, fault: str = "") -> dict:
-    """One run's recording, with every blocking call through ``LensComm._record`` when
-    ``general`` (the path before the flattened one); what step inference observed, in order.
-    ``fault``: "begin" or "end": that Lens method raises from the 300th tick on."""
+def _record_all(tmp_path: Path, steps: str, path: str, monkeypatch, fault: str = "") -> dict:
+    """One run's recording, every blocking call through ``path``: "general" (``LensComm._record``,
+    the path before the flattened one), "flattened" (the Python methods) or "compiled" (their
+    compiled form, ``BlockingCall``); what step inference observed, in order. ``fault``:
+    "begin" or "end": that Lens method raises from the 300th tick on."""
     from ailens.integrations import mpi
 
+    if path == "compiled" and mpi.BLOCKING_CALL is None:
+        pytest.skip("ailens._recorder not built")
     with monkeypatch.context() as m:
-        if general:
+        if path != "compiled":
+            m.setattr(mpi, "BLOCKING_CALL", None)
+        if path == "general":
             for name, (op, nbytes_of) in {**mpi._BUFFER_OPS, **mpi._OBJECT_OPS}.items():
 
                 def via_record(self, *args, _n=name, _o=op, _nb=nbytes_of, **kwargs):
                     return self._record(_n, _o, _nb, False, args, kwargs)
 
                 m.setattr(mpi.LensComm, name, via_record)
-        run_dir = tmp_path / ("general" if general else "fast") / steps / fault
+        run_dir = tmp_path / path / steps / fault
         comm = mpi.wrap(MPI.COMM_SELF, run_dir=str(run_dir), steps=steps)
         observed, real_observe = [], comm._observe
         records, real_call = [], comm.call  # only _record calls it (a spy on _record
@@ -256,8 +261,11 @@ def _record_all(tmp_path: Path, steps: str, general: bool, monkeypatch, fault: s
             setattr(lens, name, faulty)
         checksum = _collectives(comm, 40, steps == "manual")
         lens = comm.lens
+        finder = comm._finder  # how many observations it made (the compiled path makes
+        # the common ones in C, past the spy on _observe)
         facts = dict(ticks=lens.ticks, steps=lens.steps, disabled=lens.disabled,
-                     period=comm.inferred_period, merged=comm.steps_merged)  # fmt: skip
+                     period=comm.inferred_period, merged=comm.steps_merged,
+                     observations=None if finder is None else finder._n)  # fmt: skip
         comm.close()
     if fault:
         return dict(facts, checksum=checksum, observed=observed)
@@ -267,34 +275,109 @@ def _record_all(tmp_path: Path, steps: str, general: bool, monkeypatch, fault: s
     return dict(facts, checksum=checksum, ops=ops, observed=observed, records=records, **events)
 
 
+@pytest.mark.parametrize("fast_path", ["flattened", "compiled"])
 @pytest.mark.parametrize("steps", ["infer", "manual"])
-def test_the_hot_path_records_what_the_general_path_records(tmp_path, monkeypatch, steps):
+def test_the_hot_path_records_what_the_general_path_records(
+    tmp_path, monkeypatch, steps, fast_path
+):
     """Ticks, ops, bytes, steps and step inference's observations (in order) are the same
-    through the flattened methods as through ``_record``; and the flattened path is taken
-    (fewer ``Attachment.call`` calls) once steps are followed by op or marked."""
-    fast = _record_all(tmp_path, steps, False, monkeypatch)
-    general = _record_all(tmp_path, steps, True, monkeypatch)
+    through the flattened methods, and through their compiled form, as through ``_record``;
+    and the fast path is taken (fewer ``Attachment.call`` calls) once steps are followed by
+    op or marked."""
+    fast = _record_all(tmp_path, steps, fast_path, monkeypatch)
+    general = _record_all(tmp_path, steps, "general", monkeypatch)
     collectives = 40 * 12 + 40 // 5
     assert fast["disabled"] is None and fast["ticks"] == collectives
     assert fast["steps"] == 40 if steps == "manual" else fast["period"] == 12
     for key in ("ticks", "steps", "period", "merged", "checksum", "ops", "nbytes", "step",
-                "observed"):  # fmt: skip
+                "observations"):  # fmt: skip
         assert fast[key] == general[key], key
+    if fast_path == "flattened" or steps == "manual":
+        assert fast["observed"] == general["observed"]
+    else:  # the loop followed in C: the search and the step ends reach the spy on _observe
+        assert len(fast["observed"]) < len(general["observed"])
     assert len(general["records"]) == collectives
     assert len(fast["records"]) < collectives // 2
     assert sorted(set(fast["nbytes"])) == [0, 20, 32, 96, 120]
 
 
+@pytest.mark.parametrize("fast_path", ["flattened", "compiled"])
 @pytest.mark.parametrize("fault", ["begin", "end"])
 @pytest.mark.parametrize("steps", ["infer", "manual"])
 def test_a_fault_on_the_hot_path_fails_open_as_on_the_general_path(
-    tmp_path, monkeypatch, steps, fault
+    tmp_path, monkeypatch, steps, fault, fast_path
 ):
-    """A Lens that raises in the flattened path: ailens off with the same reason, every call
-    made once (same results), every tick still counted, steps still followed."""
-    fast = _record_all(tmp_path, steps, False, monkeypatch, fault)
-    general = _record_all(tmp_path, steps, True, monkeypatch, fault)
+    """A Lens that raises in the flattened or the compiled path: ailens off with the same
+    reason, every call made once (same results), every tick still counted, steps still
+    followed."""
+    fast = _record_all(tmp_path, steps, fast_path, monkeypatch, fault)
+    general = _record_all(tmp_path, steps, "general", monkeypatch, fault)
     assert "injected fault" in fast["disabled"]
     assert fast["ticks"] == 40 * 12 + 40 // 5
-    for key in ("disabled", "ticks", "steps", "period", "merged", "checksum", "observed"):
+    for key in ("disabled", "ticks", "steps", "period", "merged", "checksum", "observations"):
         assert fast[key] == general[key], key
+    if fast_path == "flattened":
+        assert fast["observed"] == general["observed"]
+
+
+def test_a_framework_error_through_the_compiled_path_ends_its_tick_and_passes_unchanged(tmp_path):
+    """mpi4py's own exception (buffers of different sizes) reaches the script as it is; the
+    collective still counts as one tick, ended, and ailens stays on; the next call records."""
+    from ailens.integrations import mpi
+
+    if mpi.BLOCKING_CALL is None:
+        pytest.skip("ailens._recorder not built")
+    from ailens import _recorder
+    from ailens.record import steps
+
+    assert (mpi._SIZE_FIRST, mpi._SIZE_ZERO) == (_recorder.SIZE_FIRST, _recorder.SIZE_ZERO)
+    assert steps._FOLLOW == _recorder.FINDER_FOLLOW  # the state the C path follows in
+    comm = mpi.wrap(MPI.COMM_SELF, run_dir=str(tmp_path / "run"), steps="manual")
+    assert isinstance(vars(comm)["Allreduce"], mpi.BLOCKING_CALL)
+    with pytest.raises(ValueError, match="mismatch in send count"):
+        comm.Allreduce(np.ones(4), np.empty(2), op=MPI.SUM)
+    out = np.empty(4)
+    comm.Allreduce(np.ones(4), out, op=MPI.SUM)
+    assert out.tolist() == [1.0] * 4
+    assert comm.lens.ticks == 2 and comm.lens.disabled is None
+    comm.step_end()
+    comm.close()
+    events = load_run(tmp_path / "run").ranks[0].events
+    assert events["nbytes"].tolist() == [32, 32]
+    assert (events["t_end"] >= events["t_begin"]).all()
+
+
+def test_the_compiled_path_waits_for_another_thread_inside_the_lock(tmp_path):
+    """While another thread holds the attachment's lock (its observation and tick in one
+    order), a call that step inference follows waits for it, as the Python path does, and
+    then records; the steps stay those of the loop."""
+    import threading
+    import time
+
+    from ailens.integrations import mpi
+
+    if mpi.BLOCKING_CALL is None:
+        pytest.skip("ailens._recorder not built")
+    comm = mpi.wrap(MPI.COMM_SELF, run_dir=str(tmp_path / "run"))
+    a, out = np.ones(4), np.empty(4)
+    for _ in range(20):  # the loop found and followed
+        comm.Allreduce(a, out, op=MPI.SUM)
+        comm.allreduce(1.0, op=MPI.SUM)
+    assert comm.inferred_period == 2 and not comm._finder.needs_keys
+    comm.Allreduce(a, out, op=MPI.SUM)  # a step end: the next call is followed in C
+    held, done = threading.Event(), []
+
+    def hold() -> None:
+        with comm.lock:
+            held.set()
+            time.sleep(0.3)
+            done.append(comm.lens.ticks)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait()
+    comm.allreduce(1.0, op=MPI.SUM)
+    t.join()
+    assert done == [41]  # the call's tick came after the other thread let go
+    assert comm.lens.ticks == 42 and comm.lens.steps == 20 and comm.lens.disabled is None
+    comm.close()

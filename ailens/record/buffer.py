@@ -369,3 +369,16 @@ def _native_wrappers() -> tuple[type, type] | None:
 
 
 ASYNC_WRAPPERS = _native_wrappers()
+
+
+def _native_blocking_call() -> type | None:
+    """The compiled wrapper of a blocking collective (``BlockingCall`` in ``_recorder.c``;
+    mpi4py's communicator proxy), where the compiled buffer is used; else None."""
+    if NativeEventBuffer is None:
+        return None
+    from .. import _recorder
+
+    return getattr(_recorder, "BlockingCall", None)
+
+
+BLOCKING_CALL = _native_blocking_call()

@@ -81,7 +81,10 @@ class StepFinder:
             return False
         if self._state == _FOLLOW:
             pos = self._pos
-            if pos < self.period and op == self._pattern_ops[pos]:  # the common case, inlined
+            # The common case, inlined. In C too, for mpi4py's compiled wrappers:
+            # _recorder.c's follow_observed moves _pos, _n and _last_end as here and as
+            # _step_ends_at does at a regular step end, under the attachment's lock.
+            if pos < self.period and op == self._pattern_ops[pos]:
                 self._pos = pos + 1
                 return False
             if self._step_ends_at(op):

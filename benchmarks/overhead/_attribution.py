@@ -285,13 +285,17 @@ class Profiler:
             self.patch_modules(packages)
 
     def _time_mpi_methods(self, handle) -> None:
-        """A ``LensComm``'s blocking collectives record in their own frame, not through
-        ``call``: each method is timed as ``hooks``, and the real communicator's method it
-        calls as ``framework`` (through a stand-in for ``handle.comm``)."""
+        """A ``LensComm``'s blocking collectives record in their own frame (or a compiled
+        wrapper), not through ``call``: each is timed as ``hooks``, and the real
+        communicator's method it calls as ``framework`` (the compiled wrapper's ``real``, and
+        through a stand-in for ``handle.comm`` for the Python methods)."""
         from ailens.integrations import mpi
 
         names = frozenset({**mpi._BUFFER_OPS, **mpi._OBJECT_OPS})
         for name in names:
+            native = vars(handle).get(name)
+            if mpi.BLOCKING_CALL is not None and isinstance(native, mpi.BLOCKING_CALL):
+                self.swap_real(native, native.real)  # a compiled wrapper holds its own
             self.patch(handle, name, "hooks")
         real_comm, foreign = handle.comm, self.foreign
 
