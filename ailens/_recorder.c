@@ -809,11 +809,18 @@ static PyObject *small_one, *small_zero; /* 1 and 0, made once */
 static PyObject *s_attached, *s_depth, *s_finder, *s_lens, *s_collective_begin,
     *s_collective_end, *s_disable, *s_nbytes;
 
+/* The compiled wrappers' one layout (AsyncCall, HandleWait, BlockingCall below); a field a
+ * wrapper does not use is NULL. */
 typedef struct {
     PyObject_HEAD
     PyObject *real, *owner, *local, *op, *handles, *fallback, *dict;
+    /* BlockingCall's: the method's name, what sizes its payload, and "<name>:<bytes>" made
+     * for step_op_nbytes (equal counts) */
+    PyObject *name, *array_type, *no_payload, *step_op;
+    long long step_op_nbytes;
+    int sizing, equal_counts;
     vectorcallfunc vectorcall;
-} AsyncCall;
+} CallWrapper;
 
 /* 1: the owner records this call; 0: it passes through; an error reading them: passes. */
 static int recording(PyObject *owner, PyObject *local)
@@ -895,7 +902,7 @@ static int end_tick(PyObject *owner, PyObject *tick)
 
 /* A wrapper cleared by the garbage collector (its cycle being freed) is never called; if it
  * were, an error rather than a NULL read. */
-static int cleared(AsyncCall *self)
+static int cleared(CallWrapper *self)
 {
     if (self->real != NULL && self->owner != NULL && self->local != NULL && self->op != NULL &&
         self->handles != NULL && self->fallback != NULL)
@@ -904,7 +911,7 @@ static int cleared(AsyncCall *self)
     return 1;
 }
 
-static PyObject *AsyncCall_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
+static PyObject *AsyncCall_vectorcall(CallWrapper *self, PyObject *const *args, size_t nargsf,
                                       PyObject *kwnames)
 {
     if (cleared(self))
@@ -970,7 +977,7 @@ static PyObject *AsyncCall_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         PyErr_SetString(PyExc_TypeError, "AsyncCall: real and fallback must be callable");
         return NULL;
     }
-    AsyncCall *self = (AsyncCall *)type->tp_alloc(type, 0);
+    CallWrapper *self = (CallWrapper *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->real = Py_NewRef(real);
@@ -983,7 +990,7 @@ static PyObject *AsyncCall_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     return (PyObject *)self;
 }
 
-static int AsyncCall_traverse(AsyncCall *self, visitproc visit, void *arg)
+static int CallWrapper_traverse(CallWrapper *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->real);
     Py_VISIT(self->owner);
@@ -992,10 +999,14 @@ static int AsyncCall_traverse(AsyncCall *self, visitproc visit, void *arg)
     Py_VISIT(self->handles);
     Py_VISIT(self->fallback);
     Py_VISIT(self->dict);
+    Py_VISIT(self->name);
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->no_payload);
+    Py_VISIT(self->step_op);
     return 0;
 }
 
-static int AsyncCall_clear(AsyncCall *self)
+static int CallWrapper_clear(CallWrapper *self)
 {
     Py_CLEAR(self->real);
     Py_CLEAR(self->owner);
@@ -1004,22 +1015,26 @@ static int AsyncCall_clear(AsyncCall *self)
     Py_CLEAR(self->handles);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->dict);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->no_payload);
+    Py_CLEAR(self->step_op);
     return 0;
 }
 
-static void AsyncCall_dealloc(AsyncCall *self)
+static void CallWrapper_dealloc(CallWrapper *self)
 {
     PyObject_GC_UnTrack(self);
-    AsyncCall_clear(self);
+    CallWrapper_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* An unset slot reads as None (after a clear), never as NULL. */
-static PyMemberDef AsyncCall_members[] = {
-    {"real", T_OBJECT, offsetof(AsyncCall, real), 0, "the framework's function"},
-    {"fallback", T_OBJECT, offsetof(AsyncCall, fallback), READONLY, "the Python wrapper"},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(AsyncCall, vectorcall), READONLY},
-    {"__dictoffset__", T_PYSSIZET, offsetof(AsyncCall, dict), READONLY},
+static PyMemberDef CallWrapper_members[] = {
+    {"real", T_OBJECT, offsetof(CallWrapper, real), 0, "the framework's function"},
+    {"fallback", T_OBJECT, offsetof(CallWrapper, fallback), READONLY, "the Python wrapper"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(CallWrapper, vectorcall), READONLY},
+    {"__dictoffset__", T_PYSSIZET, offsetof(CallWrapper, dict), READONLY},
     {NULL},
 };
 
@@ -1028,20 +1043,20 @@ static PyTypeObject AsyncCallType = {
     .tp_name = "ailens._recorder.AsyncCall",
     .tp_doc = "AsyncCall(*, real, owner, local, op, handles, fallback): records each call of "
               "the asynchronous `real` as `op`, its handle -> tick in `handles`.",
-    .tp_basicsize = sizeof(AsyncCall),
+    .tp_basicsize = sizeof(CallWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = AsyncCall_new,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(AsyncCall, vectorcall),
-    .tp_dictoffset = offsetof(AsyncCall, dict),
-    .tp_traverse = (traverseproc)AsyncCall_traverse,
-    .tp_clear = (inquiry)AsyncCall_clear,
-    .tp_dealloc = (destructor)AsyncCall_dealloc,
-    .tp_members = AsyncCall_members,
+    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
+    .tp_dictoffset = offsetof(CallWrapper, dict),
+    .tp_traverse = (traverseproc)CallWrapper_traverse,
+    .tp_clear = (inquiry)CallWrapper_clear,
+    .tp_dealloc = (destructor)CallWrapper_dealloc,
+    .tp_members = CallWrapper_members,
 };
 
 /* HandleWait: `real(handle)` that ends the handle's tick (popped from `handles`) after it. */
-static PyObject *HandleWait_vectorcall(AsyncCall *self, PyObject *const *args, size_t nargsf,
+static PyObject *HandleWait_vectorcall(CallWrapper *self, PyObject *const *args, size_t nargsf,
                                        PyObject *kwnames)
 {
     if (cleared(self))
@@ -1093,7 +1108,7 @@ static PyObject *HandleWait_new(PyTypeObject *type, PyObject *args, PyObject *kw
         PyErr_SetString(PyExc_TypeError, "HandleWait: real and fallback must be callable");
         return NULL;
     }
-    AsyncCall *self = (AsyncCall *)type->tp_alloc(type, 0);
+    CallWrapper *self = (CallWrapper *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->real = Py_NewRef(real);
@@ -1111,16 +1126,16 @@ static PyTypeObject HandleWaitType = {
     .tp_name = "ailens._recorder.HandleWait",
     .tp_doc = "HandleWait(*, real, owner, handles, fallback): `real(handle)`, then the end of "
               "the tick `handles` holds for the handle.",
-    .tp_basicsize = sizeof(AsyncCall),
+    .tp_basicsize = sizeof(CallWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = HandleWait_new,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(AsyncCall, vectorcall),
-    .tp_dictoffset = offsetof(AsyncCall, dict),
-    .tp_traverse = (traverseproc)AsyncCall_traverse,
-    .tp_clear = (inquiry)AsyncCall_clear,
-    .tp_dealloc = (destructor)AsyncCall_dealloc,
-    .tp_members = AsyncCall_members,
+    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
+    .tp_dictoffset = offsetof(CallWrapper, dict),
+    .tp_traverse = (traverseproc)CallWrapper_traverse,
+    .tp_clear = (inquiry)CallWrapper_clear,
+    .tp_dealloc = (destructor)CallWrapper_dealloc,
+    .tp_members = CallWrapper_members,
 };
 
 /* BlockingCall: a blocking collective of mpi4py's communicator proxy (integrations/mpi.py's
@@ -1142,15 +1157,6 @@ static PyObject *s_open, *s_needs_keys, *s_begin, *s_step_op, *begin_kwnames, *s
     *s_acquire, *s_release, *s_steps, *s_steps_marked, *s_state, *s_pos, *s_period,
     *s_pattern_ops, *s_n, *s_last_end, *s_step_end;
 
-typedef struct {
-    PyObject_HEAD
-    PyObject *real, *owner, *local, *op, *name, *array_type, *no_payload, *fallback, *dict;
-    PyObject *step_op;     /* "<name>:<bytes>" made for step_op_nbytes (equal counts) */
-    long long step_op_nbytes;
-    int sizing, equal_counts;
-    vectorcallfunc vectorcall;
-} BlockingCall;
-
 /* 1: attribute `name` of `obj` is true; 0: false; -1: unreadable (the error cleared). */
 static int truth_of(PyObject *obj, PyObject *name)
 {
@@ -1163,7 +1169,7 @@ static int truth_of(PyObject *obj, PyObject *name)
 }
 
 /* The payload's bytes of a call whose first argument is `first`; -1: not the common case. */
-static long long first_nbytes(BlockingCall *self, PyObject *first)
+static long long first_nbytes(CallWrapper *self, PyObject *first)
 {
     if ((PyObject *)Py_TYPE(first) == self->array_type) {
         PyObject *b = PyObject_GetAttr(first, s_nbytes);
@@ -1186,7 +1192,7 @@ static long long first_nbytes(BlockingCall *self, PyObject *first)
 }
 
 /* The step inference's op for a call of `nbytes` (new ref), as LensComm._record makes it. */
-static PyObject *step_op_of(BlockingCall *self, long long nbytes)
+static PyObject *step_op_of(CallWrapper *self, long long nbytes)
 {
     if (!self->equal_counts)
         return Py_NewRef(self->name);
@@ -1293,7 +1299,7 @@ static void release_lock(PyObject *owner)
     PyErr_Restore(type, value, tb);
 }
 
-static int blocking_cleared(BlockingCall *self)
+static int blocking_cleared(CallWrapper *self)
 {
     if (self->real != NULL && self->owner != NULL && self->local != NULL && self->op != NULL &&
         self->name != NULL && self->array_type != NULL && self->no_payload != NULL &&
@@ -1303,7 +1309,7 @@ static int blocking_cleared(BlockingCall *self)
     return 1;
 }
 
-static PyObject *BlockingCall_vectorcall(BlockingCall *self, PyObject *const *args,
+static PyObject *BlockingCall_vectorcall(CallWrapper *self, PyObject *const *args,
                                          size_t nargsf, PyObject *kwnames)
 {
     if (blocking_cleared(self))
@@ -1398,7 +1404,7 @@ static PyObject *BlockingCall_new(PyTypeObject *type, PyObject *args, PyObject *
                         "no_payload a set or None, sizing SIZE_FIRST or SIZE_ZERO");
         return NULL;
     }
-    BlockingCall *self = (BlockingCall *)type->tp_alloc(type, 0);
+    CallWrapper *self = (CallWrapper *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     self->real = Py_NewRef(real);
@@ -1415,67 +1421,22 @@ static PyObject *BlockingCall_new(PyTypeObject *type, PyObject *args, PyObject *
     return (PyObject *)self;
 }
 
-static int BlockingCall_traverse(BlockingCall *self, visitproc visit, void *arg)
-{
-    Py_VISIT(self->real);
-    Py_VISIT(self->owner);
-    Py_VISIT(self->local);
-    Py_VISIT(self->op);
-    Py_VISIT(self->name);
-    Py_VISIT(self->array_type);
-    Py_VISIT(self->no_payload);
-    Py_VISIT(self->fallback);
-    Py_VISIT(self->step_op);
-    Py_VISIT(self->dict);
-    return 0;
-}
-
-static int BlockingCall_clear(BlockingCall *self)
-{
-    Py_CLEAR(self->real);
-    Py_CLEAR(self->owner);
-    Py_CLEAR(self->local);
-    Py_CLEAR(self->op);
-    Py_CLEAR(self->name);
-    Py_CLEAR(self->array_type);
-    Py_CLEAR(self->no_payload);
-    Py_CLEAR(self->fallback);
-    Py_CLEAR(self->step_op);
-    Py_CLEAR(self->dict);
-    return 0;
-}
-
-static void BlockingCall_dealloc(BlockingCall *self)
-{
-    PyObject_GC_UnTrack(self);
-    BlockingCall_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMemberDef BlockingCall_members[] = {
-    {"real", T_OBJECT, offsetof(BlockingCall, real), 0, "the framework's function"},
-    {"fallback", T_OBJECT, offsetof(BlockingCall, fallback), READONLY, "the Python wrapper"},
-    {"__vectorcalloffset__", T_PYSSIZET, offsetof(BlockingCall, vectorcall), READONLY},
-    {"__dictoffset__", T_PYSSIZET, offsetof(BlockingCall, dict), READONLY},
-    {NULL},
-};
-
 static PyTypeObject BlockingCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ailens._recorder.BlockingCall",
     .tp_doc = "BlockingCall(*, real, owner, local, op, name, array_type, no_payload, sizing, "
               "equal_counts, fallback): records each call of the blocking collective `real` "
               "as `op`.",
-    .tp_basicsize = sizeof(BlockingCall),
+    .tp_basicsize = sizeof(CallWrapper),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_new = BlockingCall_new,
     .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(BlockingCall, vectorcall),
-    .tp_dictoffset = offsetof(BlockingCall, dict),
-    .tp_traverse = (traverseproc)BlockingCall_traverse,
-    .tp_clear = (inquiry)BlockingCall_clear,
-    .tp_dealloc = (destructor)BlockingCall_dealloc,
-    .tp_members = BlockingCall_members,
+    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
+    .tp_dictoffset = offsetof(CallWrapper, dict),
+    .tp_traverse = (traverseproc)CallWrapper_traverse,
+    .tp_clear = (inquiry)CallWrapper_clear,
+    .tp_dealloc = (destructor)CallWrapper_dealloc,
+    .tp_members = CallWrapper_members,
 };
 
 static struct PyModuleDef recorder_module = {
