@@ -280,8 +280,9 @@ def _record_all(tmp_path: Path, steps: str, path: str, monkeypatch, fault: str =
 def test_the_hot_path_records_what_the_general_path_records(
     tmp_path, monkeypatch, steps, fast_path
 ):
-    """Ticks, ops, bytes, steps and step inference's observations (in order) are the same
-    through the flattened methods, and through their compiled form, as through ``_record``;
+    """Ticks, ops, bytes, each tick's step, the steps and the number of step inference's
+    observations are the same through the flattened methods, and through their compiled
+    form, as through ``_record`` (the observations in order where all reach ``_observe``);
     and the fast path is taken (fewer ``Attachment.call`` calls) once steps are followed by
     op or marked."""
     fast = _record_all(tmp_path, steps, fast_path, monkeypatch)
