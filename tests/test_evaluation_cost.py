@@ -81,6 +81,48 @@ def test_a_periodic_extra_is_still_found_among_random_outliers():
     assert "every 100 steps" in names, names
 
 
+def test_forecast_json_is_rewritten_at_the_evaluations_from_their_snapshot(tmp_path, monkeypatch):
+    """Issue 33: on ~1 s steps an exchange, and so an evaluation, comes at every step end, and
+    forecast.json's rewrite at the same step made a second snapshot of the same state (the
+    recurring-extras search, ~0.2-0.5 ms). Once the model evaluates, the rewrites come at
+    the evaluations and take theirs; before the first one, at the step ends as before. The
+    evaluation that reaches the signature rewrites it too (docs/forecast.md says so; it
+    did not)."""
+    import json
+
+    from ailens import Lens
+
+    class Clock:
+        now = 10**9
+
+        def __call__(self) -> int:
+            return self.now
+
+    clock = Clock()
+    lens = Lens(run_dir=tmp_path / "run", world_size=1, rank=0, total_steps=200, clock=clock)
+    oa = lens.online
+    own, real = [], oa.snapshot  # snapshots the outputs ask for (evaluations take their own)
+    monkeypatch.setattr(oa, "snapshot", lambda: own.append(oa.steps) or real())
+    written, real_write = [], lens._live._write_forecast
+
+    def write(**kw):
+        written.append((oa.steps, len(own)))
+        return real_write(**kw)
+
+    monkeypatch.setattr(lens._live, "_write_forecast", write)
+    for _ in range(40):
+        clock.now += 10**9
+        lens.step_end()
+    after = [(s, n) for s, n in written if s > 5]  # the first evaluation is at step 5
+    assert len(after) >= 3, written
+    assert [s for s in own if s > 5] == [], own  # every later rewrite: no snapshot of its own
+    doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
+    assert doc["steps_done"] == after[-1][0] and doc["predicted_total_s"] > 0
+    # Rewritten at the signature too (the evaluation that reached it).
+    assert oa.signature_step in [s for s, _ in written], (oa.signature_step, written)
+    lens.close()
+
+
 def test_a_live_forecast_json_costs_one_snapshot_and_says_the_same(tmp_path, monkeypatch):
     """forecast.json holds three views of the run model (the forecast, the latest prediction,
     the epoch's end): one snapshot serves them (each costs the extras search), and the

@@ -345,6 +345,9 @@ def test_the_run_model_writes_nothing_and_its_subscribers_see_it(tmp_path, capfd
         def on_signature(self, o):
             self.signatures.append(o.signature_step)
 
+        def on_evaluation(self, o, snap, p):
+            pass
+
     cfg = _cfg(run_dir=str(tmp_path), progress_every=10, signature_rel_tol=0.02)
     oa = OnlineAnalysis(cfg, 1, 0, ["allreduce"])
     seen = Seen()

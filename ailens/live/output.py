@@ -1,8 +1,9 @@
 """Rank 0's live outputs of the run model: progress lines (``progress_every``), the live
 ``forecast.json`` (rewritten at the first forecast and then at steps ``_WRITE_GROWTH`` apart
 and at least ``_WRITE_GROWTH_NS``, so a short run has one at its first steps; past that at
-most every ``_WRITE_EVERY_STEPS`` steps and ``_WRITE_EVERY_NS``; at the signature, at close
-and at the process's exit), one line saying how to give the run's length when nothing said
+most every ``_WRITE_EVERY_STEPS`` steps and ``_WRITE_EVERY_NS``; once the model evaluates, at
+its evaluations, with their snapshots; at the signature, at close and at the process's
+exit), one line saying how to give the run's length when nothing said
 it, and, at close, ``phases-online.json``. A subscriber of ``OnlineAnalysis``: the model
 itself writes nothing."""
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._io import fmt_s, write_json
+from ..model.forecast import Prediction, Snapshot
 from ..model.forecast.epoch import LENGTH_HINT
 from ..model.online import OnlineAnalysis
 
@@ -59,6 +61,7 @@ class LiveOutput:
         self._last_write_ns = 0  # the Lens's clock, like every time here
         self._next_write_step = 1  # the next geometric rewrite of forecast.json
         self._hinted = False  # the length hint was shown
+        self._at_evaluations = False  # the model evaluates: rewrites come there
         oa.subscribe(self)
 
     @classmethod
@@ -79,11 +82,9 @@ class LiveOutput:
         s = oa.steps
         every = self.flush_every
         line = bool(every) and s % every == 0
-        since_ns = oa.now_ns - self._last_write_ns
-        due = (
-            s >= self._next_write_step
-            and (not self._last_write_step or since_ns >= _WRITE_GROWTH_NS)
-        ) or (s - self._last_write_step >= _WRITE_EVERY_STEPS and since_ns >= _WRITE_EVERY_NS)
+        # Once the model evaluates (at each exchange), forecast.json's rewrites come there,
+        # with that evaluation's snapshot (see on_evaluation); before, at the step ends.
+        due = not self._at_evaluations and self._write_due(oa)
         if not self._hinted and s > self.cfg.warmup_steps and oa.total_steps is None:
             self._hint()
         if not (line or due):
@@ -91,6 +92,26 @@ class LiveOutput:
         if line:
             _progress(self.progress_line())
         self._write_forecast(final=False)
+
+    def on_evaluation(self, oa: OnlineAnalysis, snap: Snapshot, p: Prediction) -> None:
+        """An evaluation point (an exchange): forecast.json is rewritten here when due, or
+        when the signature was reached here, from the evaluation's snapshot. A rewrite at
+        the step end before it made a snapshot of its own, of the same state (on ~1 s steps
+        nearly every rewrite; issue 33)."""
+        self._at_evaluations = True
+        if self._write_due(oa) or oa.signature_step == oa.steps != self._last_write_step:
+            self._write_forecast(final=False, evaluated=(snap, p))
+
+    def _write_due(self, oa: OnlineAnalysis) -> bool:
+        """Whether forecast.json is due for a rewrite at the step fed last: at steps
+        ``_WRITE_GROWTH`` apart and ``_WRITE_GROWTH_NS``, or ``_WRITE_EVERY_STEPS`` and
+        ``_WRITE_EVERY_NS`` after the last one."""
+        s = oa.steps
+        since_ns = oa.now_ns - self._last_write_ns
+        return (
+            s >= self._next_write_step
+            and (not self._last_write_step or since_ns >= _WRITE_GROWTH_NS)
+        ) or (s - self._last_write_step >= _WRITE_EVERY_STEPS and since_ns >= _WRITE_EVERY_NS)
 
     def _hint(self) -> None:
         """Once, when the step time is known and nothing said the run's length: the step
@@ -173,13 +194,17 @@ class LiveOutput:
             body += f"  epoch {ep.epoch} ends in {fmt_s(ep.eta_s, 'compact')}"
         return f"{head}  {body}  {sig}"
 
-    def forecast_doc(self, *, final: bool) -> dict | None:
-        """The forecast.json document now (None before any forecast)."""
+    def forecast_doc(
+        self, *, final: bool, evaluated: tuple[Snapshot, Prediction] | None = None
+    ) -> dict | None:
+        """The forecast.json document now (None before any forecast); ``evaluated``: the
+        snapshot of the state now and its evaluation, when the caller has them."""
         oa, cfg = self.oa, self.cfg
         job_end = None
         if self.exit_wall_ns and self.process_start_wall_ns:
             job_end = (self.exit_wall_ns - self.process_start_wall_ns) / 1e9
-        snap = oa.snapshot()  # one for the three views: each costs the extras search
+        # One snapshot for the three views: each costs the extras search.
+        snap, latest = evaluated if evaluated is not None else (oa.snapshot(), None)
         f = oa.forecast(
             actual_total_s=oa.actual_total_s if final else None,
             job_offset_s=self.job_offset_s,
@@ -188,7 +213,8 @@ class LiveOutput:
         )
         if f is None:
             return None
-        latest = oa.predict(snap)
+        if latest is None:
+            latest = oa.predict(snap)
         return {
             "source": "online",
             "final": final,
@@ -218,13 +244,15 @@ class LiveOutput:
             **({"exit_wall_ns": self.exit_wall_ns} if self.exit_wall_ns else {}),
         }
 
-    def _write_forecast(self, *, final: bool) -> None:
+    def _write_forecast(
+        self, *, final: bool, evaluated: tuple[Snapshot, Prediction] | None = None
+    ) -> None:
         if self.io_failed:
             return
         s = self._last_write_step = self.oa.steps
         self._last_write_ns = self.oa.now_ns
         self._next_write_step = max(s + 1, math.ceil(s * _WRITE_GROWTH))
-        doc = self.forecast_doc(final=final)
+        doc = self.forecast_doc(final=final, evaluated=evaluated)
         if doc is None:
             return
         try:

@@ -76,6 +76,9 @@ class Subscriber(Protocol):
     def on_signature(self, oa: OnlineAnalysis) -> None:
         """The signature was reached."""
 
+    def on_evaluation(self, oa: OnlineAnalysis, snap: Snapshot, p: Prediction) -> None:
+        """An evaluation point: ``snap`` is the state now, ``p`` its evaluation."""
+
 
 class OnlineAnalysis:
     """The run model on one rank: online phase table, forecast and signature. Pure: what it
@@ -212,6 +215,8 @@ class OnlineAnalysis:
         # after an exchange costs no second snapshot (issue 33: the snapshot's recurring-
         # extras search was half of ailens's CPU at >= 50 ms steps).
         self._refresh_live(snap, p)
+        for sub in self._subscribers:
+            sub.on_evaluation(self, snap, p)
 
     def _point(self) -> None:
         """A geometric history point (see ``_POINT_GROWTH``)."""
