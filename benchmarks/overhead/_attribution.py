@@ -242,7 +242,7 @@ class Profiler:
                 self.patch(online, name, "online")
         live = getattr(lens, "_live", None)
         if live is not None:
-            for name in ("on_step", "on_signature"):
+            for name in ("on_step", "on_signature", "on_evaluation"):
                 self.patch(live, name, "live")
         self.start_threads()
 
