@@ -822,23 +822,21 @@ typedef struct {
     vectorcallfunc vectorcall;
 } CallWrapper;
 
+/* 1: attribute `name` of `obj` is true; 0: false; -1: unreadable (the error cleared). */
+static int truth_of(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int t = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (t < 0)
+        PyErr_Clear();
+    return t;
+}
+
 /* 1: the owner records this call; 0: it passes through; an error reading them: passes. */
 static int recording(PyObject *owner, PyObject *local)
 {
-    PyObject *v = PyObject_GetAttr(owner, s_attached);
-    int on = v == NULL ? -1 : PyObject_IsTrue(v);
-    Py_XDECREF(v);
-    if (on > 0) {
-        v = PyObject_GetAttr(local, s_depth);
-        int deep = v == NULL ? -1 : PyObject_IsTrue(v);
-        Py_XDECREF(v);
-        on = deep < 0 ? -1 : !deep;
-    }
-    if (on < 0) {
-        PyErr_Clear();
-        return 0;
-    }
-    return on;
+    return truth_of(owner, s_attached) > 0 && truth_of(local, s_depth) == 0;
 }
 
 /* The payload's bytes: its `nbytes`, summed over a list or tuple; -1 with an error set. */
@@ -1157,28 +1155,13 @@ static PyObject *s_open, *s_needs_keys, *s_begin, *s_step_op, *begin_kwnames, *s
     *s_acquire, *s_release, *s_steps, *s_steps_marked, *s_state, *s_pos, *s_period,
     *s_pattern_ops, *s_n, *s_last_end, *s_step_end;
 
-/* 1: attribute `name` of `obj` is true; 0: false; -1: unreadable (the error cleared). */
-static int truth_of(PyObject *obj, PyObject *name)
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    int t = v == NULL ? -1 : PyObject_IsTrue(v);
-    Py_XDECREF(v);
-    if (t < 0)
-        PyErr_Clear();
-    return t;
-}
-
 /* The payload's bytes of a call whose first argument is `first`; -1: not the common case. */
 static long long first_nbytes(CallWrapper *self, PyObject *first)
 {
     if ((PyObject *)Py_TYPE(first) == self->array_type) {
-        PyObject *b = PyObject_GetAttr(first, s_nbytes);
-        long long v = b == NULL ? -1 : PyLong_AsLongLong(b);
-        Py_XDECREF(b);
-        if (v < 0) {
+        long long v = payload_nbytes(first);
+        if (v < 0)
             PyErr_Clear();
-            return -1;
-        }
         return v;
     }
     if (self->no_payload != Py_None) {
@@ -1223,6 +1206,18 @@ static int set_int_attr(PyObject *obj, PyObject *name, long long x)
     int r = v == NULL ? -1 : PyObject_SetAttr(obj, name, v);
     Py_XDECREF(v);
     return r;
+}
+
+/* lock.release(); an error in it is cleared (the collective runs), one already pending (a
+ * BaseException from the tick's begin) stays raised. */
+static void unlock(PyObject *lock)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
 }
 
 /* Step inference's common cases (StepFinder.observe following the loop, inlined): the finder
@@ -1277,26 +1272,21 @@ static int follow_observed(PyObject *owner, PyObject *finder, PyObject *step_op)
                      : 0;
     }
     PyErr_Clear();
-    if (!ok) {
-        PyObject *r = PyObject_CallMethodNoArgs(lock, s_release);
-        Py_XDECREF(r);
-        PyErr_Clear();
-    }
+    if (!ok)
+        unlock(lock);
     Py_DECREF(lock);
     return ok;
 }
 
-/* Release owner.lock, held since follow_observed (an error is cleared: the collective runs). */
+/* Release owner.lock, held since follow_observed. */
 static void release_lock(PyObject *owner)
 {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb); /* begin_tick's BaseException, if any, stays raised */
     PyObject *lock = PyObject_GetAttr(owner, s_lock);
-    PyObject *r = lock == NULL ? NULL : PyObject_CallMethodNoArgs(lock, s_release);
+    if (lock == NULL)
+        PyErr_Clear();
+    else
+        unlock(lock);
     Py_XDECREF(lock);
-    Py_XDECREF(r);
-    PyErr_Clear();
-    PyErr_Restore(type, value, tb);
 }
 
 static int blocking_cleared(CallWrapper *self)

@@ -240,11 +240,10 @@ class LensComm(Attachment):
         search, a broken iteration and the rest go through the method. At tens of
         milliseconds a step the Python path, run in caches the step's own work emptied, was
         most of ailens's cost (issue 33)."""
-        first_sized = (_send, _send_gathered, _bcast_buf)
         for name, (op, nbytes_of) in {**_BUFFER_OPS, **_OBJECT_OPS}.items():
             if nbytes_of is _zero:
                 how = _SIZE_ZERO
-            elif nbytes_of in first_sized or name in _OBJECT_OPS:
+            elif _first_sized(name, nbytes_of):
                 how = _SIZE_FIRST  # an array's bytes; a plain value's 0 (object_nbytes)
             else:
                 continue  # the scatter family: the payload is the receive buffer
@@ -338,6 +337,14 @@ def _nbytes(nbytes_of: Callable, comm, args: tuple, kwargs: dict) -> int:
         return 0
 
 
+def _first_sized(name: str, nbytes_of: Callable) -> bool:
+    """Whether a collective's payload is its first argument (unless it is MPI.IN_PLACE: not
+    an array), where a fast path reads its bytes itself."""
+    return nbytes_of in (_send, _send_gathered, _bcast_buf) or (
+        name in _OBJECT_OPS and nbytes_of is not _zero
+    )
+
+
 def _blocking_method(name: str, op: str, nbytes_of: Callable) -> Callable:
     """A blocking collective: the common case (recording, no request open, steps marked or
     followed by op alone) is ``LensComm._record`` and ``Attachment.call`` inlined into this
@@ -347,10 +354,7 @@ def _blocking_method(name: str, op: str, nbytes_of: Callable) -> Callable:
     the buffer is compiled, the common case is in C (``LensComm._compile_blocking``) and
     this method its fallback."""
     equal_counts = name in _EQUAL_COUNTS
-    # whether the payload is the first argument (unless it is MPI.IN_PLACE: not an array)
-    first_sized = nbytes_of in (_send, _send_gathered, _bcast_buf) or (
-        name in _OBJECT_OPS and nbytes_of is not _zero
-    )
+    first_sized = _first_sized(name, nbytes_of)
     no_payload = _NO_PAYLOAD if name in _OBJECT_OPS else frozenset()
     local, ndarray = _base_local, np.ndarray
 
