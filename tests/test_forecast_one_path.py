@@ -88,7 +88,7 @@ def test_the_schedule_keys_are_spelled_once(tmp_path):
             total_steps=40, steps_per_epoch=10, epochs=4, eval_every_epochs=0.5,
             eval_every_steps=None, eval_steps=3, checkpoint_every_steps=20, eval_start_step=0,
             eval_start_epoch=1.5, eval_at_steps=[7, 3], eval_at_epochs=[2.5],
-            eval_samples=640, samples_per_step=32,
+            eval_samples=640, samples_per_step=32, checkpoint_bytes=10**9,
         )  # fmt: skip
         assert set(said) == set(fields)
         lens.set_schedule(**said)

@@ -34,7 +34,7 @@ from ..record.device import DeviceClock, DeviceTimes
 from ..record.exchange import Exchange, Summed
 from ..record.node import detect_rank_world
 from ..record.recorder import Recorder, WriterFactory, schedule_mark
-from ..record.schedule import keyword_signature
+from ..record.schedule import Schedule, keyword_signature
 from ..record.session import ExchangeSession
 from ..record.ticks import TickSummary
 from ..record.writer import WriterThread
@@ -202,7 +202,13 @@ class Lens:
     @property
     def steps_per_epoch(self) -> int | None:
         """The steps per epoch as known now (the schedule), or None."""
-        return None if self.online is None else self.online.forecaster.schedule.steps_per_epoch
+        return self.schedule.steps_per_epoch
+
+    @property
+    def schedule(self) -> Schedule:
+        """What the run will do as known now (``set_schedule``, the framework's); empty when
+        this Lens keeps no model."""
+        return Schedule() if self.online is None else self.online.forecaster.schedule
 
     @property
     def flushed_ticks(self) -> int:

@@ -87,7 +87,9 @@ class Schedule:
     ``eval_start_epoch`` (default: one period in); listed ones at ``eval_at_steps`` /
     ``eval_at_epochs``. Both may be given: the union is scheduled. ``eval_samples`` (samples
     one evaluation runs) and ``samples_per_step`` (training samples per step: the global
-    batch) price an evaluation not seen yet from the training's cost per sample."""
+    batch) price an evaluation not seen yet from the training's cost per sample;
+    ``checkpoint_bytes`` (the state one checkpoint writes: the model's weights and buffers,
+    the optimizer's state) a checkpoint not seen yet from a stated write rate."""
 
     total_steps: int | None = None
     steps_per_epoch: int | None = None
@@ -102,6 +104,7 @@ class Schedule:
     eval_at_epochs: tuple[float, ...] = ()
     eval_samples: int | None = None  # samples one evaluation runs
     samples_per_step: int | None = None  # training samples per step (the global batch)
+    checkpoint_bytes: int | None = None  # bytes one checkpoint writes
 
     @classmethod
     def of(cls, **keys) -> Schedule:

@@ -16,7 +16,7 @@ from itertools import repeat
 import numpy as np
 
 from .level import StepLevel
-from .parts import FIRST_WARM, FIRST_WARM_SD, Part, cold_precision, per_occurrence_precision
+from .parts import Part, cold_precision, first_occurrence, per_occurrence_precision
 from .schedule import JITTER, EvalPlan, Schedule, fit_lattice
 from .stats import binomial_tail, occurrences
 
@@ -82,8 +82,10 @@ def recurring_extras(
             precise = per_occurrence_precision(per, spread, hits)
         else:
             # One hit: the first occurrence, cold like a first section (issue 30, 4): a
-            # later one is FIRST_WARM of it, not the whole of it on every one to come.
-            per, spread, precise = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision()
+            # later one is a share of it (``first_occurrence``), not the whole of it on
+            # every one to come.
+            share, sd = first_occurrence(lat.what)
+            per, spread, precise = share * per, sd * per, cold_precision(lat.what)
         first = next(k for k in rows if lat.on(k))
         every = f"every {lat.period:g} steps"
         out.append(

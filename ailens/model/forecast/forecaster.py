@@ -245,17 +245,21 @@ class Forecaster:
 
     def _unseen_periods(self, s: int) -> tuple[str, ...]:
         """The schedule's recurring positions besides evaluations (epoch ends, checkpoints)
-        whose first one has not passed yet, with one inside the run."""
+        whose first one has not passed yet, with one inside the run; not a checkpoint the
+        schedule prices (its state's bytes known: a part of its own)."""
         n = self.schedule.total_steps
         return tuple(
             f"{what} (every {period} steps)"
             for period, what in self.schedule.periods().items()
-            if what != "evaluation" and s <= period and (not n or period < n)
+            if what != "evaluation"
+            and not (what == "checkpoint" and self.schedule.checkpoint_bytes)
+            and s <= period
+            and (not n or period < n)
         )
 
     def _sections(self, s: int, level: float, units=None, extras=(), now=None):
         units = self.beside_units if units is None else units
-        in_step = any(e.name.endswith("(evaluation)") for e in extras)
+        in_step = _seen_in_steps(extras, self.schedule)
         if now is None:  # nothing of the one under way is known to be spent yet
             now = {name: (at, 0.0) for name, at in self._under_way_at(s, units).items()}
         return section_parts(
@@ -265,7 +269,7 @@ class Forecaster:
             s,
             level,
             units,
-            in_step_eval=in_step,
+            in_step=in_step,
             under_way_now=now,
         )
 
@@ -347,3 +351,15 @@ class Forecaster:
             unannounced=self._unannounced(),
             first_unit_only=len(self._warm) == 1,
         )
+
+
+def _seen_in_steps(extras, schedule: Schedule) -> tuple[str, ...]:
+    """What the in-step extras on the schedule's periods found inside the steps
+    ("evaluation", "checkpoint"): seen there, not to be assumed again. A checkpoint on the
+    evaluations' period shares their extra."""
+    ckpt = schedule.checkpoint_every_steps
+    found = {
+        "evaluation": any(e.name.endswith("(evaluation)") for e in extras),
+        "checkpoint": any(e.plan is not None and e.plan.period == ckpt for e in extras),
+    }
+    return tuple(what for what, seen in found.items() if seen)

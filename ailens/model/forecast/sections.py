@@ -12,12 +12,11 @@ import math
 import numpy as np
 
 from .parts import (
-    FIRST_WARM,
-    FIRST_WARM_SD,
     SECTION_CV,
     SECTION_PRIOR,
     Part,
     cold_precision,
+    first_occurrence,
     per_occurrence_precision,
 )
 from .schedule import EvalPlan, Schedule, learned_plan
@@ -46,6 +45,17 @@ FORWARD_SD = 0.5
 EVAL_SHARE = 0.05
 EVAL_SHARE_SD = 0.05
 EVAL_SHARE_LOG_SD = 1.26
+# A checkpoint announced but not seen, the state it writes known (``checkpoint_bytes``):
+# that state at CHECKPOINT_WRITE_RATE bytes/s, log-normal, the time within a factor
+# CHECKPOINT_RATE_FACTOR of it either way (95 %). torch.save of a model and its AdamW state
+# wrote 0.65-1.4 GB/s in the development corpus's two GPU recordings (ResNet-50, 0.31 GB,
+# and GPT-2, 1.49 GB, three checkpoints each on an H200 host: the device-to-host copy and
+# the serialisation included) and 0.48-1.76 GB/s on the development machine's disk; the
+# range leaves room for a shared file system and for local NVMe. A framework's own fixed
+# cost per checkpoint (NeMo 2 saved a 10M-parameter model in 5-17 s) is beyond it: once one
+# is seen, its time replaces the assumption.
+CHECKPOINT_WRITE_RATE = 1e9
+CHECKPOINT_RATE_FACTOR = 10.0
 
 
 def eval_share_range() -> tuple[float, float]:
@@ -69,7 +79,7 @@ def section_parts(
     s: int,
     level: float,
     beside_units: dict[str, list[tuple[int, float]]] | None = None,
-    in_step_eval: bool = False,
+    in_step: tuple[str, ...] = (),
     under_way_now: dict[str, tuple[int, float]] | None = None,
 ) -> list[Part]:
     """Marked sections (evaluation, checkpoints) with their schedule, after ``s`` steps; an
@@ -92,11 +102,16 @@ def section_parts(
     # A section is marked when it ends: one that runs beside the steps for a while after its
     # position is not known to run inside them until half an evaluation spacing passed
     # (or an in-step extra on the evaluation period showed it).
-    seen_eval = "eval" in sections or "eval" in beside or in_step_eval
+    seen_eval = "eval" in sections or "eval" in beside or "evaluation" in in_step
     if eval_plan is not None and not seen_eval:
         grace = int(eval_plan.spacing() / 2)
         if not eval_plan.count(0, s - 1 - grace):
             out.append(_not_seen_yet(schedule, eval_plan, s, level))
+    # A checkpoint the same way, where the schedule says the state it writes.
+    every = schedule.checkpoint_every_steps
+    seen_ckpt = "checkpoint" in sections or "checkpoint" in beside or "checkpoint" in in_step
+    if every and schedule.checkpoint_bytes and not seen_ckpt and s - 1 - every // 2 < every:
+        out.append(_checkpoint_not_seen_yet(schedule, s))
     return out
 
 
@@ -109,7 +124,7 @@ def _marked(
 ) -> Part:
     """A section seen at least once: its cost per occurrence, and where the rest come."""
     at = [k for k, _ in seen]
-    cost, sd, used = _section_cost([x for _, x in seen])
+    cost, sd, used = _section_cost([x for _, x in seen], name)
     plan, source = None, "learned"
     if name == "eval" and eval_plan is not None:
         plan, source = eval_plan, "schedule"
@@ -122,7 +137,7 @@ def _marked(
         return Part(f"section {name}", "one-off", "measured", cost, sd, used, "one-off")
     count_unknown = source.startswith("assumed: every")
     # Known once the period is known; from the cold first one alone, to the prior's spread.
-    precise = None if count_unknown else cold_precision() if len(seen) < 2 else _precision(seen)
+    precise = None if count_unknown else cold_precision(name) if len(seen) < 2 else _precision(seen)
     return Part(
         f"section {name}",
         plan.describe(),
@@ -164,8 +179,9 @@ def _beside_units(
     excess = [x for _, x in units]
     plan, source = _beside_plan(name, units, sched, eval_plan, s)
     if len(excess) == 1:  # its first occurrence, cold like a first section
+        share, spread = first_occurrence(name)
         per = max(excess[0], 0.0)
-        per, sd, precise, m = FIRST_WARM * per, FIRST_WARM_SD * per, cold_precision(), 1
+        per, sd, precise, m = share * per, spread * per, cold_precision(name), 1
     else:
         # The first is cold, like a first section's: once a later one is seen it is left
         # out (spent, not extrapolated), else a slow first evaluation (compilation, caches)
@@ -281,16 +297,42 @@ def _not_seen_yet(sched: Schedule, eval_plan: EvalPlan, s: int, level: float) ->
     )
 
 
-def _section_cost(secs: list[float]) -> tuple[float, float, int]:
-    """(time per remaining occurrence, its spread, occurrences it rests on) of a section.
+def _checkpoint_not_seen_yet(sched: Schedule, s: int) -> Part:
+    """An announced checkpoint the run has not reached yet, the bytes it writes known: its
+    assumed cost (``CHECKPOINT_WRITE_RATE``), skewed as the rate's range is."""
+    every = float(sched.checkpoint_every_steps)
+    plan = EvalPlan(every, every)
+    point = sched.checkpoint_bytes / CHECKPOINT_WRITE_RATE  # the log-normal's median
+    lo, hi = point / CHECKPOINT_RATE_FACTOR, point * CHECKPOINT_RATE_FACTOR
+    rate, f = CHECKPOINT_WRITE_RATE / 1e9, CHECKPOINT_RATE_FACTOR
+    return Part(
+        name="section checkpoint (not seen yet)",
+        schedule=plan.describe(),
+        source=f"assumed: {sched.checkpoint_bytes / 1e9:.3g} GB of state written at "
+        f"{rate:g} GB/s ({rate / f:g}-{rate * f:g} GB/s)",
+        per_occurrence_s=point,
+        sd_s=(hi - point) / NORMAL_95,
+        seen=0,
+        kind="section",
+        due_now=s > 0 and plan.count(s, s) > 0,
+        plan=plan,
+        sd_lo_s=(point - lo) / NORMAL_95,
+    )
+
+
+def _section_cost(secs: list[float], name: str = "") -> tuple[float, float, int]:
+    """(time per remaining occurrence, its spread, occurrences it rests on) of section
+    ``name``.
 
     A first occurrence is cold (compilation, caches, data loading: 1-3x a later one), like
     a training step's warm-up: once a later one is seen, it is left out; while it is the only
-    one, a later one is taken as ``FIRST_WARM`` of it, +/- ``FIRST_WARM_SD``. The spread of
-    the occurrences is pooled with a prior one (``SECTION_CV``, worth ``SECTION_PRIOR`` of
-    them): a few equal occurrences do not make a certainty."""
+    one, a later one is taken as a share of it (``first_occurrence``: ``FIRST_WARM`` +/-
+    ``FIRST_WARM_SD``; a checkpoint's, the whole +/- half of it). The spread of the
+    occurrences is pooled with a prior one (``SECTION_CV``, worth ``SECTION_PRIOR`` of them):
+    a few equal occurrences do not make a certainty."""
     if len(secs) == 1:
-        return secs[0] * FIRST_WARM, secs[0] * FIRST_WARM_SD, 1
+        share, sd = first_occurrence(name)
+        return secs[0] * share, secs[0] * sd, 1
     warm = secs[1:]
     m = len(warm)
     mean = sum(warm) / m
