@@ -149,6 +149,7 @@ class Attachment:
         self._finder = StepFinder(agree) if infer_steps and lens.config.enabled else None
         self._steps_marked = lens.steps
         self._merged = 0
+        self._after_step: Callable[[], None] | None = None
         lens.add_close_hook(self._closing)
 
     # ------------------------------------------------------------ public
@@ -354,9 +355,20 @@ class Attachment:
 
     # ------------------------------------------------------------ steps
 
+    def after_step_end(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once, after the next step end (an optimizer's state exists then); a
+        fault in it disables the Lens (training goes on)."""
+        self._after_step = fn
+
     def _step_end(self) -> None:
         self.lens.step_end()
         self._steps_marked = self.lens.steps
+        if self._after_step is not None:
+            fn, self._after_step = self._after_step, None
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - fail open: training goes on without ailens
+                self.lens.disable(e)
 
     def _observe(self, op: str, key: Hashable) -> None:
         finder = self._finder

@@ -29,6 +29,9 @@ Steps: ``optimizer=`` (torch): each ``optimizer.step()`` call on that object. Ot
 are inferred from the repeating collectives (``ailens.record.steps``; TensorFlow graphs: the
 calls of the function) until the script calls ``lens.step_end()`` itself.
 
+A checkpoint's bytes (torch, ``optimizer=``), when the script did not say them: after the
+optimizer's first step, its parameters and state tensors (``ailens.integrations.torch``).
+
 Steps per epoch, when not given: from the data that trains (the torch ``DataLoader``'s
 ``len()``, the ``tf.data`` dataset's cardinality, e.g. ``dataset.take(n)``), corrected at the
 first epoch boundary (``ailens.integrations._epochs``): the forecast shows when the current
@@ -169,6 +172,10 @@ class HorovodLens(EpochWatch, Attachment):
                 self._count_steps(optimizer)
             if kind == "torch":
                 self.watch_torch_loaders()
+                if optimizer is not None:
+                    from .torch import learn_checkpoint_bytes
+
+                    learn_checkpoint_bytes(self, None, optimizer)
             else:
                 self.watch_tf_datasets()
         except Exception as e:  # noqa: BLE001 - never break training; uninstall what went in

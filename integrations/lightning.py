@@ -32,7 +32,10 @@ What the callback does:
   (``estimated_stepping_batches``), steps per epoch, epochs, how often validation runs
   (``check_val_every_n_epoch``, or ``val_check_interval`` in steps; a time-based interval
   stays unknown) and its batches (``num_val_batches``, after ``limit_val_batches``), so a
-  validation not run yet is priced from the step time.
+  validation not run yet is priced from the step time; how often the trainer's
+  ``ModelCheckpoint`` saves (``every_n_train_steps``, or ``every_n_epochs``: by default each
+  epoch), a clock-based one left unknown. The torch adapter learns what a checkpoint writes
+  after the first optimizer step.
 - **Validation** is a section of its own: ``"eval"`` (the sanity check before training:
   ``"sanity_check"``), which the forecast times and schedules apart from the steps.
 - **Early stop** (``early_stop=True``): once the signature is ready every rank sets
@@ -213,6 +216,9 @@ def _schedule(trainer) -> dict[str, int]:
         out["steps_per_epoch"] = math.ceil(batches / accumulate)
         if trainer.max_epochs is not None and trainer.max_epochs > 0:
             out["epochs"] = int(trainer.max_epochs)
+    every = _checkpoint_every(trainer, out.get("steps_per_epoch"))
+    if every:
+        out["checkpoint_every_steps"] = every
     if not trainer.enable_validation:
         return out
     val = [n for n in (trainer.num_val_batches or []) if _finite(n) and n > 0]
@@ -229,6 +235,23 @@ def _schedule(trainer) -> dict[str, int]:
     elif every_epochs == 1:
         out["eval_every_steps"] = max(int(val_batch) // accumulate, 1)
     return out
+
+
+def _checkpoint_every(trainer, steps_per_epoch: int | None) -> int | None:
+    """Optimizer steps between the saves of the trainer's one ``ModelCheckpoint`` (Lightning
+    counts its ``every_n_train_steps`` in them), when it saves on a count of steps or epochs;
+    None for a clock-based one, none that saves, or several."""
+    callbacks = list(getattr(trainer, "checkpoint_callbacks", None) or [])
+    if len(callbacks) != 1:
+        return None
+    cb = callbacks[0]
+    if getattr(cb, "_train_time_interval", None) is not None or cb.save_top_k == 0:
+        return None
+    steps = int(getattr(cb, "_every_n_train_steps", 0) or 0)
+    epochs = int(getattr(cb, "_every_n_epochs", 0) or 0)
+    if steps > 0:
+        return steps
+    return epochs * steps_per_epoch if epochs > 0 and steps_per_epoch else None
 
 
 def _finite(x: Any) -> bool:

@@ -42,6 +42,10 @@ What is recorded, on every rank:
   given; otherwise they are inferred from the repeating collectives (``ailens.record.steps``)
   until the script calls ``lens.step_end()`` itself.
 - **Run facts**: threads, parameter count, and the batch size of the model's first forward.
+- **A checkpoint's bytes**, when an optimizer is given and the script did not say them
+  (``set_schedule(checkpoint_bytes=)``): after the first ``optimizer.step()``, the model's
+  parameters and buffers and the optimizer's state tensors; the forecast prices a checkpoint
+  the schedule announces and the run has not reached yet from them.
 - **Steps per epoch**, when not given: from the ``DataLoader`` that trains (its ``len()``,
   corrected at the first epoch boundary; see ``ailens.integrations._epochs``), so the
   forecast shows when the current epoch ends, and the run's total once ``epochs=`` is known.
@@ -385,9 +389,34 @@ def attach(
                 lambda *_: handle._step_end() if handle.attached else None
             )
             handle.patches.on_restore(hook.remove)
+            learn_checkpoint_bytes(handle, model, optimizer)
     except Exception as e:  # noqa: BLE001 - fail open: training goes on without ailens
         lens.disable(e)
     return handle
+
+
+def learn_checkpoint_bytes(handle: Attachment, model: Any, optimizer: Any) -> None:
+    """After the first step (the optimizer's state exists then), ``handle``'s schedule learns
+    the bytes a checkpoint of the model and optimizer writes (``_state_nbytes``), unless the
+    script said them: the forecast prices a checkpoint it has not seen yet from them."""
+
+    def learn() -> None:
+        if handle.attached and handle.lens.schedule.checkpoint_bytes is None:
+            handle.lens.set_schedule(checkpoint_bytes=_state_nbytes(model, optimizer))
+
+    handle.after_step_end(learn)
+
+
+def _state_nbytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
+    """The bytes a checkpoint of ``model`` and ``optimizer`` writes: the model's parameters
+    and buffers (without a model, the optimizer's parameters) and every tensor of the
+    optimizer's state (moments, step counts)."""
+    if isinstance(model, torch.nn.Module):
+        tensors = [*model.parameters(), *model.buffers()]
+    else:
+        tensors = [p for group in optimizer.param_groups for p in group["params"]]
+    tensors += [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v)]
+    return sum(t.nbytes for t in tensors)
 
 
 def _run_facts(model: Any, optimizer: Any) -> dict:

@@ -86,6 +86,8 @@ def test_horovod_torch_records_each_collective_once_with_its_bytes(torch_runs):
     res, run_dir = torch_runs("lens")
     _check_agreement(res)
     assert res[0]["ticks"] == 4 * STEPS + 6
+    # What a checkpoint writes, learned at the first step: plain SGD keeps no state.
+    assert all(r["checkpoint_bytes"] == sum(TORCH_GRADS) for r in res.values())
     run = load_run(run_dir)
     assert run.complete and run.world_size == 2 and run.meta["framework"] == "horovod.torch"
     for rank in run.ranks:

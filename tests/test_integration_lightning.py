@@ -62,7 +62,8 @@ def test_ddp_fit_records_buckets_steps_and_validation_on_both_ranks(tmp_path):
         # The strategy's own collectives go through torch.distributed and are recorded too.
         assert {op for op, _ in s["events"]} >= {"allreduce", "barrier"}
         assert s["sections"] == [("sanity_check", 0), ("eval", 20), ("eval", 40)]
-        (schedule,) = s["schedule"]
+        schedule, learned = s["schedule"]
+        assert "checkpoint_bytes" in learned and "total_steps" not in learned
         assert schedule["total_steps"] == 40 and schedule["steps_per_epoch"] == 20
         assert schedule["epochs"] == 2 and schedule["eval_every_epochs"] == 1
         # Issue 30, 10: the validation's batches (32 samples, 2 ranks, batch 8).
@@ -157,8 +158,45 @@ def test_single_process_fit_records_steps_and_validation(tmp_path):
     s = trace_summary(trace, 0)
     assert s["steps"] == 12
     assert s["sections"] == [("eval", 3), ("eval", 6), ("eval", 9), ("eval", 12)]
-    (schedule,) = s["schedule"]
+    schedule, learned = s["schedule"]
     assert schedule["eval_every_steps"] == 3 and schedule["total_steps"] == 12
+    # What a checkpoint writes, learned at the first optimizer step (SGD keeps no state).
+    assert learned["step"] == 1 and learned["checkpoint_bytes"] == (4 + 1) * 4
+
+
+@pytest.mark.parametrize("every", [None, 4])
+def test_the_trainers_model_checkpoint_announces_the_checkpoints(tmp_path, every):
+    """Issue 30: Lightning checkpoints every epoch by default (a ModelCheckpoint saving
+    every_n_epochs=1), or every_n_train_steps: the schedule says when, so the forecast
+    prices the checkpoints before the first one ran."""
+    import torch
+    from ailens.integrations.lightning import LensCallback
+    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Net(LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=4)  # 6 batches
+    callback = LensCallback(run_dir=tmp_path / "run", progress_bar=False)
+    saves = [] if every is None else [ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every)]
+    trainer = Trainer(accelerator="cpu", devices=1, max_epochs=2, callbacks=[callback, *saves],
+                      logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      default_root_dir=tmp_path)  # fmt: skip
+    trainer.fit(Net(), data)
+    assert callback.lens.closed and callback.lens.disabled is None
+    (trace,) = ailens.load_run(tmp_path / "run").ranks
+    schedule = trace_summary(trace, 0)["schedule"][0]
+    assert schedule["checkpoint_every_steps"] == (6 if every is None else every)
 
 
 def test_a_misspelt_setting_fails_at_the_callback_line():

@@ -85,7 +85,11 @@ def test_ddp_default_hook_records_each_collective_once(tmp_path, baseline):
         assert facts["framework_version"] == f"torch {torch.__version__}"
         kinds = {m["kind"]: m for m in rank.marks}
         assert kinds["info"]["batch_size"] == 32
-        assert kinds["schedule"]["total_steps"] == results[0]["steps"]
+        said = [m for m in rank.marks if m["kind"] == "schedule"]
+        assert [m for m in said if "total_steps" in m][-1]["total_steps"] == results[0]["steps"]
+        # What a checkpoint writes, learned after the first step: the parameters at least.
+        (learned,) = [m for m in said if "checkpoint_bytes" in m]
+        assert learned["step"] == 1 and learned["checkpoint_bytes"] >= 4 * facts["param_count"]
 
 
 @pytest.mark.parallel
@@ -141,6 +145,46 @@ def test_without_process_group_steps_come_from_the_optimizer(tmp_path):
     assert handle.lens.closed and handle.lens.steps == 3
 
 
+@pytest.mark.parallel
+def test_attach_learns_what_a_checkpoint_writes_after_the_first_step(tmp_path):
+    """Issue 30: the forecast priced an announced checkpoint it had not seen at nothing.
+    After the optimizer's first step (AdamW's moments exist then) the schedule knows the
+    bytes a checkpoint of the model and optimizer writes; the trace keeps it for the
+    replay; a value the script stated is kept."""
+    from ailens.integrations.torch import attach
+
+    import ailens
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.BatchNorm1d(32))
+    opt = torch.optim.AdamW(model.parameters())
+    handle = attach(model, opt, run_dir=tmp_path / "run", total_steps=4)
+    handle.lens.set_schedule(checkpoint_every_steps=2)
+    # The script's own step hook after ailens's: a one-shot hook removing itself inside
+    # torch's loop over them would break optimizer.step() ("OrderedDict mutated").
+    stepped = []
+    opt.register_step_post_hook(lambda *_: stepped.append(1))
+    params = sum(p.nbytes for p in model.parameters())
+    buffers = sum(b.nbytes for b in model.buffers())
+    for step in range(4):
+        model(torch.ones(8, 64)).sum().backward()
+        opt.step()
+        if step == 0:
+            steps = sum(st["step"].nbytes for st in opt.state.values())
+            expected = params + buffers + 2 * params + steps
+            assert handle.lens.schedule.checkpoint_bytes == expected
+    handle.close()
+    assert len(stepped) == 4 and handle.lens.disabled is None
+    assert ailens.read_timeline(tmp_path / "run").schedule["checkpoint_bytes"] == expected
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = attach(model, opt, run_dir=tmp_path / "stated")
+    handle.lens.set_schedule(checkpoint_bytes=123)
+    model(torch.ones(8, 64)).sum().backward()
+    opt.step()
+    assert handle.lens.schedule.checkpoint_bytes == 123
+    handle.close()
+
+
 TUTORIAL = Path(__file__).parent / "parallel" / "torch_tutorial.py"
 
 
@@ -177,8 +221,8 @@ def test_tutorial_script_told_nothing_shows_the_epoch_end_and_how_to_give_the_le
     assert not any("total_steps=N" in n for n in results[1]["notices"])  # rank 0 only
     run = load_run(tmp_path / "run")
     for rank in run.ranks:
-        (sched,) = [m for m in rank.marks if m["kind"] == "schedule"]
-        assert sched["steps_per_epoch"] == 40
+        said = [m for m in rank.marks if m["kind"] == "schedule"]
+        assert [m.get("steps_per_epoch") for m in said if "checkpoint_bytes" not in m] == [40]
     doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
     assert doc["total_steps"] == 120  # learned at the close: the steps done
 

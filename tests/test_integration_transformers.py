@@ -61,7 +61,11 @@ def test_attach_records_buckets_steps_and_evaluation_on_both_ranks(tmp_path):
         assert s["steps"] == 12 and s["buckets"] == 12
         assert any(op == "allgather" for op, _ in s["events"])
         assert s["sections"] == [("eval", 4), ("eval", 8), ("eval", 12)]
-        (schedule,) = s["schedule"]
+        schedule, learned = s["schedule"]
+        # Issue 30: what a checkpoint writes, learned after the first optimizer step: the
+        # model's parameters and buffers and AdamW's two moments and step counts.
+        assert learned["step"] == 1 and "total_steps" not in learned
+        assert 3 * r["param_bytes"] <= learned["checkpoint_bytes"] <= 3.1 * r["param_bytes"]
         assert schedule["total_steps"] == 12 and schedule["steps_per_epoch"] == 6
         assert schedule["epochs"] == 2 and schedule["eval_every_steps"] == 4
         # Issue 30, 10: one evaluation's batches on a rank (16 samples, batch 4, 2 ranks).

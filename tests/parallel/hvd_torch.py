@@ -58,6 +58,7 @@ if lens is not None:
         ticks=lens.lens.ticks,
         steps=lens.lens.steps,
         disabled=lens.lens.disabled,
+        checkpoint_bytes=lens.lens.schedule.checkpoint_bytes,
         table=table,
         restored=not hasattr(hvd.mpi_ops._allreduce_async, "__wrapped__")
         and not hasattr(hvd.optimizer.synchronize, "__wrapped__"),
