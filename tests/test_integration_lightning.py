@@ -115,12 +115,11 @@ def test_early_stop_also_stops_a_rank_where_ailens_disabled_itself(tmp_path):
     assert all(r["should_stop"] for r in results)
 
 
-@pytest.mark.timeout(90)
-def test_single_process_fit_records_steps_and_validation(tmp_path):
+def _one_layer():
+    """A one-layer LightningModule on plain SGD (no optimizer state), its validation the
+    mean output."""
     import torch
-    from ailens.integrations.lightning import LensCallback
-    from lightning.pytorch import LightningModule, Trainer
-    from torch.utils.data import DataLoader, TensorDataset
+    from lightning.pytorch import LightningModule
 
     class Net(LightningModule):
         def __init__(self):
@@ -136,6 +135,16 @@ def test_single_process_fit_records_steps_and_validation(tmp_path):
         def configure_optimizers(self):
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
+    return Net()
+
+
+@pytest.mark.timeout(90)
+def test_single_process_fit_records_steps_and_validation(tmp_path):
+    import torch
+    from ailens.integrations.lightning import LensCallback
+    from lightning.pytorch import Trainer
+    from torch.utils.data import DataLoader, TensorDataset
+
     data = DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=4)  # 6 batches
     callback = LensCallback(run_dir=tmp_path / "run", progress_bar=False)
     trainer = Trainer(
@@ -150,7 +159,7 @@ def test_single_process_fit_records_steps_and_validation(tmp_path):
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    trainer.fit(Net(), data, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
+    trainer.fit(_one_layer(), data, DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=4))
     assert callback.lens.closed and callback.lens.disabled is None
     assert "ailens_eta_s" not in trainer.progress_bar_metrics  # progress_bar=False
     (trace,) = ailens.load_run(tmp_path / "run").ranks
@@ -164,6 +173,7 @@ def test_single_process_fit_records_steps_and_validation(tmp_path):
     assert learned["step"] == 1 and learned["checkpoint_bytes"] == (4 + 1) * 4
 
 
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("every", [None, 4])
 def test_the_trainers_model_checkpoint_announces_the_checkpoints(tmp_path, every):
     """Issue 30: Lightning checkpoints every epoch by default (a ModelCheckpoint saving
@@ -171,20 +181,9 @@ def test_the_trainers_model_checkpoint_announces_the_checkpoints(tmp_path, every
     prices the checkpoints before the first one ran."""
     import torch
     from ailens.integrations.lightning import LensCallback
-    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch import Trainer
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader, TensorDataset
-
-    class Net(LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 1)
-
-        def training_step(self, batch, batch_idx):
-            return self.layer(batch[0]).pow(2).mean()
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
 
     data = DataLoader(TensorDataset(torch.randn(24, 4)), batch_size=4)  # 6 batches
     callback = LensCallback(run_dir=tmp_path / "run", progress_bar=False)
@@ -192,7 +191,7 @@ def test_the_trainers_model_checkpoint_announces_the_checkpoints(tmp_path, every
     trainer = Trainer(accelerator="cpu", devices=1, max_epochs=2, callbacks=[callback, *saves],
                       logger=False, enable_progress_bar=False, enable_model_summary=False,
                       default_root_dir=tmp_path)  # fmt: skip
-    trainer.fit(Net(), data)
+    trainer.fit(_one_layer(), data)
     assert callback.lens.closed and callback.lens.disabled is None
     (trace,) = ailens.load_run(tmp_path / "run").ranks
     schedule = trace_summary(trace, 0)["schedule"][0]
