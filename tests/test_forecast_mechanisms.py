@@ -5,6 +5,7 @@ that follows the timeline, or the Forecaster fed step ends and sections."""
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from ailens.analysis.logformats._base import (
     timeline_from_points,
 )
 from ailens.model.forecast import EvalPlan, Forecaster, Schedule, StepLevel
+from ailens.model.forecast.snapshot import widest
 
 MLPERF = Path(__file__).resolve().parents[1] / "benchmarks" / "forecast_corpus" / "mlperf"
 
@@ -226,6 +228,8 @@ def test_an_announced_checkpoint_not_seen_yet_is_priced_from_the_state_it_writes
             continue
         ck = next(c for c in p.components if c.name == "section checkpoint (not seen yet)")
         assert ck.remaining == 3 and ck.source.startswith("assumed: 1.5 GB of state")
+        # The assumption that widens the interval most, named with its one sd above.
+        assert widest(p.components) == ck and ck.spread_s > 3 * ckpt_s
         assert ck.per_occurrence_s == pytest.approx(ckpt_s)
         assert p.predicted_total_s == pytest.approx(truth, rel=0.01)
         lo, hi = p.interval_s
@@ -284,6 +288,25 @@ def test_a_checkpoint_seen_once_prices_the_later_ones_as_it_either_way():
         assert part.per_occurrence_s == pytest.approx(share * 1.0)
         if name == "checkpoint":
             assert p.interval_s[0] <= truth <= p.interval_s[1]
+
+
+def test_the_forecast_names_the_assumption_that_widens_its_interval_most(capsys):
+    """Every prediction says which assumption makes its interval wide: ``ailens forecast``
+    prints the part whose uncertainty adds most above the point, and each part's one sd is
+    in the JSON (the GPU recording of GPT-2 at 10 % of the steps: its evaluations not seen
+    yet, priced at the share prior, make the interval [32.0, 55.1] s)."""
+    from ailens.cli import main as cli_main
+
+    run = MLPERF.parent / "gpu-gpt2-1"
+    assert cli_main(["forecast", str(run), "--at", "10%"]) == 0
+    out = capsys.readouterr().out
+    assert "widest        section eval (not seen yet): ±" in out, out
+    assert "Interval widest from" in out
+    assert cli_main(["forecast", str(run), "--at", "10%", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["at"]
+    spreads = {c["name"]: c["spread_s"] for c in row["components"]}
+    assert max(spreads, key=spreads.get) == "section eval (not seen yet)"
+    assert spreads["training steps"] > 0
 
 
 def test_eval_steps_give_the_announced_evaluation_a_forward_only_cost():
@@ -940,11 +963,14 @@ def test_the_interval_keeps_room_for_what_an_announced_epoch_end_not_passed_yet_
     truth = float(d.sum())
     p = preds[19]  # step 20: no epoch end passed
     assert p.interval_s[0] <= truth <= p.interval_s[1]
-    # Room, not a cost: the forecast itself is the steps'.
+    # Room, not a cost: the forecast itself is the steps'. The report names it as what
+    # widens the interval most.
     assert p.predicted_total_s == pytest.approx(n * 0.1, rel=0.03)
+    assert widest(p.components).name == "room for what is not seen yet"
     # Once the first epoch end has passed and shown its part, no such room.
     q = preds[59]
     assert q.interval_s[1] - q.interval_s[0] < p.interval_s[1] - p.interval_s[0]
+    assert "room for what is not seen yet" not in [c.name for c in q.components]
 
 
 def test_a_check_before_the_first_step_is_a_one_off_once_its_second_did_not_come():

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .._io import fmt_s
 from .._version import __version__
+from ..model.forecast.snapshot import widest
 from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 from .rows import (
     COUNTER_LABELS,
@@ -273,6 +274,9 @@ def run_forecast_section(f, *, warned: bool = False, json=None) -> Section:
         lo, hi = f.interval_s
         interval = f"  ({100 * f.level:.0f}% interval {fmt_s(lo)} – {fmt_s(hi)})"
         lines.append(("Predicted total time", fmt_s(f.predicted_total_s) + interval))
+        wide = _widest_text(f.components)
+        if wide:
+            lines.append(("Interval widest from", wide))
         made = {
             "signature": f"at {at}, where the forecast converged (the signature)",
             "early": f"at {at}: the signature was not reached, so the forecast made at "
@@ -386,6 +390,9 @@ def step_forecast_section(result, frac: float | None, r) -> Section:
                     f"{fmt_s(c.remaining_s, 'compact')} ({c.source})",
                 )
             )
+    wide = _widest_text(r.components)
+    if wide:
+        lines.append(("widest", wide))
     bar, comp = r.progress_bar_total_s, r.composer_total_s
     init = tl.init_s
     lines.append(
@@ -411,6 +418,15 @@ def step_forecast_section(result, frac: float | None, r) -> Section:
         ]
         lines.append(("actual end", f"{fmt_s(actual, 'compact')}  (error: {', '.join(errs)})"))
     return Section(key="step_forecast", title=title, rows=facts(lines), json=r.to_dict())
+
+
+def _widest_text(components) -> str:
+    """The part whose uncertainty widens the interval most, its one sd and what it rests
+    on: the assumption to measure first."""
+    c = widest(components)
+    if c is None:
+        return ""
+    return f"{c.name}: ±{fmt_s(c.spread_s, 'compact')} (one sd; {c.source})"
 
 
 def _spent(tl, r) -> list[str]:
@@ -456,20 +472,23 @@ def parts_section(a) -> Section:
                 f"{c.seen:,}",
                 f"{c.remaining:,}",
                 fmt_s(c.remaining_s),
+                f"±{fmt_s(c.spread_s)}",
             )
         )
         for c in f.components
     ]
+    head = ("Part", "Schedule", "Source", "Per occurrence", "Seen", "Left", "Time left", "± 1 sd")
     return Section(
         key="forecast_parts",
         title=f"Forecast: the run's parts (as of step {f.made_at_step:,})",
-        head=("Part", "Schedule", "Source", "Per occurrence", "Seen", "Left", "Time left"),
-        right=(False, False, False, True, True, True, True),
+        head=head,
+        right=(False, False, False, True, True, True, True, True),
         rows=tuple(rows),
         notes=(
             "Predicted total = time so far + the time left of every part. Sources: measured "
             "in this run, the schedule the framework or script gave, learned from when the "
-            "part recurred, or assumed (said so).",
+            "part recurred, or assumed (said so). ± 1 sd: what each part's uncertainty adds "
+            "to the interval above the point; the largest is the assumption to measure first.",
         ),
     )
 

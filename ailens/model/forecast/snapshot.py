@@ -43,6 +43,8 @@ class Component:
     sd_s: float = 0.0  # spread of one occurrence
     # 95 % half-width of its time per occurrence, relative to it (None: not known yet)
     precision: float | None = None
+    # One sd of what it still costs, above the point: its share of the interval's width.
+    spread_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,13 @@ class Prediction:
         if self.interval_s is None or not self.predicted_total_s:
             return None
         return (self.interval_s[1] - self.interval_s[0]) / 2 / self.predicted_total_s
+
+
+def widest(components: tuple[Component, ...]) -> Component | None:
+    """The part whose uncertainty widens the interval most (its ``spread_s``), the
+    assumption to check or measure first; None when nothing spreads."""
+    top = max(components, key=lambda c: c.spread_s, default=None)
+    return top if top is not None and top.spread_s > 0 else None
 
 
 def naive_total_s(elapsed_s: float, steps_done: int, total_steps: int | None) -> float | None:
@@ -152,6 +161,7 @@ class Snapshot:
             )
         r = max(n - s, 0)
         lvl = self._expected_level(r)
+        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
         comps = [
             Component(
                 "training steps",
@@ -163,9 +173,9 @@ class Snapshot:
                 r * lvl,
                 self.sd,
                 self.level_precision(),
+                spread_s=math.sqrt(var),
             )
         ]
-        var = r * r * self.level_var + r * self.sd**2 + self._drift_var(r, n)
         room = 0.0
         if self.unannounced:
             # Evaluations nobody announced may still come (some start half-way through a
@@ -177,6 +187,19 @@ class Snapshot:
             # there (an evaluation in the next step, a loader restarting) is not seen. The
             # same prior share's spread on the remaining training, as room, not a cost.
             room = max(room, EVAL_SHARE_SD * r * lvl)
+        if room > 0:
+            comps.append(
+                Component(
+                    "room for what is not seen yet",
+                    "an announced epoch end or checkpoint not passed, evaluations nobody announced",
+                    "assumed: no cost, +/- the evaluations' prior share of the training",
+                    0.0,
+                    0,
+                    0,
+                    0.0,
+                    spread_s=room,
+                )
+            )
         var += room * room
         var_lo, var_hi = self._add_parts(comps, var, s, n, r)
         total = elapsed + sum(c.remaining_s for c in comps)
@@ -211,19 +234,6 @@ class Snapshot:
         var_lo = var
         for part in self.parts:
             left = part.remaining(s, n)
-            comps.append(
-                Component(
-                    part.name,
-                    part.schedule,
-                    part.source,
-                    part.per_occurrence_s,
-                    part.seen,
-                    int(round(left)),
-                    left * part.per_occurrence_s,
-                    part.sd_s,
-                    part.precision,
-                )
-            )
             if part.seen:  # measured: its spread, and the uncertainty of its mean
                 add = left * part.sd_s**2 + left * left * part.sd_s**2 / part.seen
                 add_lo = add
@@ -238,6 +248,20 @@ class Snapshot:
                 most = min(2 * left, r)
                 extra = (most / math.sqrt(12) * part.per_occurrence_s) ** 2
                 add, add_lo = add + extra, add_lo + extra
+            comps.append(
+                Component(
+                    part.name,
+                    part.schedule,
+                    part.source,
+                    part.per_occurrence_s,
+                    part.seen,
+                    int(round(left)),
+                    left * part.per_occurrence_s,
+                    part.sd_s,
+                    part.precision,
+                    spread_s=math.sqrt(add),
+                )
+            )
             var, var_lo = var + add, var_lo + add_lo
         return var_lo, var
 
