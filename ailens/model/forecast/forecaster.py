@@ -331,9 +331,14 @@ class Forecaster:
         if len(self._warm) == 1:
             first = self._warm[0]
             level, sd = self.FIRST_UNIT_SHARE * first, self.FIRST_UNIT_SD * first
+            source = (
+                f"assumed: {self.FIRST_UNIT_SHARE:g} +/- {self.FIRST_UNIT_SD:g} of the first "
+                "step, its start-up not told apart yet"
+            )
         else:
             level = sum(used) / len(used)
             sd = self.COLD_CV * level
+            source = f"warm-up steps after the first, +/- {100 * self.COLD_CV:.0f} %"
         return Snapshot(
             steps_done=self.steps_known,
             elapsed_s=self.t_now / 1e9,
@@ -350,6 +355,7 @@ class Forecaster:
             df=NORMAL_DF,
             unannounced=self._unannounced(),
             first_unit_only=len(self._warm) == 1,
+            level_source=source,
         )
 
 

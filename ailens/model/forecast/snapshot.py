@@ -113,6 +113,8 @@ class Snapshot:
     unseen_periods: tuple[str, ...] = ()
     # The level is the first unit's time at the first-unit prior: no step after it seen.
     first_unit_only: bool = False
+    # Where the step level comes from (the training steps' source in the breakdown).
+    level_source: str = "measured"
 
     REVERSALS = 2
     # Real runs' step time wanders over a run (data, thermals, the schedule's later phases),
@@ -166,7 +168,7 @@ class Snapshot:
             Component(
                 "training steps",
                 "each step",
-                "measured",
+                self.level_source,
                 lvl,
                 self.level_n,
                 r,
