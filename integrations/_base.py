@@ -149,7 +149,7 @@ class Attachment:
         self._finder = StepFinder(agree) if infer_steps and lens.config.enabled else None
         self._steps_marked = lens.steps
         self._merged = 0
-        self._after_step: Callable[[], None] | None = None
+        self._after_step: tuple[Callable[[], None], ...] = ()
         lens.add_close_hook(self._closing)
 
     # ------------------------------------------------------------ public
@@ -358,15 +358,16 @@ class Attachment:
     def after_step_end(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` once, after the next step end (an optimizer's state exists then); a
         fault in it disables the Lens (training goes on)."""
-        self._after_step = fn
+        self._after_step += (fn,)
 
     def _step_end(self) -> None:
         self.lens.step_end()
         self._steps_marked = self.lens.steps
-        if self._after_step is not None:
-            fn, self._after_step = self._after_step, None
+        if self._after_step:
+            fns, self._after_step = self._after_step, ()
             try:
-                fn()
+                for fn in fns:
+                    fn()
             except Exception as e:  # noqa: BLE001 - fail open: training goes on without ailens
                 self.lens.disable(e)
 

@@ -245,6 +245,7 @@ def _checkpoint_every(trainer, steps_per_epoch: int | None) -> int | None:
     if len(callbacks) != 1:
         return None
     cb = callbacks[0]
+    # Its periods have no public getters: the attributes its __init__ sets, 0 when absent.
     if getattr(cb, "_train_time_interval", None) is not None or cb.save_top_k == 0:
         return None
     steps = int(getattr(cb, "_every_n_train_steps", 0) or 0)

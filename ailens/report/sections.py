@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from .._io import fmt_s
 from .._version import __version__
-from ..model.forecast.snapshot import widest
 from ..phases import TABLE2_HEAD, table2_rows, table3_cells
 from .rows import (
     COUNTER_LABELS,
@@ -421,10 +420,10 @@ def step_forecast_section(result, frac: float | None, r) -> Section:
 
 
 def _widest_text(components) -> str:
-    """The part whose uncertainty widens the interval most, its one sd and what it rests
-    on: the assumption to measure first."""
-    c = widest(components)
-    if c is None:
+    """The part whose uncertainty widens the interval most (its ``spread_s``), its one sd
+    and what it rests on: the assumption to measure first; "" when nothing spreads."""
+    c = max(components, key=lambda c: c.spread_s, default=None)
+    if c is None or c.spread_s <= 0:
         return ""
     return f"{c.name}: ±{fmt_s(c.spread_s, 'compact')} (one sd; {c.source})"
 

@@ -69,13 +69,6 @@ class Prediction:
         return (self.interval_s[1] - self.interval_s[0]) / 2 / self.predicted_total_s
 
 
-def widest(components: tuple[Component, ...]) -> Component | None:
-    """The part whose uncertainty widens the interval most (its ``spread_s``), the
-    assumption to check or measure first; None when nothing spreads."""
-    top = max(components, key=lambda c: c.spread_s, default=None)
-    return top if top is not None and top.spread_s > 0 else None
-
-
 def naive_total_s(elapsed_s: float, steps_done: int, total_steps: int | None) -> float | None:
     """The progress-bar forecast: elapsed + remaining steps x mean step time so far."""
     if not steps_done or not total_steps or elapsed_s <= 0:
