@@ -1036,21 +1036,27 @@ static PyMemberDef CallWrapper_members[] = {
     {NULL},
 };
 
+/* What the wrappers' type objects share: the one layout, called through vectorcall, an
+ * instance dict (integrations' named_like dresses them as the framework's function), the GC's
+ * traverse and clear. */
+#define CALL_WRAPPER_SLOTS                                                                 \
+    .tp_basicsize = sizeof(CallWrapper),                                                   \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,     \
+    .tp_call = PyVectorcall_Call,                                                          \
+    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),                             \
+    .tp_dictoffset = offsetof(CallWrapper, dict),                                          \
+    .tp_traverse = (traverseproc)CallWrapper_traverse,                                     \
+    .tp_clear = (inquiry)CallWrapper_clear,                                                \
+    .tp_dealloc = (destructor)CallWrapper_dealloc,                                         \
+    .tp_members = CallWrapper_members
+
 static PyTypeObject AsyncCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ailens._recorder.AsyncCall",
     .tp_doc = "AsyncCall(*, real, owner, local, op, handles, fallback): records each call of "
               "the asynchronous `real` as `op`, its handle -> tick in `handles`.",
-    .tp_basicsize = sizeof(CallWrapper),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    CALL_WRAPPER_SLOTS,
     .tp_new = AsyncCall_new,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
-    .tp_dictoffset = offsetof(CallWrapper, dict),
-    .tp_traverse = (traverseproc)CallWrapper_traverse,
-    .tp_clear = (inquiry)CallWrapper_clear,
-    .tp_dealloc = (destructor)CallWrapper_dealloc,
-    .tp_members = CallWrapper_members,
 };
 
 /* HandleWait: `real(handle)` that ends the handle's tick (popped from `handles`) after it. */
@@ -1124,16 +1130,8 @@ static PyTypeObject HandleWaitType = {
     .tp_name = "ailens._recorder.HandleWait",
     .tp_doc = "HandleWait(*, real, owner, handles, fallback): `real(handle)`, then the end of "
               "the tick `handles` holds for the handle.",
-    .tp_basicsize = sizeof(CallWrapper),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    CALL_WRAPPER_SLOTS,
     .tp_new = HandleWait_new,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
-    .tp_dictoffset = offsetof(CallWrapper, dict),
-    .tp_traverse = (traverseproc)CallWrapper_traverse,
-    .tp_clear = (inquiry)CallWrapper_clear,
-    .tp_dealloc = (destructor)CallWrapper_dealloc,
-    .tp_members = CallWrapper_members,
 };
 
 /* BlockingCall: a blocking collective of mpi4py's communicator proxy (integrations/mpi.py's
@@ -1417,16 +1415,8 @@ static PyTypeObject BlockingCallType = {
     .tp_doc = "BlockingCall(*, real, owner, local, op, name, array_type, no_payload, sizing, "
               "equal_counts, fallback): records each call of the blocking collective `real` "
               "as `op`.",
-    .tp_basicsize = sizeof(CallWrapper),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    CALL_WRAPPER_SLOTS,
     .tp_new = BlockingCall_new,
-    .tp_call = PyVectorcall_Call,
-    .tp_vectorcall_offset = offsetof(CallWrapper, vectorcall),
-    .tp_dictoffset = offsetof(CallWrapper, dict),
-    .tp_traverse = (traverseproc)CallWrapper_traverse,
-    .tp_clear = (inquiry)CallWrapper_clear,
-    .tp_dealloc = (destructor)CallWrapper_dealloc,
-    .tp_members = CallWrapper_members,
 };
 
 static struct PyModuleDef recorder_module = {
