@@ -11,10 +11,23 @@ The loaders' ``__iter__`` is wrapped while attached (one call per epoch, nothing
 A schedule the script or a framework gave is left as it is. The forecast then shows when
 the current epoch ends (``lens.forecast.epoch``), and the run's total once the epochs are
 known too.
+
+The epochs: where nothing said them, the script's own loop says them. At the training
+data's first iteration, the innermost ``for NAME in range(...)`` around it, in the frame
+that iterates it or in one of its two callers (a method per epoch, called from the loop),
+is the epoch loop (``epoch_loop``): its bounds are read from the script's bytecode and
+frame (names, attributes read without running code, a plain dict's or list's items,
+constants, and ``+ - * //`` of them), and the epochs still to run, the current one counted,
+are the schedule's ``epochs`` (``epochs_from`` in the run's info says which loop). Anything
+else (a ``while`` loop, ``tqdm(range(...))``, a bound from a call) says nothing.
 """
 
 from __future__ import annotations
 
+import builtins
+import dis
+import inspect
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -26,8 +39,11 @@ class EpochWatch:
     """Mixin of an :class:`~ailens.integrations._base.Attachment` (before it in the bases)."""
 
     # (id, steps at its start, len, the iterator: a weak reference, so that a loader's
-    # worker processes end with the script's last reference to it)
-    _pending_loader: tuple[int, int, int | None, Callable[[], Any]] | None = None
+    # worker processes end with the script's last reference to it, the epoch loop around
+    # its iteration: epochs left and where)
+    _pending_loader: (
+        tuple[int, int, int | None, Callable[[], Any], tuple[int, str] | None] | None
+    ) = None
     _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
     _spe_guess: int | None = None  # the steps per epoch this watch set from a length
     _spe_learned = False
@@ -54,18 +70,21 @@ class EpochWatch:
             it = real(loader)
             if self.attached and not self._spe_learned:
                 try:
-                    self._loader_began(id(loader), lambda: length(loader), _weak(it))
+                    caller = sys._getframe(1)  # the script's frame that iterates it
+                    self._loader_began(id(loader), lambda: length(loader), _weak(it), caller)
                 except Exception as e:  # noqa: BLE001 - fail open
                     self.lens.disable(e)
             return it
 
         self.patches.set(cls, "__iter__", named_like(__iter__, real))
 
-    def _loader_began(self, key: int, length, it: Callable[[], Any]) -> None:
+    def _loader_began(self, key: int, length, it: Callable[[], Any], caller=None) -> None:
         steps = self.lens.steps
         train = self._train_loader
         if train is None:
-            self._pending_loader = (key, steps, length(), it)
+            said = steps or self.lens.total_steps is not None or self.lens.schedule.epochs
+            loop = None if said or caller is None else epoch_loop(caller)
+            self._pending_loader = (key, steps, length(), it, loop)
             return
         if train[0] != key or steps <= train[1]:
             return  # another loader (an evaluation), or the same epoch begun again (a peek)
@@ -85,7 +104,7 @@ class EpochWatch:
 
     def _loader_trains(self) -> None:
         """The first step ended during the pending loader's iteration: it trains."""
-        key, start, n, it = self._pending_loader
+        key, start, n, it, loop = self._pending_loader
         self._pending_loader = None
         self._train_loader = (key, start)
         if n and self.lens.steps_per_epoch is None:
@@ -95,6 +114,16 @@ class EpochWatch:
             drawn = _batches_drawn(it())
             if drawn is not None:
                 self._batches_probe = (it, [drawn])
+        if loop is not None and self.lens.total_steps is None and not self.lens.schedule.epochs:
+            epochs, where = loop
+            self.lens.set_schedule(epochs=epochs)
+            self.lens.describe(epochs_from=f"the script's loop {where}")
+            self.notice(
+                "ailens: %d epochs to run, from the script's loop %s (not the run's length? "
+                "pass total_steps=N to the attach line)",
+                epochs,
+                where,
+            )
 
     def _batches_per_step(self) -> None:
         """The batches the second and third steps took: the same k > 1 (gradient
@@ -146,3 +175,140 @@ def _torch_length(loader: Any) -> int | None:
 def _tf_length(dataset: Any) -> int | None:
     n = int(dataset.cardinality())  # -1: infinite, -2: unknown
     return n if n > 0 else None
+
+
+# How far up from the frame that iterates the training data the epoch loop may be: that
+# frame (``for epoch in range(E): for batch in loader:``), its caller (a method per epoch,
+# the DDP tutorial's ``_run_epoch``) and the caller's (``main`` calling ``train(epoch)``).
+# Further up a loop is likelier another thing's (trials, folds).
+EPOCH_LOOP_DEPTH = 3
+_BINARY = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__}
+_BINARY_310 = {"BINARY_ADD": "+", "BINARY_SUBTRACT": "-", "BINARY_MULTIPLY": "*",
+               "BINARY_FLOOR_DIVIDE": "//"}  # fmt: skip
+_SKIP = {"PRECALL", "PUSH_NULL", "CACHE", "NOP", "EXTENDED_ARG", "NOT_TAKEN"}
+
+
+def epoch_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple[int, str] | None:
+    """The epochs still to run, the current one counted, of the innermost ``for NAME in
+    range(...)`` loop around ``frame``'s current instruction, or else around its callers'
+    (``depth`` frames in all), with where it is (``for epoch in range(0, 50) in train()
+    (script.py:72)``); None where there is none or its bounds are not plain values."""
+    for _ in range(depth):
+        if frame is None:
+            return None
+        try:
+            found = _range_loop(frame)
+        except Exception:  # noqa: BLE001 - bytecode of another Python: the loop says nothing
+            found = None
+        if found is not None:
+            return found
+        frame = frame.f_back
+    return None
+
+
+def _range_loop(frame: Any) -> tuple[int, str] | None:
+    code, at = frame.f_code, frame.f_lasti
+    # A big loop's FOR_ITER has an EXTENDED_ARG before it (dis gives the target on the
+    # FOR_ITER): only what computes values is kept.
+    ins = [x for x in dis.get_instructions(code) if x.opname not in _SKIP]
+    loop = None  # the innermost: loops nest, so the last enclosing one in the code
+    for i, x in enumerate(ins):
+        if x.opname == "FOR_ITER" and isinstance(x.argval, int) and x.offset < at < x.argval:
+            loop = i
+    if loop is None or loop < 3 or ins[loop - 1].opname != "GET_ITER":
+        return None
+    bounds = _range_args(frame, ins[: loop - 1])
+    store = ins[loop + 1]
+    if bounds is None or not store.opname.startswith("STORE_"):
+        return None
+    current = _value(frame, store.argval, local=store.opname != "STORE_GLOBAL")
+    r = range(*bounds)
+    if not isinstance(current, int) or isinstance(current, bool) or current not in r:
+        return None
+    line = getattr(ins[loop].positions, "lineno", None) or frame.f_lineno
+    file = code.co_filename.rsplit("/", 1)[-1]
+    where = (
+        f"for {store.argval} in range({', '.join(map(str, bounds))}) in {code.co_name}() "
+        f"({file}:{line})"
+    )
+    return len(r) - r.index(current), where
+
+
+def _range_args(frame: Any, before: list) -> tuple[int, ...] | None:
+    """The arguments of the ``range(...)`` call that ``before`` ends with: the nearest load
+    of the builtin ``range``, then plain loads and arithmetic up to the call."""
+    start = next(
+        (k for k in range(len(before) - 1, -1, -1)
+         if before[k].opname in ("LOAD_GLOBAL", "LOAD_NAME") and before[k].argval == "range"),
+        None,
+    )  # fmt: skip
+    if start is None:
+        return None
+    if _value(frame, "range", local=before[start].opname == "LOAD_NAME") is not range:
+        return None  # the script's own range
+    stack: list = []
+    for x in before[start + 1 :]:
+        op = x.opname
+        if op in ("CALL", "CALL_FUNCTION"):
+            if x is not before[-1] or x.arg != len(stack) or not 1 <= len(stack) <= 3:
+                return None
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in stack):
+                return None
+            return tuple(stack)
+        if op in ("LOAD_CONST", "LOAD_SMALL_INT"):
+            stack.append(x.argval)
+        elif op.startswith("LOAD_FAST") or op == "LOAD_DEREF":
+            names = x.argval if isinstance(x.argval, tuple) else (x.argval,)
+            stack.extend(_value(frame, n, local=True) for n in names)
+        elif op in ("LOAD_GLOBAL", "LOAD_NAME"):
+            stack.append(_value(frame, x.argval, local=op == "LOAD_NAME"))
+        elif op == "LOAD_ATTR" and stack:
+            stack.append(_attribute(stack.pop(), x.argval))
+        elif (op == "BINARY_SUBSCR" or x.argrepr == "[]") and len(stack) >= 2:
+            key = stack.pop()
+            stack.append(_item(stack.pop(), key))
+        elif (op == "BINARY_OP" or op in _BINARY_310) and len(stack) >= 2:
+            b, a = stack.pop(), stack.pop()
+            fn = _BINARY.get(_BINARY_310.get(op, x.argrepr))
+            ok = fn and all(isinstance(v, int) and not isinstance(v, bool) for v in (a, b))
+            stack.append(fn(a, b) if ok and (b or fn is not int.__floordiv__) else None)
+        else:
+            return None
+    return None
+
+
+_MISSING = object()
+
+
+def _value(frame: Any, name: str, *, local: bool) -> Any:
+    """``name`` as the frame sees it: a local (or a module's name), a global, a builtin."""
+    if local:
+        v = frame.f_locals.get(name, _MISSING)
+        if v is not _MISSING:
+            return v
+    v = frame.f_globals.get(name, _MISSING)
+    if v is not _MISSING:
+        return v
+    return frame.f_builtins.get(name, getattr(builtins, name, None))
+
+
+def _item(container: Any, key: Any) -> Any:
+    """``container[key]`` of a plain dict, list or tuple (no code of the script runs)."""
+    if type(container) is dict:
+        return container.get(key)
+    if (
+        type(container) in (list, tuple)
+        and type(key) is int
+        and -len(container) <= key < len(container)
+    ):
+        return container[key]
+    return None
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``obj.name`` without running code (a property or ``__getattr__`` gives None)."""
+    try:
+        v = inspect.getattr_static(obj, name)
+    except AttributeError:
+        return None
+    return None if hasattr(v, "__get__") and not isinstance(v, int) else v

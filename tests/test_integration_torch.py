@@ -201,8 +201,9 @@ def test_tutorial_script_told_nothing_shows_the_epoch_end_and_how_to_give_the_le
     """Issue 30, 9: the DDP tutorial's shape with only ``attach(model, optimizer)`` (epochs in
     the script's own range) ended with "no early forecast" and showed nothing live: the steps
     per epoch come from len(loader) of the loader that trains, the epoch's end is forecast
-    from the first steps after warm-up, and one line says how to give the length."""
-    results = run_tutorial(tmp_path, "--epochs", "3", "--eval")
+    from the first steps after warm-up, and one line says how to give the length. Its epochs
+    counted in a ``while`` loop: nothing says them."""
+    results = run_tutorial(tmp_path, "--epochs", "3", "--eval", "--while")
     for r in results:
         assert r["disabled"] is None
         spe = r["batches"]  # 640 samples / 2 ranks / batch 8 = 40
@@ -225,6 +226,41 @@ def test_tutorial_script_told_nothing_shows_the_epoch_end_and_how_to_give_the_le
         assert [m.get("steps_per_epoch") for m in said if "checkpoint_bytes" not in m] == [40]
     doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
     assert doc["total_steps"] == 120  # learned at the close: the steps done
+
+
+@pytest.mark.parallel
+def test_tutorial_scripts_epoch_loop_gives_the_total_from_the_first_step(tmp_path):
+    """Issue 30, 9: "the total as soon as anything says the length". The tutorial's own
+    ``for epoch in range(args.epochs)`` (its body in a function per epoch, as the tutorial's
+    ``_run_epoch``) says the epochs: with the loader's length, the total from the first step
+    on, no line asking for the length; rank 0 says which loop, as the run's info does."""
+    results = run_tutorial(tmp_path, "--epochs", "3", "--eval")
+    for r in results:
+        assert r["disabled"] is None and r["steps"] == 120
+        assert [s["total_steps"] for s in r["seen"]] == [120] * 120
+        shown = [s for s in r["seen"] if s["at"] is not None]
+        assert shown and shown[0]["steps"] <= 3, r["seen"][:5]
+    loop = (
+        "the script's loop for epoch in range(3) in main() (torch_tutorial.py:"
+        f"{_line_of(TUTORIAL, 'the tutorial' + chr(39) + 's loop')})"
+    )
+    assert [n for n in results[0]["notices"] if "epochs to run" in n] == [
+        f"ailens: 3 epochs to run, from {loop} (not the run's length? pass total_steps=N to "
+        "the attach line)"
+    ]
+    assert not any("epochs to run" in n for n in results[1]["notices"])  # rank 0 only
+    assert not any("are not known" in n for r in results for n in r["notices"])  # no hint
+    run = load_run(tmp_path / "run")
+    for rank in run.ranks:
+        said = [m for m in rank.marks if m["kind"] == "info" and "epochs_from" in m]
+        assert [m["epochs_from"] for m in said] == [loop]
+        assert [m["epochs"] for m in rank.marks if m["kind"] == "schedule" and "epochs" in m] == [3]
+    doc = json.loads((tmp_path / "run" / "forecast.json").read_text())
+    assert doc["total_steps"] == 120
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 @pytest.mark.parallel

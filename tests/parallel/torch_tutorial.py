@@ -2,10 +2,12 @@
 tutorial script (pytorch/examples distributed/ddp-tutorial-series/multigpu.py) with only the
 documented line added, ``attach(model, optimizer)``: a ``DistributedSampler`` loader, the
 epochs in the script's own ``range``, ``sampler.set_epoch`` and a peek at the first batch
-each epoch, and, with ``--eval``, an evaluation loader run after each epoch. Nothing tells
-ailens the run's length. Every rank prints one ``RESULT {json}`` line.
+each epoch (in a function of its own, as the tutorial's ``_run_epoch``), and, with
+``--eval``, an evaluation loader run after each epoch. Nothing but the loop tells ailens the
+run's length; with ``--while`` the epochs are counted in a ``while`` loop, and nothing does.
+Every rank prints one ``RESULT {json}`` line.
 
-argv: --run-dir DIR [--epochs E] [--samples N] [--accumulate K] [--eval]
+argv: --run-dir DIR [--epochs E] [--samples N] [--accumulate K] [--eval] [--while]
 """
 
 import argparse
@@ -26,6 +28,7 @@ def main() -> None:
     ap.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step")
     ap.add_argument("--eval", action="store_true")
     ap.add_argument("--workers", type=int, default=0, help="DataLoader worker processes")
+    ap.add_argument("--while", dest="while_loop", action="store_true")
     args = ap.parse_args()
     notices: list[str] = []  # what ailens says (the user's logging shows INFO)
     handler = logging.Handler(logging.INFO)
@@ -61,7 +64,8 @@ def main() -> None:
     handle = attach(model, optimizer, run_dir=args.run_dir)  # the one line
     lens = handle.lens
     seen: list[dict] = []
-    for epoch in range(args.epochs):
+
+    def run_epoch(epoch: int, model: torch.nn.Module) -> int:
         batch_size = len(next(iter(train))[0])  # the tutorial's peek
         train.sampler.set_epoch(epoch)
         for i, (x, y) in enumerate(train):
@@ -87,6 +91,16 @@ def main() -> None:
             with torch.no_grad():
                 for x, y in test:
                     torch.nn.functional.mse_loss(model(x), y)
+        return batch_size
+
+    if args.while_loop:
+        epoch = 0
+        while epoch < args.epochs:
+            batch_size = run_epoch(epoch, model)
+            epoch += 1
+    else:
+        for epoch in range(args.epochs):  # the tutorial's loop
+            batch_size = run_epoch(epoch, model)
     steps_per_epoch = lens.steps_per_epoch
     handle.close()
     print(
