@@ -290,7 +290,9 @@ def later_occurrences(rows: list[dict]) -> None:
 def _after_warm(rows: list[dict], k: int) -> None:
     """After ``k`` warm occurrences: their mean against the later ones' mean, held by the
     stated half-width and by the other families' 95 % quantile of that error."""
-    rows = [r for r in rows if len(r["xs"]) - 1 > k]  # k warm ones and a later one
+    # k warm ones and a later one; occurrences of 0 s (a log's whole-second clock) have no
+    # relative error
+    rows = [r for r in rows if len(r["xs"]) - 1 > k and np.mean(r["xs"][1 : k + 1]) > 0]
     err, stated = [], []
     for r in rows:
         warm = np.array(r["xs"][1:])
