@@ -225,7 +225,7 @@ def _range_loop(frame: Any) -> tuple[int, str] | None:
     r = range(*bounds)
     if not isinstance(current, int) or isinstance(current, bool) or current not in r:
         return None
-    line = getattr(ins[loop].positions, "lineno", None) or frame.f_lineno
+    line = getattr(getattr(ins[loop], "positions", None), "lineno", None) or frame.f_lineno
     file = code.co_filename.rsplit("/", 1)[-1]
     where = (
         f"for {store.argval} in range({', '.join(map(str, bounds))}) in {code.co_name}() "
