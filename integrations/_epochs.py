@@ -13,13 +13,14 @@ the current epoch ends (``lens.forecast.epoch``), and the run's total once the e
 known too.
 
 The epochs: where nothing said them, the script's own loop says them. At the training
-data's first iteration, the innermost ``for NAME in range(...)`` around it, in the frame
-that iterates it or in one of its two callers (a method per epoch, called from the loop),
-is the epoch loop (``epoch_loop``): its bounds are read from the script's bytecode and
-frame (names, attributes read without running code, a plain dict's or list's items,
-constants, and ``+ - * //`` of them), and the epochs still to run, the current one counted,
-are the schedule's ``epochs`` (``epochs_from`` in the run's info says which loop). Anything
-else (a ``while`` loop, ``tqdm(range(...))``, a bound from a call) says nothing.
+data's first iteration, the innermost ``for`` loop around it, in the frame that iterates it
+or in one of its two callers (a method per epoch, called from the loop), is the epoch loop
+(``epoch_loop``). When it is ``for NAME in range(...)``, its bounds are read from the
+script's bytecode and frame (names, attributes read without running code, a plain dict's
+or list's items, constants, and ``+ - * //`` of them), and the epochs still to run, the
+current one counted, are the schedule's ``epochs`` (``epochs_from`` in the run's info says
+which loop). Anything else (a ``while`` loop, ``tqdm(range(...))``, a bound from a call)
+says nothing, and no loop further up is taken for it.
 """
 
 from __future__ import annotations
@@ -192,21 +193,25 @@ def epoch_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple[int, str] | N
     """The epochs still to run, the current one counted, of the innermost ``for NAME in
     range(...)`` loop around ``frame``'s current instruction, or else around its callers'
     (``depth`` frames in all), with where it is (``for epoch in range(0, 50) in train()
-    (script.py:72)``); None where there is none or its bounds are not plain values."""
+    (script.py:72)``); None where there is none, where the innermost loop is not a plain
+    ``range`` (``tqdm(range(E))``, a list: the epochs' loop, unread; callers further up are
+    not searched past it) or its bounds are not plain values."""
     for _ in range(depth):
         if frame is None:
             return None
         try:
-            found = _range_loop(frame)
+            looped, found = _range_loop(frame)
         except Exception:  # noqa: BLE001 - bytecode of another Python: the loop says nothing
-            found = None
-        if found is not None:
+            return None
+        if looped:  # the innermost loop around the iteration: the epochs', read or not
             return found
         frame = frame.f_back
     return None
 
 
-def _range_loop(frame: Any) -> tuple[int, str] | None:
+def _range_loop(frame: Any) -> tuple[bool, tuple[int, str] | None]:
+    """Whether a ``for`` loop encloses the frame's current instruction, and what the
+    innermost one says when it is a plain ``range`` loop."""
     code, at = frame.f_code, frame.f_lasti
     # A big loop's FOR_ITER has an EXTENDED_ARG before it (dis gives the target on the
     # FOR_ITER): only what computes values is kept.
@@ -215,7 +220,16 @@ def _range_loop(frame: Any) -> tuple[int, str] | None:
     for i, x in enumerate(ins):
         if x.opname == "FOR_ITER" and isinstance(x.argval, int) and x.offset < at < x.argval:
             loop = i
-    if loop is None or loop < 3 or ins[loop - 1].opname != "GET_ITER":
+    if loop is None:
+        return False, None
+    return True, _range_epochs(frame, ins, loop)
+
+
+def _range_epochs(frame: Any, ins: list, loop: int) -> tuple[int, str] | None:
+    """The iterations left of the loop at ``ins[loop]`` (its FOR_ITER), the current one
+    counted, when it is ``for NAME in range(...)`` with plain bounds."""
+    code = frame.f_code
+    if loop < 3 or ins[loop - 1].opname != "GET_ITER":
         return None
     bounds = _range_args(frame, ins[: loop - 1])
     store = ins[loop + 1]

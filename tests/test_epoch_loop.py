@@ -129,3 +129,13 @@ def test_a_plain_dicts_item_is_read_and_a_mappings_is_not():
         assert here() is None
         break
     assert got == ["epochs"]
+
+
+def test_the_search_stops_at_the_first_loop_even_one_it_cannot_read():
+    def run_epochs():
+        for _epoch in iter(range(3)):  # the epochs' loop, not a plain range
+            return here()
+
+    for _trial in range(5):  # a caller's loop of another thing: not the epochs
+        assert run_epochs() is None
+        break
