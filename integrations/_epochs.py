@@ -20,7 +20,10 @@ script's bytecode and frame (names, attributes read without running code, a plai
 or list's items, constants, and ``+ - * //`` of them), and the epochs still to run, the
 current one counted, are the schedule's ``epochs`` (``epochs_from`` in the run's info says
 which loop). Anything else (a ``while`` loop, ``tqdm(range(...))``, a bound from a call)
-says nothing, and no loop further up is taken for it.
+says nothing, and no loop further up is taken for it. A loop of steps
+(``for step in range(...)`` around the optimizer's step, its data drawn with ``next``) says
+the total the same way once it moved one element a step at ``STEP_LOOP_CHECKS`` step ends
+in a row (``total_steps_from``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,14 @@ from __future__ import annotations
 import builtins
 import dis
 import inspect
+import os
 import sys
+import sysconfig
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+import ailens
 
 from ._base import named_like
 
@@ -47,6 +54,9 @@ class EpochWatch:
     ) = None
     _train_loader: tuple[int, int] | None = None  # (id, steps at its first iteration)
     _spe_guess: int | None = None  # the steps per epoch this watch set from a length
+    # The script's loop around its first steps, (loop, index, elements left, where) at each
+    # step end, until it shows whether the loop is the steps' (``_step_loop_seen``).
+    _step_probe: list[tuple] | None = None
     _spe_learned = False
     # The training iterator and the batches it had handed out at each step's end, until the
     # third step's end says the batches per step.
@@ -78,6 +88,7 @@ class EpochWatch:
             return it
 
         self.patches.set(cls, "__iter__", named_like(__iter__, real))
+        self._step_probe = []
 
     def _loader_began(self, key: int, length, it: Callable[[], Any], caller=None) -> None:
         steps = self.lens.steps
@@ -102,6 +113,35 @@ class EpochWatch:
             self._loader_trains()
         elif self._batches_probe is not None:
             self._batches_per_step()
+        if self._step_probe is not None:
+            self._step_loop_seen()
+
+    def _step_loop_seen(self) -> None:
+        """At the first step ends while nothing said the length: the innermost ``for`` loop
+        around the script's step (``step_loop``). A plain ``range`` loop whose variable moved
+        one element a step at ``STEP_LOOP_CHECKS`` step ends in a row is the steps' loop: its
+        elements left are the steps to come. Anything else ends the probe."""
+        probe = self._step_probe
+        if self.lens.total_steps is not None or self.lens.schedule.epochs:
+            self._step_probe = None
+            return
+        seen = step_loop(sys._getframe(1))
+        if seen is None or (probe and (probe[-1][0] != seen[0] or probe[-1][1] + 1 != seen[1])):
+            self._step_probe = None
+            return
+        probe.append(seen)
+        if len(probe) < STEP_LOOP_CHECKS:
+            return
+        self._step_probe = None
+        _, _, left, where = seen
+        self.lens.set_schedule(total_steps=self.lens.steps + left - 1)
+        self.lens.describe(total_steps_from=f"the script's loop {where}")
+        self.notice(
+            "ailens: %d steps to come, from the script's loop %s (not the run's length? pass "
+            "total_steps=N to the attach line)",
+            left - 1,
+            where,
+        )
 
     def _loader_trains(self) -> None:
         """The first step ended during the pending loader's iteration: it trains."""
@@ -187,13 +227,37 @@ _BINARY = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__flo
 _BINARY_310 = {"BINARY_ADD": "+", "BINARY_SUBTRACT": "-", "BINARY_MULTIPLY": "*",
                "BINARY_FLOOR_DIVIDE": "//"}  # fmt: skip
 _SKIP = {"PRECALL", "PUSH_NULL", "CACHE", "NOP", "EXTENDED_ARG", "NOT_TAKEN"}
+# A step's loop at this many step ends in a row, one element a step, is the steps' loop.
+STEP_LOOP_CHECKS = 3
+# Where code is not the script's: the standard library, installed packages, ailens.
+_LIBRARY = tuple(
+    {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.dirname(os.path.abspath(__file__)) + os.sep,
+       os.path.dirname(os.path.abspath(ailens.__file__)) + os.sep}
+)  # fmt: skip
 
 
 def epoch_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple[int, str] | None:
-    """The epochs still to run, the current one counted, of the innermost ``for NAME in
-    range(...)`` loop around ``frame``'s current instruction, or else around its callers'
-    (``depth`` frames in all), with where it is (``for epoch in range(0, 50) in train()
-    (script.py:72)``); None where there is none, where the innermost loop is not a plain
+    """The epochs still to run, the current one counted, of the script's epoch loop around
+    ``frame`` (``innermost_loop``), with where it is."""
+    found = innermost_loop(frame, depth)
+    return None if found is None else (found[2], found[3])
+
+
+def step_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
+    """``innermost_loop`` around the script's frame that ``frame`` was called from (the first
+    one up that is not the standard library's, an installed package's or ailens's: the
+    framework's step, its hooks and wrappers are between)."""
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+        frame = frame.f_back
+    return None if frame is None else innermost_loop(frame, depth)
+
+
+def innermost_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
+    """The innermost ``for NAME in range(...)`` loop around ``frame``'s current instruction,
+    or else around its callers' (``depth`` frames in all): (the loop, its element's index,
+    the elements left with the current one, where it is: ``for epoch in range(0, 50) in
+    train() (script.py:72)``); None where there is none, where the innermost loop is not a plain
     ``range`` (``tqdm(range(E))``, a list: the epochs' loop, unread; callers further up are
     not searched past it) or its bounds are not plain values."""
     for _ in range(depth):
@@ -209,7 +273,7 @@ def epoch_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple[int, str] | N
     return None
 
 
-def _range_loop(frame: Any) -> tuple[bool, tuple[int, str] | None]:
+def _range_loop(frame: Any) -> tuple[bool, tuple | None]:
     """Whether a ``for`` loop encloses the frame's current instruction, and what the
     innermost one says when it is a plain ``range`` loop."""
     code, at = frame.f_code, frame.f_lasti
@@ -225,9 +289,9 @@ def _range_loop(frame: Any) -> tuple[bool, tuple[int, str] | None]:
     return True, _range_epochs(frame, ins, loop)
 
 
-def _range_epochs(frame: Any, ins: list, loop: int) -> tuple[int, str] | None:
-    """The iterations left of the loop at ``ins[loop]`` (its FOR_ITER), the current one
-    counted, when it is ``for NAME in range(...)`` with plain bounds."""
+def _range_epochs(frame: Any, ins: list, loop: int) -> tuple | None:
+    """The loop at ``ins[loop]`` (its FOR_ITER), when it is ``for NAME in range(...)`` with
+    plain bounds: (the loop, the index of its element, the elements left, where)."""
     code = frame.f_code
     if loop < 3 or ins[loop - 1].opname != "GET_ITER":
         return None
@@ -245,7 +309,13 @@ def _range_epochs(frame: Any, ins: list, loop: int) -> tuple[int, str] | None:
         f"for {store.argval} in range({', '.join(map(str, bounds))}) in {code.co_name}() "
         f"({file}:{line})"
     )
-    return len(r) - r.index(current), where
+    index = r.index(current)
+    return (
+        (code.co_filename, code.co_firstlineno, ins[loop].offset, bounds),
+        index,
+        len(r) - index,
+        where,
+    )
 
 
 def _range_args(frame: Any, before: list) -> tuple[int, ...] | None:

@@ -338,3 +338,36 @@ def test_epochs_given_without_steps_per_epoch_give_the_total_from_the_loader(tmp
     from torch.utils.data import DataLoader as Plain
 
     assert Plain.__iter__.__name__ == "__iter__" and not hasattr(Plain.__iter__, "__wrapped__")
+
+
+@pytest.mark.parametrize(
+    "batches_a_step, total", [(1, 30), (2, None)], ids=["a-step-an-element", "accumulating"]
+)
+def test_a_loop_of_steps_gives_the_total_once_it_moves_one_element_a_step(
+    tmp_path, batches_a_step, total
+):
+    """Issue 30, 9: a script that loops over its steps (``for step in range(...)``, its data
+    drawn with ``next``) says its length. The loop moved one element a step at three step
+    ends in a row: the elements left are the steps to come, from the third step on. A loop
+    of batches that steps the optimizer every second one (gradient accumulation) is not the
+    steps' loop: nothing is taken from it."""
+    from ailens.integrations.torch import attach
+    from torch.utils.data import DataLoader, TensorDataset
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = iter(DataLoader(TensorDataset(torch.ones(240, 4)), batch_size=4))
+    handle = attach(model, opt, run_dir=tmp_path / "run")
+    totals = []
+    start = 5  # a resumed run: 25 of the loop's 30 steps to come
+    for batch in range(start * batches_a_step, 30 * batches_a_step):
+        (x,) = next(data)
+        model(x).sum().backward()
+        if (batch + 1) % batches_a_step == 0:
+            opt.step()
+            opt.zero_grad()
+            totals.append(handle.lens.total_steps)
+    handle.close()
+    assert handle.lens.disabled is None
+    expected = None if total is None else total - start
+    assert totals == [None, None] + [expected] * (len(totals) - 2)
