@@ -7,7 +7,7 @@ real functions; the integration's use of it runs under torchrun in
 import argparse
 import sys
 
-from integrations._epochs import epoch_loop
+from integrations._script_loop import epoch_loop
 
 args = argparse.Namespace(epochs=4)
 
