@@ -92,24 +92,25 @@ class EpochWatch:
             self.lens.describe(steps_per_epoch_from="the first epoch boundary")
 
     def _step_end(self) -> None:
+        if self._step_probe is not None:  # before the step counts: a total known by then
+            self._step_loop_seen()  # spares the line asking for it
         super()._step_end()
         if self._pending_loader is not None:
             self._loader_trains()
         elif self._batches_probe is not None:
             self._batches_per_step()
-        if self._step_probe is not None:
-            self._step_loop_seen()
 
     def _step_loop_seen(self) -> None:
         """At the first step ends while nothing said the length: the innermost ``for`` loop
         around the script's step (``step_loop``). A plain ``range`` loop whose variable moved
         one element a step at ``STEP_LOOP_CHECKS`` step ends in a row is the steps' loop: its
-        elements left are the steps to come. Anything else ends the probe."""
+        elements left, the one whose step is ending counted, are the steps from this one on.
+        Anything else ends the probe."""
         probe = self._step_probe
         if self.lens.total_steps is not None or self.lens.schedule.epochs:
             self._step_probe = None
             return
-        seen = step_loop(sys._getframe(1))
+        seen = step_loop(sys._getframe(1))  # from _step_end
         if seen is None or (probe and (probe[-1][0] != seen[0] or probe[-1][1] + 1 != seen[1])):
             self._step_probe = None
             return
@@ -118,7 +119,7 @@ class EpochWatch:
             return
         self._step_probe = None
         _, _, left, where = seen
-        self.lens.set_schedule(total_steps=self.lens.steps + left - 1)
+        self.lens.set_schedule(total_steps=self.lens.steps + left)
         self.lens.describe(total_steps_from=f"the script's loop {where}")
         self.notice(
             "ailens: %d steps to come, from the script's loop %s (not the run's length? pass "

@@ -344,13 +344,13 @@ def test_epochs_given_without_steps_per_epoch_give_the_total_from_the_loader(tmp
     "batches_a_step, total", [(1, 30), (2, None)], ids=["a-step-an-element", "accumulating"]
 )
 def test_a_loop_of_steps_gives_the_total_once_it_moves_one_element_a_step(
-    tmp_path, batches_a_step, total
+    tmp_path, capsys, batches_a_step, total
 ):
     """Issue 30, 9: a script that loops over its steps (``for step in range(...)``, its data
     drawn with ``next``) says its length. The loop moved one element a step at three step
     ends in a row: the elements left are the steps to come, from the third step on. A loop
     of batches that steps the optimizer every second one (gradient accumulation) is not the
-    steps' loop: nothing is taken from it."""
+    steps' loop: nothing is taken from it, and the line asking for the length comes."""
     from ailens.integrations.torch import attach
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -371,3 +371,6 @@ def test_a_loop_of_steps_gives_the_total_once_it_moves_one_element_a_step(
     assert handle.lens.disabled is None
     expected = None if total is None else total - start
     assert totals == [None, None] + [expected] * (len(totals) - 2)
+    # Known before the step time is: no line asking for the length (it still comes where
+    # the loop said nothing).
+    assert ("are not known" in capsys.readouterr().err) is (total is None)
