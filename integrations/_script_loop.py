@@ -1,18 +1,21 @@
 """What a training script's own loop says about its length, read from its running frames.
 
 The epochs: at the training data's first iteration (``_epochs.EpochWatch``), the innermost
-``for`` loop around it, in the frame that iterates it or in one of its two callers (a
-method per epoch, called from the loop), is the epoch loop (``epoch_loop``). When it is
-``for NAME in range(...)``, its bounds are read from the script's bytecode and frame
-(names, attributes read without running code, a plain dict's or list's items, constants,
-and ``+ - * //`` of them), and the epochs still to run, the current one counted, are the
-schedule's ``epochs`` (``epochs_from`` in the run's info says which loop). Anything else (a
-``while`` loop, ``tqdm(range(...))``, a bound from a call) says nothing, and no loop
-further up is taken for it.
+loop around it, in the frame that iterates it or in one of its two callers (a method per
+epoch, called from the loop), is the epoch loop (``epoch_loop``). When it is ``for NAME in
+range(...)``, the only loop there and in the script's frames above, its bounds are read
+from the script's bytecode and frame (names, attributes read without running code, a plain
+dict's or list's items, constants, and ``+ - * //`` of them), and the epochs still to run,
+the current one counted, are the schedule's ``epochs`` (``epochs_from`` in the run's info
+says which loop).
 
 The steps: a loop of steps (``for step in range(...)`` around the optimizer's step, its
 data drawn with ``next``) says the total the same way (``step_loop``), once it moved one
 element a step at ``STEP_LOOP_CHECKS`` step ends in a row (``total_steps_from``).
+
+Anything else says nothing: a ``while`` loop (the search stops there), ``tqdm(range(...))``,
+a bound from a call, a loop inside another (folds or trials around the epochs, the epochs
+around a loop of steps: which one is the run's length is not known).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ _BINARY = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__flo
 _BINARY_310 = {"BINARY_ADD": "+", "BINARY_SUBTRACT": "-", "BINARY_MULTIPLY": "*",
                "BINARY_FLOOR_DIVIDE": "//"}  # fmt: skip
 _SKIP = {"PRECALL", "PUSH_NULL", "CACHE", "NOP", "EXTENDED_ARG", "NOT_TAKEN"}
+_JUMPS = set(getattr(dis, "hasjump", ())) | set(dis.hasjrel) | set(dis.hasjabs)
 # A step's loop at this many step ends in a row, one element a step, is the steps' loop.
 STEP_LOOP_CHECKS = 3
 # Where code is not the script's: the standard library, installed packages, ailens.
@@ -62,39 +66,59 @@ def step_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
 
 
 def innermost_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
-    """The innermost ``for NAME in range(...)`` loop around ``frame``'s current instruction,
-    or else around its callers' (``depth`` frames in all): (the loop, its element's index,
-    the elements left with the current one, where it is: ``for epoch in range(0, 50) in
-    train() (script.py:72)``); None where there is none, where the innermost loop is not a plain
-    ``range`` (``tqdm(range(E))``, a list: the epochs' loop, unread; callers further up are
-    not searched past it) or its bounds are not plain values."""
+    """The innermost loop around ``frame``'s current instruction, or else around its
+    callers' (``depth`` frames in all), when it is ``for NAME in range(...)`` with plain
+    bounds and the only loop there and in the script's frames above: (the loop, its
+    element's index, the elements left with the current one, where it is: ``for epoch in
+    range(0, 50) in train() (script.py:72)``). None where there is none, where it is a
+    ``while`` loop, ``tqdm(range(E))`` or a list (callers further up are not searched past
+    it), where its bounds are not plain values, or where another loop encloses it (folds,
+    trials, the epochs around a loop of steps: which loop the run's length is, is not
+    known)."""
     for _ in range(depth):
         if frame is None:
             return None
         try:
-            looped, found = _range_loop(frame)
+            ins, loops = _enclosing_loops(frame)
+            if loops:
+                if len(loops) > 1 or loops[0] is None or _looped_above(frame.f_back):
+                    return None
+                return _range_epochs(frame, ins, loops[0])
         except Exception:  # noqa: BLE001 - bytecode of another Python: the loop says nothing
             return None
-        if looped:  # the innermost loop around the iteration: the epochs', read or not
-            return found
         frame = frame.f_back
     return None
 
 
-def _range_loop(frame: Any) -> tuple[bool, tuple | None]:
-    """Whether a ``for`` loop encloses the frame's current instruction, and what the
-    innermost one says when it is a plain ``range`` loop."""
-    code, at = frame.f_code, frame.f_lasti
-    # A big loop's FOR_ITER has an EXTENDED_ARG before it (dis gives the target on the
-    # FOR_ITER): only what computes values is kept.
-    ins = [x for x in dis.get_instructions(code) if x.opname not in _SKIP]
-    loop = None  # the innermost: loops nest, so the last enclosing one in the code
+def _enclosing_loops(frame: Any) -> tuple[list, list[int | None]]:
+    """The frame's instructions and the loops around its current one, innermost first: the
+    index of a ``for`` loop's FOR_ITER (it jumps forward past its body), None for a
+    ``while`` loop (a jump goes back over the current instruction; a body that returns has
+    none, and is no loop)."""
+    at = frame.f_lasti
+    # A big loop's jumps have an EXTENDED_ARG before them: only what computes values is kept
+    # (dis gives the target on the jump itself).
+    ins = [x for x in dis.get_instructions(frame.f_code) if x.opname not in _SKIP]
+    starts: dict[int, int | None] = {}
     for i, x in enumerate(ins):
-        if x.opname == "FOR_ITER" and isinstance(x.argval, int) and x.offset < at < x.argval:
-            loop = i
-    if loop is None:
-        return False, None
-    return True, _range_epochs(frame, ins, loop)
+        if x.opcode not in _JUMPS or not isinstance(x.argval, int):
+            continue
+        if x.opname == "FOR_ITER" and x.offset < at < x.argval:
+            starts[x.offset] = i
+        elif x.argval <= at < x.offset:  # back to the start of a loop around
+            k = next(k for k, y in enumerate(ins) if y.offset >= x.argval)
+            starts.setdefault(ins[k].offset, k if ins[k].opname == "FOR_ITER" else None)
+    return ins, [starts[o] for o in sorted(starts, reverse=True)]
+
+
+def _looped_above(frame: Any) -> bool:
+    """Whether a loop encloses the current instruction of a script frame from ``frame`` up
+    (the standard library's, installed packages' and ailens's frames are not the script's)."""
+    while frame is not None:
+        if not frame.f_code.co_filename.startswith(_LIBRARY) and _enclosing_loops(frame)[1]:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _range_epochs(frame: Any, ins: list, loop: int) -> tuple | None:

@@ -47,11 +47,41 @@ def test_the_loop_in_a_caller_and_a_resumed_run_counts_the_epochs_left():
     assert seen[0][1].startswith("for _epoch in range(2, 5) in loop()")
 
 
-def test_the_innermost_loop_is_the_epochs_one():
+def test_a_loop_inside_another_says_nothing():
+    """Folds or trials around the epochs: which loop is the run's length is not known."""
     for _fold in range(3):
         for _epoch in range(10):
-            assert here()[0] == 10
+            assert here() is None
             return
+
+
+def run_epoch():
+    return here()
+
+
+def test_a_loop_around_the_caller_of_the_epochs_loop_says_nothing():
+    def epochs():
+        for _epoch in range(10):
+            return run_epoch()
+
+    assert epochs()[0] == 10
+    for _trial in range(2):
+        assert epochs() is None
+        break
+
+
+def test_a_while_loop_ends_the_search():
+    def epochs():
+        epoch = 0
+        while epoch < 3:  # the epochs' loop, unread
+            epoch += 1
+            found = run_epoch()
+            if epoch == 1:
+                return found
+
+    for _trial in range(5):  # a caller's loop of another thing
+        assert epochs() is None
+        break
 
 
 def test_what_is_not_a_plain_range_loop_says_nothing():

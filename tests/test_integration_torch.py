@@ -374,3 +374,22 @@ def test_a_loop_of_steps_gives_the_total_once_it_moves_one_element_a_step(
     # Known before the step time is: no line asking for the length (it still comes where
     # the loop said nothing).
     assert ("are not known" in capsys.readouterr().err) is (total is None)
+
+
+def test_a_loop_of_steps_inside_the_epochs_loop_says_nothing(tmp_path):
+    """``for epoch in range(E): for step in range(S)``: the loop of steps moves one element a
+    step, but its elements left are the epoch's, not the run's: nothing is taken from it."""
+    from ailens.integrations.torch import attach
+
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    handle = attach(model, opt, run_dir=tmp_path / "run")
+    totals = []
+    for _epoch in range(2):
+        for _step in range(6):
+            model(torch.ones(4, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            totals.append(handle.lens.total_steps)
+    handle.close()
+    assert handle.lens.disabled is None and totals == [None] * 12
