@@ -93,7 +93,11 @@ class EpochWatch:
 
     def _step_end(self) -> None:
         if self._step_probe is not None:  # before the step counts: a total known by then
-            self._step_loop_seen()  # spares the line asking for it
+            try:  # spares the line asking for it
+                self._step_loop_seen()
+            except Exception as e:  # noqa: BLE001 - fail open: inside the optimizer's step
+                self._step_probe = None
+                self.lens.disable(e)
         super()._step_end()
         if self._pending_loader is not None:
             self._loader_trains()
