@@ -78,7 +78,7 @@ class EpochWatch:
         steps = self.lens.steps
         train = self._train_loader
         if train is None:
-            said = steps or self.lens.total_steps is not None or self.lens.schedule.epochs
+            said = steps or self._length_said()
             loop = None if said or caller is None else epoch_loop(caller)
             self._pending_loader = (key, steps, length(), it, loop)
             return
@@ -111,7 +111,7 @@ class EpochWatch:
         elements left, the one whose step is ending counted, are the steps from this one on.
         Anything else ends the probe."""
         probe = self._step_probe
-        if self.lens.total_steps is not None or self.lens.schedule.epochs:
+        if self._length_said():
             self._step_probe = None
             return
         seen = step_loop(sys._getframe(1))  # from _step_end
@@ -125,12 +125,7 @@ class EpochWatch:
         _, _, left, where = seen
         self.lens.set_schedule(total_steps=self.lens.steps + left)
         self.lens.describe(total_steps_from=f"the script's loop {where}")
-        self.notice(
-            "ailens: %d steps to come, from the script's loop %s (not the run's length? pass "
-            "total_steps=N to the attach line)",
-            left - 1,
-            where,
-        )
+        self._loop_notice(f"{left - 1} steps to come", where)
 
     def _loader_trains(self) -> None:
         """The first step ended during the pending loader's iteration: it trains."""
@@ -144,16 +139,24 @@ class EpochWatch:
             drawn = _batches_drawn(it())
             if drawn is not None:
                 self._batches_probe = (it, [drawn])
-        if loop is not None and self.lens.total_steps is None and not self.lens.schedule.epochs:
+        if loop is not None and not self._length_said():
             epochs, where = loop
             self.lens.set_schedule(epochs=epochs)
             self.lens.describe(epochs_from=f"the script's loop {where}")
-            self.notice(
-                "ailens: %d epochs to run, from the script's loop %s (not the run's length? "
-                "pass total_steps=N to the attach line)",
-                epochs,
-                where,
-            )
+            self._loop_notice(f"{epochs} epochs to run", where)
+
+    def _length_said(self) -> bool:
+        """Whether the run's length is known already: its total steps, or its epochs."""
+        return self.lens.total_steps is not None or bool(self.lens.schedule.epochs)
+
+    def _loop_notice(self, what: str, where: str) -> None:
+        """Rank 0's line for a length read from the script's loop, and how to correct it."""
+        self.notice(
+            "ailens: %s, from the script's loop %s (not the run's length? pass "
+            "total_steps=N to the attach line)",
+            what,
+            where,
+        )
 
     def _batches_per_step(self) -> None:
         """The batches the second and third steps took: the same k > 1 (gradient

@@ -60,7 +60,7 @@ def step_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
     """``innermost_loop`` around the script's frame that ``frame`` was called from (the first
     one up that is not the standard library's, an installed package's or ailens's: the
     framework's step, its hooks and wrappers are between)."""
-    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY):
+    while frame is not None and not _script(frame):
         frame = frame.f_back
     return None if frame is None else innermost_loop(frame, depth)
 
@@ -83,7 +83,7 @@ def innermost_loop(frame: Any, depth: int = EPOCH_LOOP_DEPTH) -> tuple | None:
             if loops:
                 if len(loops) > 1 or loops[0] is None or _looped_above(frame.f_back):
                     return None
-                return _range_epochs(frame, ins, loops[0])
+                return _range_position(frame, ins, loops[0])
         except Exception:  # noqa: BLE001 - bytecode of another Python: the loop says nothing
             return None
         frame = frame.f_back
@@ -111,17 +111,23 @@ def _enclosing_loops(frame: Any) -> tuple[list, list[int | None]]:
     return ins, [starts[o] for o in sorted(starts, reverse=True)]
 
 
+def _script(frame: Any) -> bool:
+    """Whether ``frame`` runs the script's code, not the standard library's, an installed
+    package's or ailens's."""
+    return not frame.f_code.co_filename.startswith(_LIBRARY)
+
+
 def _looped_above(frame: Any) -> bool:
     """Whether a loop encloses the current instruction of a script frame from ``frame`` up
     (the standard library's, installed packages' and ailens's frames are not the script's)."""
     while frame is not None:
-        if not frame.f_code.co_filename.startswith(_LIBRARY) and _enclosing_loops(frame)[1]:
+        if _script(frame) and _enclosing_loops(frame)[1]:
             return True
         frame = frame.f_back
     return False
 
 
-def _range_epochs(frame: Any, ins: list, loop: int) -> tuple | None:
+def _range_position(frame: Any, ins: list, loop: int) -> tuple | None:
     """The loop at ``ins[loop]`` (its FOR_ITER), when it is ``for NAME in range(...)`` with
     plain bounds: (the loop, the index of its element, the elements left, where)."""
     code = frame.f_code
