@@ -149,7 +149,7 @@ def test_t_quantile_of_a_new_df_costs_a_few_cdf_evaluations(monkeypatch):
     # evaluations, ~110 us, per new df). Newton's method from the Cornish-Fisher start
     # needs a few, and agrees with scipy to the bisection's 1e-12.
     stats = pytest.importorskip("scipy.stats")
-    import ailens.model.forecast.stats as st
+    import ailens._stats as st
 
     calls = []
     real = st._t_two_sided_cdf

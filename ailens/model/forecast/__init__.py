@@ -33,14 +33,16 @@ run's early forecast, with its honest interval. The progress-bar ETA a user alre
 (elapsed + remaining steps x mean step time so far, as tqdm and Keras' progbar compute it) is
 computed at every point beside it.
 
-The rooms: ``stats.py`` (t and chi-square quantiles), ``level.py`` (``StepLevel``: the
-training steps), ``schedule.py`` (``Schedule``, ``EvalPlan``), ``parts.py`` (``Part``, the
-one-off), ``extras.py`` (recurring extras), ``sections.py`` (sections), ``snapshot.py`` (the
-model at one step and its evaluation: total and interval), ``forecaster.py`` (feeds them and
-sums the parts), ``policy.py`` (which forecast is the run's, the signature rule) and
+The rooms (their statistics, Student's t and chi-square quantiles, are
+``ailens/_stats.py``, shared with the what-if): ``level.py`` (``StepLevel``: the training
+steps), ``schedule.py`` (``Schedule``, ``EvalPlan``), ``parts.py`` (``Part``, the one-off),
+``extras.py`` (recurring extras), ``sections.py`` (sections), ``snapshot.py`` (the model at
+one step and its evaluation: total and interval), ``forecaster.py`` (feeds them and sums
+the parts), ``policy.py`` (which forecast is the run's, the signature rule) and
 ``result.py`` (``Forecast``, the record it makes).
 """
 
+from ..._stats import NORMAL_95, t_quantile
 from .forecaster import Forecaster
 from .level import StepLevel
 from .parts import FIRST_WARM, FIRST_WARM_SD, Part, cold_precision, per_occurrence_precision
@@ -49,7 +51,6 @@ from .result import Forecast
 from .schedule import EvalPlan, Schedule
 from .sections import EVAL_SHARE
 from .snapshot import INTERVAL_LEVEL, Component, Prediction, Snapshot, naive_total_s
-from .stats import NORMAL_95, t_quantile
 
 __all__ = [
     "EARLY_SHARE",

@@ -15,10 +15,10 @@ from itertools import repeat
 
 import numpy as np
 
+from ..._stats import binomial_tail, occurrences
 from .level import StepLevel
 from .parts import Part, cold_precision, first_occurrence, per_occurrence_precision
 from .schedule import JITTER, EvalPlan, Schedule, fit_lattice
-from .stats import binomial_tail, occurrences
 
 MAX_SPIKES = 64  # recent spikes the recurring extras are learned from
 # A period learned from the steps alone needs this many occurrences: two pauses a hundred

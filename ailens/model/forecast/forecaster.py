@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import math
 
+from ..._stats import NORMAL_DF
 from .extras import recurring_extras
 from .level import StepLevel
 from .parts import split_spikes
 from .schedule import Schedule
 from .sections import section_parts, unannounced, under_way
 from .snapshot import Prediction, Snapshot
-from .stats import NORMAL_DF
 
 
 class Forecaster:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from .stats import chi2_quantile
+from ..._stats import chi2_quantile
 
 
 class StepLevel:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..._stats import NORMAL_95, occurrences, t_quantile
 from .schedule import EvalPlan
-from .stats import NORMAL_95, occurrences, t_quantile
 
 # The spread of a part's occurrences before they show it: 10 %, worth 2 occurrences.
 SECTION_CV = 0.1

@@ -19,11 +19,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..._stats import NORMAL_95, t_quantile
 from .forecaster import Forecaster
 from .level import StepLevel
 from .result import Forecast
 from .snapshot import Prediction, Snapshot
-from .stats import NORMAL_95, t_quantile
 
 # The first point a forecast is asked for: 5 % of the steps (a run of tens of steps has one).
 EARLY_SHARE = 0.05

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..._stats import NORMAL_95
 from .parts import (
     SECTION_CV,
     SECTION_PRIOR,
@@ -20,7 +21,6 @@ from .parts import (
     per_occurrence_precision,
 )
 from .schedule import EvalPlan, Schedule, learned_plan
-from .stats import NORMAL_95
 
 # A run of at most this many steps is a run of epochs or blocks (iterations come by the
 # thousand): evaluations nobody announced may still come between them.

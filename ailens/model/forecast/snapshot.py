@@ -21,10 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..._stats import t_quantile
 from .level import StepLevel
 from .parts import Part
 from .sections import COARSE_STEPS, EVAL_SHARE_SD
-from .stats import t_quantile
 
 INTERVAL_LEVEL = 0.95
 

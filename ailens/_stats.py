@@ -1,5 +1,6 @@
-"""The statistics the forecast rests on, stdlib only (the core does not use scipy):
-Student's t and chi-square quantiles, a binomial tail, and counting steps on a period."""
+"""The statistics the forecast and the what-if rest on, stdlib only (the core does not use
+scipy): Student's t and chi-square quantiles, a binomial tail, and counting steps on a
+period."""
 
 from __future__ import annotations
 
