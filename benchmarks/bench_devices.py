@@ -26,6 +26,13 @@ Each row also gives the share of pairs within 10 % (``within_10_pct``: a median 
 needs half), beside the same share for the model fitted on every job (in-sample).
 Interactions and other mechanisms tried and not kept: ``bench_devices_candidates.py``.
 
+The user's own history (``history`` in the JSON; ``DeviceSpeedModel.with_history``): each
+source in turn is a user's cluster. The model is fitted without the source; each pair of
+one of its jobs at one precision across device types is predicted by that model alone, and
+moved by the source's other jobs measured on the same two devices (their mean log residual
+each, ``pooled_ratio``: the user's history), its interval from the widths learned without
+the source (``half_widths`` of that model's own held-out cases).
+
     python benchmarks/bench_devices.py [--json OUT] [--write [PATH]]
 """
 
@@ -51,6 +58,7 @@ from ailens.predict import (  # noqa: E402
     PRECISION_PEAK_KEY,
     batch_term,
     fit_device_speed,
+    pooled_ratio,
 )
 
 # Vendor datasheets (dense peaks per device; TPU v3 per core, the unit its systems count).
@@ -419,20 +427,16 @@ def _err(log_pred: float, log_true: float) -> float:
 
 
 def half_widths(cases: list[dict]) -> dict:
-    """95 % quantiles of |log residual| per kind of pair (``WIDTH_KEYS``)."""
-    return {
-        k: float(
-            np.quantile(
-                [
-                    abs(x["model_log_ratio"] - x["true_log_ratio"])
-                    for x in cases
-                    if _in_width_set(x, k)
-                ],
-                0.95,
-            )
-        )  # fmt: skip
-        for k in WIDTH_KEYS
-    }
+    """95 % quantiles of |log residual| per kind of pair (``WIDTH_KEYS``; a kind with no
+    case is left out)."""
+    out = {}
+    for k in WIDTH_KEYS:
+        res = [
+            abs(x["model_log_ratio"] - x["true_log_ratio"]) for x in cases if _in_width_set(x, k)
+        ]
+        if res:
+            out[k] = float(np.quantile(res, 0.95))
+    return out
 
 
 def _cross_width(cases: list[dict], c: dict) -> float:
@@ -529,6 +533,67 @@ def summarise(cases: list[dict]) -> dict:
                 )
             )
             out[f"{fold} / {name}"] = row
+    return out
+
+
+def history_cases(obs: list[dict], widths_all: dict) -> list[dict]:
+    """The user's history, each source in turn a user's cluster (see the module docstring):
+    a row per pair of one of its jobs at one precision across device types, the model's
+    log ratio fitted without the source and the same moved by the source's other jobs on
+    the two cells (``pooled_ratio``), each with its 95 % half-width (``widths_all``, every
+    source's, where the source's absence leaves a kind of pair without cases)."""
+    out = []
+    for src in sorted({o["source"] for o in obs}):
+        train = [o for o in obs if o["source"] != src]
+        fitted = fit_device_speed(train, FEATURES)
+        widths = {**widths_all, **half_widths(evaluate(train))}
+        mine = [o for o in obs if o["source"] == src]
+        cases = [
+            c
+            for job in sorted({o["job"] for o in mine})
+            for a, b in _pairs(mine, job)
+            if a["cell"].split("|")[1] == b["cell"].split("|")[1]
+            and a["cell"].split("|")[0] != b["cell"].split("|")[0]
+            and (c := _case(fitted, a, b, "leave-one-source-out"))
+        ]
+        for c in cases:
+            others: dict = {}  # the other jobs on the same two cells: one residual each
+            for x in cases:
+                if x["job"] != c["job"] and (x["from"], x["to"]) == (c["from"], c["to"]):
+                    others.setdefault(x["job"], []).append(
+                        x["true_log_ratio"] - x["model_log_ratio"]
+                    )
+            kind = "measured" if c["both_measured"] else "features"
+            h = widths[f"{kind}|{'same stack' if c['same_stack'] else 'across stacks'}"]
+            point, width = pooled_ratio(
+                c["model_log_ratio"], h, [float(np.mean(v)) for v in others.values()]
+            )
+            out.append({**c, "history_jobs": len(others), "model_half_width_log": h,
+                        "history_log_ratio": point, "history_half_width_log": width})  # fmt: skip
+    return out
+
+
+def summarise_history(cases: list[dict]) -> dict:
+    """Median |error| % and 95 % coverage of the model alone, with the user's history and
+    of same speed, by source and in all."""
+    out = {}
+    for name in ("all", *sorted({c["source"] for c in cases})):
+        sel = [c for c in cases if name in ("all", c["source"])]
+        row = {"cases": len(sel), "jobs": len({c["job"] for c in sel}),
+               "with_history": sum(c["history_jobs"] > 0 for c in sel)}  # fmt: skip
+        for m, point, width in (("model", "model_log_ratio", "model_half_width_log"),
+                                ("history", "history_log_ratio", "history_half_width_log"),
+                                ("same_speed", "same_speed_log_ratio", None)):  # fmt: skip
+            e = [_err(c[point], c["true_log_ratio"]) for c in sel]
+            row[m] = {"median_pct": float(np.median(e))}
+            if width:
+                row[m]["coverage_95"] = float(
+                    np.mean([abs(c[point] - c["true_log_ratio"]) <= c[width] for c in sel])
+                )
+                row[m]["median_half_width_factor"] = float(
+                    math.exp(np.median([c[width] for c in sel]))
+                )
+        out[name] = row
     return out
 
 
@@ -641,11 +706,24 @@ def main(argv=None) -> int:
         f"{twin_median:.1f} %, worst {max(twins, default=float('nan')):.1f} % "
         f"({len(twins)} pairs)"
     )
+    hist = history_cases(obs, hw)
+    hist_summary = summarise_history(hist)
+    print("the user's history (each source left out in turn as a user's cluster; its other "
+          "jobs on the pair moving the model), median % / 95 % coverage:")  # fmt: skip
+    for k, r in hist_summary.items():
+        m, h = r["model"], r["history"]
+        print(
+            f"  {k:8} {r['cases']:4d} pairs of {r['jobs']:3d} jobs: model {m['median_pct']:.1f} "
+            f"% / {100 * m['coverage_95']:.1f} %, with the history {h['median_pct']:.1f} % / "
+            f"{100 * h['coverage_95']:.1f} % (x{h['median_half_width_factor']:.2f}), same "
+            f"speed {r['same_speed']['median_pct']:.1f} %"
+        )
     if args.json:
         Path(args.json).write_text(
             json.dumps(
                 {
                     "summary": summary,
+                    "history": {"summary": hist_summary, "cases": hist},
                     "in_sample_across_device_types_median_pct": floor,
                     "in_sample_median_pct": floors,
                     "in_sample_within_10_pct": within,

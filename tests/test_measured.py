@@ -340,3 +340,94 @@ def test_a_network_that_explains_the_growth_leaves_no_residual_of_rounding():
         assert 0 < fit.bandwidth_factor < 1
         assert [m.residual_s for m in fit.scales] == [0.0, 0.0]
         assert "+0 ms at 2 devices" in fit.notes[-1]
+
+
+def test_the_users_jobs_on_two_devices_move_the_device_speed():
+    """Issue 32 item 3: the user's own jobs measured on both devices of a pair move the
+    learned ratio for it, by their mean log residual pooled with the model (worth
+    ``HISTORY_PRIOR_JOBS`` jobs); a job measured the other way round counts inverted, a job's
+    repeated runs once, another precision or another pair not at all; one job keeps the
+    model's interval (moved), several agreeing jobs narrow it, disagreeing ones widen it."""
+    from ailens.predict import HISTORY_PRIOR_JOBS, MeasuredRatio, load_device_speed, pooled_ratio
+
+    model = load_device_speed()
+    base = model.ratio("V100", "A100 SXM4", "fp32")
+
+    def ran(job, ratio, src="V100", tgt="A100 SXM4", precision="fp32"):
+        return MeasuredRatio(job=job, src_device=src, tgt_device=tgt, precision=precision,
+                             ratio=ratio)  # fmt: skip
+
+    k = HISTORY_PRIOR_JOBS
+    one = model.with_history([ran("a", 0.5)]).ratio("V100", "A100 SXM4", "fp32")
+    shift = math.log(0.5 / base.ratio) / (1 + k)
+    assert one.ratio == pytest.approx(base.ratio * math.exp(shift))
+    assert one.high / one.low == pytest.approx(base.high / base.low)
+    assert "moved by 1 of the user's jobs measured on both (a)" in one.basis
+    # The same job twice, the other way round, and what does not match the pair.
+    same = model.with_history([
+        ran("a", 0.5), ran("a", 1 / 0.5, src="A100 SXM4", tgt="V100"),
+        ran("b", 0.2, precision="mixed"), ran("c", 0.2, tgt="H100 SXM5"),
+    ]).ratio("V100", "A100 SXM4", "fp32")  # fmt: skip
+    assert same.ratio == pytest.approx(one.ratio) and "(a)" in same.basis
+    # Many jobs that agree: the point near theirs, the interval narrower than the model's.
+    agree = model.with_history([ran(f"j{i}", 0.5 * (1 + 0.01 * i)) for i in range(12)])
+    r = agree.ratio("V100", "A100 SXM4", "fp32")
+    assert abs(math.log(r.ratio / 0.53)) < abs(math.log(base.ratio / 0.53)) / 2
+    assert r.high / r.low < base.high / base.low
+    # Jobs that disagree (0.25 to 1.0) widen it: the user's jobs do not share one ratio.
+    spread = model.with_history([ran(f"j{i}", x) for i, x in enumerate((0.25, 1.0, 0.3, 0.9))])
+    r = spread.ratio("V100", "A100 SXM4", "fp32")
+    assert r.high / r.low > base.high / base.low
+    assert pooled_ratio(0.1, 0.5, []) == (0.1, 0.5)
+    # A device the model does not know: the user's jobs are what moves "same speed".
+    r = model.with_history([ran("a", 0.6, tgt="MI250"), ran("b", 0.62, tgt="MI250")]).ratio(
+        "V100", "MI250", "fp32"
+    )
+    assert r.ratio < 0.9 and "moved by 2" in r.basis
+
+
+def _on(rec: dict, platform: str, step_s: float, tag: str) -> dict:
+    """A real record as the user stores it under a cluster platform's label (`history add
+    --platform LABEL`), at the step that platform measured."""
+    rec = json.loads(json.dumps(rec))
+    rec["platform"]["name"], rec["step"]["step_s"] = platform, step_s
+    rec["run_id"], rec["run_dir"] = f"{rec['run_id']}-{tag}", f"{rec['run_dir']}-{tag}"
+    return rec
+
+
+def test_whatif_from_the_history_moves_the_device_speed_by_the_users_other_jobs(tmp_path):
+    """``ailens whatif H.sqlite --job J --cluster dgx-a100`` with J measured on a DGX-1 only:
+    the history's other jobs measured on both (stored under the two platforms' labels) move
+    the V100 -> A100 ratio, and the rows say so; with J also measured on the DGX A100, that
+    run is its scale there and no ratio is needed."""
+    from ailens.predict import load_device_speed
+    from ailens.tools.history import History
+
+    read = lambda name: json.loads((RECORDS / f"{name}.json").read_text())  # noqa: E731
+    job = read("mnist-ddp__b64__full__r1t1")
+    others = [read("mnist-hvd__b16__full__r1t1"), read("kmeans__p20k__full__r1t1")]
+    hist = tmp_path / "h.sqlite"
+    with History(hist) as h:
+        h.add(_on(job, "dgx1-v100", 0.100, "v100"))
+        for rec in others:  # both 0.4x on the A100: far from the model's ratio
+            h.add(_on(rec, "dgx1-v100", 0.050, "v100"))
+            h.add(_on(rec, "dgx-a100", 0.020, "a100"))
+    args = ("whatif", hist, "--job", "mnist-ddp/b64", "--cluster", "dgx-a100", "--ranks", "1",
+            "--json")  # fmt: skip
+    out = cli(*args)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)
+    model = load_device_speed().ratio("V100", "A100 SXM4", "fp32", batch_per_device=64)
+    assert row["step_time_s"] < 0.100 * model.ratio * 0.9  # moved towards 0.4x
+    said = " ".join(row["assumptions"])
+    assert "moved by 2 of the user's jobs measured on both" in said
+    assert "kmeans" in said and "mnist-hvd/b16" in said
+    # Measured on the target too: that run is the scale, no device speed.
+    with History(hist) as h:
+        h.add(_on(job, "dgx-a100", 0.042, "a100"))
+    (row,) = json.loads(cli(*args).stdout)
+    assert row["step_time_s"] == pytest.approx(0.042, rel=1e-6)
+    said = " ".join(row["assumptions"])
+    assert "runs on dgx-a100 are its measured scales" in said and "device speed:" not in said
+    # A run-directory what-if keeps its device: --history is refused there.
+    assert_one_line_error(cli("whatif", REPO / "tests", "--history", hist), "--history")

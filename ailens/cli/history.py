@@ -51,7 +51,10 @@ def add_history(sub) -> None:
         h.add_argument("--batch-size", type=positive_int, default=None, metavar="N",
                        help="per-rank batch size when the run did not record it")  # fmt: skip
         h.add_argument("--platform", default=None, metavar="NAME",
-                       help="node type name (default: CPU model, cores, memory)")  # fmt: skip
+                       help="node type name (default: CPU model, cores, memory); a cluster "
+                       "platform's label (dgx1-v100, dgx-a100, ...) names the GPUs it ran on for "
+                       "the cluster what-if (its source platform, and device speed between "
+                       "two labels' runs of a job)")  # fmt: skip
         h.add_argument(
             "--rebuild",
             action="store_true",

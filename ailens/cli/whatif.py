@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from .._io import read_json, read_json_file
@@ -84,6 +86,15 @@ def add_whatif(sub) -> None:
         "'devices_per_node' is taken as --cluster",
     )
     g.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        metavar="H.sqlite",
+        help="a run history (ailens history) whose jobs, each stored under cluster platforms' "
+        "labels on two device types (history add --platform LABEL), move the device speed "
+        "from the job's platform to --cluster (default: the input, when it is a history)",
+    )
+    g.add_argument(
         "--global-batch",
         type=positive_float,
         default=None,
@@ -127,6 +138,11 @@ def cmd_whatif(args) -> int:
         raise CliError(
             "--global-batch applies to cluster what-ifs (a job description, a "
             "signature.json, or --cluster PLATFORM); use --mode strong here"
+        )
+    if args.history is not None:
+        raise CliError(
+            "--history moves the device speed of a cluster what-if (a job description, a "
+            "signature.json, or --cluster PLATFORM); a run-directory what-if keeps its device"
         )
     args.mode = args.mode or "weak"
     model, platform = _learned_inputs(args)
@@ -215,7 +231,8 @@ def cmd_whatif_cluster(args, job) -> int:
         platform = load_platform(args.cluster) if args.cluster is not None else None
         ranks = args.ranks or sorted({job.ranks, 1, 2, 4, 8, 16, 32, 64})
         rows = predict(job, ranks, platform, ranks_per_node=args.ranks_per_node,
-                       scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+                       scaling=args.mode, global_batch=args.global_batch,
+                       device_speed=_device_speed(args.history, job))  # fmt: skip
     except ValueError as e:
         msg = str(e)
         raise CliError(msg if str(args.run_dir) in msg else f"{args.run_dir}: {msg}") from None
@@ -240,7 +257,8 @@ def cmd_whatif_measured(args) -> int:
     jobs = []
     for path in [args.run_dir, *args.more_runs]:
         if _is_history(path):
-            jobs += _history_jobs(path, args.job)
+            jobs += _history_jobs(path, args.job, args.cluster)
+            args.history = args.history or path
             continue
         job = _job_input(args, path)
         if job is None:
@@ -262,7 +280,8 @@ def cmd_whatif_measured(args) -> int:
         ranks = args.ranks or sorted({*(j.ranks for j in jobs), 1, 2, 4, 8, 16, 32, 64})
         if len(jobs) == 1:
             rows = predict(jobs[0], ranks, platform, ranks_per_node=args.ranks_per_node,
-                           scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
+                           scaling=args.mode, global_batch=args.global_batch,
+                           device_speed=_device_speed(args.history, jobs[0]))  # fmt: skip
         else:
             rows = predict_measured(jobs, ranks, platform, ranks_per_node=args.ranks_per_node,
                                     scaling=args.mode, global_batch=args.global_batch)  # fmt: skip
@@ -285,8 +304,29 @@ def _is_history(path: Path) -> bool:
         return False
 
 
-def _history_jobs(path: Path, name: str | None) -> list:
-    """The job's records in a run-history database, one per layout (the latest added)."""
+def _device_speed(history: Path | None, job):
+    """The device-speed model, moved by the jobs of ``history`` measured on two device
+    types (None: the shipped model)."""
+    if history is None:
+        return None
+    from ..predict import load_device_speed
+    from ..tools.history import History, HistoryError, measured_ratios
+
+    if not _is_history(history):
+        raise CliError(f"{history}: not a run history; make one with `ailens history add`")
+    try:
+        with History(history) as h:
+            records = h.records()
+    except HistoryError as e:
+        raise CliError(str(e)) from None
+    return load_device_speed().with_history(measured_ratios(records, job.precision))
+
+
+def _history_jobs(path: Path, name: str | None, target: str | None = None) -> list:
+    """The job's records in a run-history database, one per layout (the latest added). Where
+    its records name several cluster platforms, those on ``target`` (else on the platform
+    with the most): one platform's scales are fitted together; the others' measure the
+    device speed (``_device_speed``)."""
     from ..predict.job import JobError, job_from_signature
     from ..tools.history import History, HistoryError
 
@@ -307,14 +347,19 @@ def _history_jobs(path: Path, name: str | None) -> list:
     if not mine:
         raise CliError(f"{path}: no job {name!r} in the history ({', '.join(names)}); see "
                        "ailens history list")  # fmt: skip
-    by_layout = {}
-    for r in mine:
-        lay = r.get("layout") or {}
-        by_layout[(lay.get("ranks"), lay.get("ranks_per_node"))] = r
     try:
-        return [job_from_signature(r, f"{path}:{r.get('run_dir')}") for r in by_layout.values()]
+        jobs = [job_from_signature(r, f"{path}:{r.get('run_dir')}") for r in mine]
     except JobError as e:
         raise CliError(str(e)) from None
+    on = Counter(j.platform for j in jobs)
+    if len(on) > 1:
+        keep = target if target in on else on.most_common(1)[0][0]
+        others = ", ".join(sorted(str(p) for p in on if p != keep))
+        note = (f"the job's runs on {keep} are its measured scales (its runs on {others} "
+                "measure the device speed, not its scales)")  # fmt: skip
+        jobs = [replace(j, assumptions=(*j.assumptions, note)) for j in jobs if j.platform == keep]
+    by_layout = {(j.ranks, j.ranks_per_node): j for j in jobs}  # the latest added
+    return list(by_layout.values())
 
 
 def _refuse_cpu_flags(args) -> None:

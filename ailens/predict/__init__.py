@@ -10,7 +10,8 @@
   (nccl-tests output read as tables), ``nccl_fit`` (a platform fitted on those tables),
   ``platforms`` (platforms as data, packaged fits in ``platform_data/``), ``terms`` (a
   predicted time as named terms), ``device_speed`` (a job's compute on another device type,
-  learned on public measurements: ``device_speed.json``).
+  learned on public measurements, ``device_speed.json``, and moved by the user's own jobs
+  measured on two device types).
 
 The names below are this package's public API (imported on first use, so importing
 ``ailens.predict`` costs nothing). Imports only the layers below it (analysis, model,
@@ -28,9 +29,10 @@ _EXPORTS = {
     "collectives": ("CANONICAL_OPS", "DEFAULT_INTER", "DEFAULT_INTRA", "CostParams", "Fit",
                     "canonical_op", "collective_time", "cost_coefficients", "fit_cost_params",
                     "nonnegative_least_squares", "transport_of"),
-    "device_speed": ("DEVICE_SPEED_FILE", "PRECISION_PEAK_KEY", "REFERENCE_BATCH", "DeviceRatio",
-                     "DeviceSpeedModel", "batch_term", "device_key", "fit_device_speed",
-                     "linked_groups", "load_device_speed", "precision_class"),
+    "device_speed": ("DEVICE_SPEED_FILE", "HISTORY_PRIOR_JOBS", "PRECISION_PEAK_KEY",
+                     "REFERENCE_BATCH", "DeviceRatio", "DeviceSpeedModel", "MeasuredRatio",
+                     "batch_term", "device_key", "fit_device_speed", "linked_groups",
+                     "load_device_speed", "pooled_ratio", "precision_class"),
     "job": ("JOB_FORMAT", "JobDescription", "JobError", "ddp_buckets", "job_from_dict",
             "job_from_features", "job_from_signature", "load_job"),
     "measured": ("MeasuredFit", "fit_measured", "predict_measured"),

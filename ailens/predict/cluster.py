@@ -31,7 +31,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .device_speed import PRECISION_PEAK_KEY, DeviceRatio, load_device_speed, precision_class
+from .device_speed import (
+    PRECISION_PEAK_KEY,
+    DeviceRatio,
+    DeviceSpeedModel,
+    load_device_speed,
+    precision_class,
+)
 from .job import JobDescription
 from .nccl import latency_growth_beyond_measured, nccl_collective_s
 from .platforms import Platform, load_platform
@@ -497,6 +503,7 @@ def predict(
     global_batch: float | None = None,
     source_platform: Platform | str | None = None,
     measured: tuple[MeasuredScale, ...] = (),
+    device_speed: DeviceSpeedModel | None = None,
 ) -> list[ClusterPrediction]:
     """The job's step time at each rank count on ``platform`` (default: the job's own).
 
@@ -504,7 +511,9 @@ def predict(
     batch (default: the source's batch per device x its ranks) over the target's devices.
     ``source_platform``: where the job was measured (default: the job's, else the target's).
     ``measured``: the job's other measured scales (``measured.predict_measured``), priced by
-    the term ``MeasuredResidual``."""
+    the term ``MeasuredResidual``. ``device_speed``: the device-speed model that carries the
+    compute to another device type (default: the shipped one; ``with_history`` adds the
+    user's jobs measured on two devices)."""
     tgt_p = _platform(platform) or _platform(job.platform)
     if tgt_p is None:
         raise ValueError(
@@ -524,7 +533,7 @@ def predict(
     b0 = job.batch_per_device
     gb = global_batch or job.global_batch or (b0 * job.ranks if b0 else None)
     notes = list(job.assumptions) + src_notes
-    device_ratio = _device_ratio(job, src_p, tgt_p, notes)
+    device_ratio = _device_ratio(job, src_p, tgt_p, notes, device_speed or load_device_speed())
     if device_ratio is not None:
         notes.append(
             f"compute measured on {src_p.name} carried to {tgt_p.name} "
@@ -639,14 +648,17 @@ def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) 
     )
 
 
-def _device_ratio(job, src_p: Platform, tgt_p: Platform, notes: list) -> DeviceRatio | None:
+def _device_ratio(
+    job, src_p: Platform, tgt_p: Platform, notes: list, model: DeviceSpeedModel
+) -> DeviceRatio | None:
     """Compute time on ``tgt_p`` over ``src_p`` at the job's precision, with its interval:
-    the learned device-speed model (``device_speed.py``), or for a device it does not know
-    "same speed" with a wide interval (None: same platform)."""
+    the learned device-speed model (``device_speed.py``, with the user's history where it
+    was given one), or for a device it does not know "same speed" with a wide interval
+    (None: same platform)."""
     if src_p is tgt_p or src_p.name == tgt_p.name:
         return None
     key = PRECISION_PEAK_KEY[precision_class(job.precision)]  # the peak that bounds it
-    r = load_device_speed().ratio(
+    r = model.ratio(
         # Fitted platforms name their device in the description only.
         src_p.device or src_p.description or src_p.name,
         tgt_p.device or tgt_p.description or tgt_p.name,

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from .._io import read_json_file
+from .platforms import platform_labels
 
 __all__ = [
     "JOB_FORMAT",
@@ -444,4 +445,9 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         step_sd_s=_float_or_none((rec.get("step") or {}).get("step_sd_s")),
     )
     mode = rec.get("mode")
-    return replace(job, scaling=mode) if mode in ("weak", "strong") else job
+    if mode in ("weak", "strong"):
+        job = replace(job, scaling=mode)
+    # A record stored with a cluster platform's label (``ailens history add --platform``)
+    # was measured there: the what-if's source platform, its device the compute's.
+    named = str((rec.get("platform") or {}).get("name") or "")
+    return replace(job, platform=named) if named in platform_labels() else job

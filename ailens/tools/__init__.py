@@ -12,7 +12,14 @@ modules (``tools.calibrate.calibrate``, ``tools.probe.probe``: a name here would
 module of the same name); ``signature_record`` here is the function.
 """
 
-from .history import DEFAULT_HISTORY, SCHEMA_VERSION, History, HistoryError, format_rows
+from .history import (
+    DEFAULT_HISTORY,
+    SCHEMA_VERSION,
+    History,
+    HistoryError,
+    format_rows,
+    measured_ratios,
+)
 from .learn import (
     MODEL_VERSION,
     config_key,
@@ -63,6 +70,7 @@ __all__ = [
     "History",
     "HistoryError",
     "format_rows",
+    "measured_ratios",
     # learned step-time models
     "LEARNERS",
     "MODEL_VERSION",

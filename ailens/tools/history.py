@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .signature_record import RecordError, check_record
 
-__all__ = ["SCHEMA_VERSION", "DEFAULT_HISTORY", "HistoryError", "History"]
+__all__ = ["SCHEMA_VERSION", "DEFAULT_HISTORY", "HistoryError", "History", "measured_ratios"]
 
 SCHEMA_VERSION = 1
 DEFAULT_HISTORY = "ailens-history.sqlite"
@@ -180,3 +180,48 @@ def format_rows(rows: list[tuple]) -> str:
         for line in [head, *body]
     ]
     return "\n".join(lines) + f"\n{len(rows)} runs"
+
+
+def measured_ratios(records: list[dict], precision: str) -> list:
+    """The history's jobs measured on two device types (``predict.MeasuredRatio``, what
+    ``DeviceSpeedModel.with_history`` takes): for each job, every two of its records stored
+    under cluster platforms' labels (``ailens history add --platform dgx-a100``) whose
+    devices differ, at the same ranks, ranks per node and batch size: the compute time per
+    step on one over the other (the step's compute where the run had several ranks, else
+    its step). Records state no precision: the pairs count at ``precision``, the predicted
+    job's."""
+    from ..predict import MeasuredRatio, device_key, load_platform, platform_labels
+
+    labels = set(platform_labels())
+    runs: dict[str, list[tuple[str, dict]]] = {}
+    for r in records:
+        name = str((r.get("platform") or {}).get("name") or "")
+        device = load_platform(name).device if name in labels else ""
+        if device:
+            runs.setdefault(str(r.get("job")), []).append((device, r))
+    out = []
+    for job, mine in runs.items():
+        for i, (da, a) in enumerate(mine):
+            for db, b in mine[i + 1 :]:
+                if (device_key(da) or da) == (device_key(db) or db) or _layout(a) != _layout(b):
+                    continue
+                ca, cb = _compute_s(a), _compute_s(b)
+                if ca and cb:
+                    out.append(MeasuredRatio(job=job, src_device=da, tgt_device=db,
+                                             precision=precision, ratio=cb / ca,
+                                             batch_per_device=a.get("batch_size")))  # fmt: skip
+    return out
+
+
+def _layout(rec: dict) -> tuple:
+    lay = rec.get("layout") or {}
+    return lay.get("ranks"), lay.get("ranks_per_node"), rec.get("batch_size")
+
+
+def _compute_s(rec: dict) -> float | None:
+    """A record's compute per step: its step at one rank, its compute beside collectives at
+    several (the networks of two platforms differ)."""
+    step = rec.get("step") or {}
+    one = (rec.get("layout") or {}).get("ranks") == 1
+    x = step.get("step_s") if one else step.get("compute_s")
+    return float(x) if isinstance(x, (int, float)) and x > 0 else None
