@@ -398,8 +398,9 @@ def _on(rec: dict, platform: str, step_s: float, tag: str) -> dict:
 def test_whatif_from_the_history_moves_the_device_speed_by_the_users_other_jobs(tmp_path):
     """``ailens whatif H.sqlite --job J --cluster dgx-a100`` with J measured on a DGX-1 only:
     the history's other jobs measured on both (stored under the two platforms' labels) move
-    the V100 -> A100 ratio, and the rows say so; with J also measured on the DGX A100, that
-    run is its scale there and no ratio is needed."""
+    the V100 -> A100 ratio, and the rows say so; J's two scales on the DGX-1 are not fitted
+    on the A100s (an error says where); with J also measured on the DGX A100, that run is
+    its scale there and no ratio is needed."""
     from ailens.predict import load_device_speed
     from ailens.tools.history import History
 
@@ -422,6 +423,11 @@ def test_whatif_from_the_history_moves_the_device_speed_by_the_users_other_jobs(
     said = " ".join(row["assumptions"])
     assert "moved by 2 of the user's jobs measured on both" in said
     assert "kmeans" in said and "mnist-hvd/b16" in said
+    # Two scales on the DGX-1: they are fitted there, not on the A100s' network as if the
+    # V100s' compute were the A100s'.
+    with History(hist) as h:
+        h.add(_on(read("mnist-ddp__b64__full__r2t1"), "dgx1-v100", 0.110, "v100"))
+    assert_one_line_error(cli(*args[:-1]), "measured on dgx1-v100", "other devices")
     # Measured on the target too: that run is the scale, no device speed.
     with History(hist) as h:
         h.add(_on(job, "dgx-a100", 0.042, "a100"))

@@ -39,6 +39,7 @@ from .cluster import (
     unexplained_band,
     widen_unexplained,
 )
+from .device_speed import device_key
 from .job import JobDescription
 from .platforms import Platform, load_platform
 
@@ -72,6 +73,21 @@ def _platform(job: JobDescription, platform: Platform | str | None) -> Platform:
     return p if isinstance(p, Platform) else load_platform(p)
 
 
+def _named_platform(name: str) -> Platform | None:
+    """The platform a job description names, None where it is no label or file ailens reads
+    (the fit then takes the one it is given, as it always has)."""
+    try:
+        return load_platform(name)
+    except (ValueError, OSError):
+        return None
+
+
+def _other_device(a: Platform, b: Platform) -> bool:
+    """Whether two platforms name different device types (both known to the model)."""
+    ka, kb = device_key(a.device or a.description), device_key(b.device or b.description)
+    return ka is not None and kb is not None and ka != kb
+
+
 def _model_step(base: JobDescription, platform: Platform, ranks: int, rpn: int, scaling, gb):
     row = predict(base, [ranks], platform, ranks_per_node=rpn, scaling=scaling, global_batch=gb)
     return row[0]
@@ -102,6 +118,14 @@ def fit_measured(
             "the runs of one cluster"
         )
     plat = _platform(base, platform)
+    ran_on = _named_platform(named[0]) if named and named[0] != plat.name else None
+    if ran_on is not None and _other_device(ran_on, plat):
+        raise ValueError(
+            f"{', '.join(j.source for j in jobs)}: measured on {ran_on.name}; the scales of "
+            f"one job are fitted on the platform they ran on, and {plat.name} has other "
+            f"devices: predict them on {ran_on.name}, or one of them on {plat.name} (the "
+            "device speed carries its compute there)"
+        )
     scaling = scaling or base.scaling
     gb = global_batch or base.global_batch
     if scaling == "strong" and gb is None and base.batch_per_device:
