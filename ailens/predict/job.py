@@ -344,9 +344,11 @@ def _from_collectives(
     notes: list[str],
     overlapped_default: bool,
     step_sd_s: float | None = None,
+    platform: str | None = None,
 ) -> JobDescription:
     """Shared by the run-dir and signature paths: the allreduces per step become the
-    buckets (largest sizes last when the order is unknown), the rest is compute."""
+    buckets (largest sizes last when the order is unknown), the rest is compute, measured
+    on ``platform`` where the run named its cluster platform."""
     ar = [c for c in colls if "allreduce" in str(c["op"]).lower().replace("_", "")]
     buckets: list[int] = []
     for c in ar:
@@ -368,10 +370,11 @@ def _from_collectives(
         f"({sum(buckets):,} bytes), taken as ready smallest first (DDP's first bucket is its "
         "smallest; the per-step order is not kept)"
     )
-    notes.append(
-        "compute carried as the run measured it: the target's devices are taken to be as "
-        "fast as the run's (write a job description with a step measured there otherwise)"
-    )
+    if platform is None:
+        notes.append(
+            "compute carried as the run measured it: the target's devices are taken to be as "
+            "fast as the run's (write a job description with a step measured there otherwise)"
+        )
     return JobDescription(
         name=name,
         grad_bytes=int(sum(buckets)),
@@ -382,6 +385,7 @@ def _from_collectives(
         ranks_per_node=int(rpn),
         overlap=overlap,
         step_sd_s=step_sd_s,
+        platform=platform,
         source=source,
         assumptions=tuple(notes),
     )
@@ -431,6 +435,9 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
             f"{source}: signature record lacks {e}; rebuild it with "
             "`ailens history add RUN_DIR --rebuild`"
         ) from None
+    # A record stored with a cluster platform's label (``ailens history add --platform``)
+    # was measured there: the what-if's source platform, its device the compute's.
+    named = str((rec.get("platform") or {}).get("name") or "")
     job = _from_collectives(
         str(rec.get("job") or fw or "run"),
         colls,
@@ -443,11 +450,7 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         notes=[f"from the signature record {source}"],
         overlapped_default=fw.startswith(("torch-ddp", "horovod", "keras+horovod")),
         step_sd_s=_float_or_none((rec.get("step") or {}).get("step_sd_s")),
+        platform=named if named in platform_labels() else None,
     )
     mode = rec.get("mode")
-    if mode in ("weak", "strong"):
-        job = replace(job, scaling=mode)
-    # A record stored with a cluster platform's label (``ailens history add --platform``)
-    # was measured there: the what-if's source platform, its device the compute's.
-    named = str((rec.get("platform") or {}).get("name") or "")
-    return replace(job, platform=named) if named in platform_labels() else job
+    return replace(job, scaling=mode) if mode in ("weak", "strong") else job
