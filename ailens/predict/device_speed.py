@@ -228,8 +228,8 @@ class DeviceSpeedModel:
         the model; ``batch_per_device``: the job's, on both, where known: a small batch
         gains less from a faster device), moved by the user's jobs measured on the same two
         devices at the precision (``with_history``, ``pooled_ratio``)."""
-        r = self._model_ratio(src_device, tgt_device, precision, src_peak=src_peak,
-                              tgt_peak=tgt_peak, batch_per_device=batch_per_device)  # fmt: skip
+        r = self._model_ratio(src_device, tgt_device, precision, (src_peak, tgt_peak),
+                              batch_per_device)  # fmt: skip
         pair = (_pair_key(src_device), _pair_key(tgt_device), precision_class(precision))
         by_job: dict[str, list[float]] = {}  # a job's runs on the pair: one residual, their mean
         for m in self.history:
@@ -237,8 +237,8 @@ class DeviceSpeedModel:
             if mine[2] != pair[2] or {mine[:2], mine[1::-1]} != {pair[:2], pair[1::-1]}:
                 continue
             sign = 1.0 if mine[:2] == pair[:2] else -1.0  # measured the other way round
-            at = self._model_ratio(m.src_device, m.tgt_device, m.precision,
-                                   batch_per_device=m.batch_per_device)  # fmt: skip
+            at = self._model_ratio(m.src_device, m.tgt_device, m.precision, (None, None),
+                                   m.batch_per_device)  # fmt: skip
             by_job.setdefault(m.job, []).append(sign * (math.log(m.ratio) - math.log(at.ratio)))
         if not by_job or pair[0] == pair[1]:
             return r
@@ -261,16 +261,11 @@ class DeviceSpeedModel:
         )
 
     def _model_ratio(
-        self,
-        src_device: str,
-        tgt_device: str,
-        precision: str,
-        *,
-        src_peak: float | None = None,
-        tgt_peak: float | None = None,
-        batch_per_device: float | None = None,
+        self, src_device: str, tgt_device: str, precision: str, peaks: tuple, batch: float | None
     ) -> DeviceRatio:
-        """The public model's ratio (``ratio`` without the user's history)."""
+        """The public model's ratio (``ratio`` without the user's history; ``peaks``: the
+        source's and the target's peak TFLOP/s, ``batch``: the batch per device)."""
+        (src_peak, tgt_peak), batch_per_device = peaks, batch
         prec = precision_class(precision)
         ka, kb = device_key(src_device), device_key(tgt_device)
         if ka is not None and ka == kb:
