@@ -324,11 +324,25 @@ class Run:
         return self.ranks[0].meta
 
     @property
+    def run_info(self) -> dict:
+        """What the run said of itself: its attach line's facts (the header's ``run``), then
+        what it learned after the start (``Lens.describe``: the lowest rank's ``info`` marks
+        in order, a later value replacing an earlier one; the torch adapter's batch size at
+        the first forward, a GPU run's accelerator)."""
+        info = dict(self.meta.get("run") or {})
+        for m in self.ranks[0].marks:
+            if m.get("kind") == "info":
+                info.update((k, v) for k, v in m.items() if k not in _MARK_KEYS)
+        return info
+
+    @property
     def complete(self) -> bool:
         return not self.missing_ranks and all(r.complete for r in self.ranks)
 
 
 _MUST_AGREE = ("run_id", "world_size", "counter", "format_version")
+# What the recorder adds to every mark (``Recorder.log_mark``), not the run's.
+_MARK_KEYS = ("kind", "seq", "step", "at_step")
 
 
 def _missing_warning(missing: tuple[int, ...]) -> str:
