@@ -281,6 +281,8 @@ class TorchLens(EpochWatch, Attachment):
         cuda = _cuda_device(model, optimizer)
         if cuda is None or not torch.cuda.is_available():
             return None
+        # The device type the run's compute is measured on (the cluster what-if's source).
+        self.lens.describe(accelerator=torch.cuda.get_device_name(cuda))
         # NCCL runs a group's collectives one after another on its stream; gloo side by side
         queued = self.lens.config.backend == "nccl"
         with torch.cuda.device(cuda):

@@ -437,3 +437,52 @@ def test_whatif_from_the_history_moves_the_device_speed_by_the_users_other_jobs(
     assert "runs on dgx-a100 are its measured scales" in said and "device speed:" not in said
     # A run-directory what-if keeps its device: --history is refused there.
     assert_one_line_error(cli("whatif", REPO / "tests", "--history", hist), "--history")
+
+
+def test_a_gpu_runs_recorded_accelerator_is_its_source_device(tmp_path):
+    """What a run learns after its start (``Lens.describe``: the torch adapter's batch size
+    at the first forward, a CUDA run's accelerator) is the run's too: its features and its
+    signature record have them, so a record of a run on V100s predicted on a DGX A100
+    carries its compute by the device speed (no platform label needed), and two such
+    records of one job on two device types are a measured ratio of the user's history."""
+    from test_lens import FakeClock, FakeCounter
+
+    from ailens import Lens, analyze, load_run
+    from ailens.predict.whatif import features
+    from ailens.tools.history import measured_ratios
+    from ailens.tools.signature_record import signature_record, write_record
+
+    def run(name: str, accelerator: str, step_ns: int) -> dict:
+        clock, counter = FakeClock(), FakeCounter()
+        lens = Lens(run_dir=tmp_path / name, clock=clock, work_counter=counter,
+                    framework="torch-ddp", total_steps=40)  # fmt: skip
+        lens.describe(batch_size=64)
+        lens.describe(accelerator=accelerator)
+        for _ in range(40):
+            for _i in range(3):
+                clock.advance(step_ns // 3)
+                counter.value += step_ns // 3
+                lens.collective_begin("allreduce", 4 << 20)
+                clock.advance(100_000)
+                lens.collective_end()
+            lens.step_end()
+        lens.close()
+        a = analyze(load_run(tmp_path / name))
+        assert a.run.run_info["accelerator"] == accelerator
+        assert features(a).batch_size == 64  # described after the start, not in the header
+        return signature_record(a, job="toy/b64", analytic_grid=False)
+
+    v100 = run("v100", "Tesla V100-SXM2-32GB", 30_000_000)
+    assert v100["platform"]["accelerator"] == "Tesla V100-SXM2-32GB"
+    assert v100["platform"]["name"].startswith("Tesla V100-SXM2-32GB x1 / ")
+    sig = write_record(tmp_path / "v100", v100)
+    out = cli("whatif", sig, "--cluster", "dgx-a100", "--ranks", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    said = " ".join(json.loads(out.stdout)[0]["assumptions"])
+    assert "learned device speed V100 -> A100-SXM" in said
+    assert "compute measured on Tesla V100-SXM2-32GB carried to dgx-a100" in said
+    (m,) = measured_ratios([v100, run("a100", "NVIDIA A100-SXM4-80GB", 12_000_000)], "fp32")
+    assert m.job == "toy/b64" and m.src_device.startswith("Tesla V100")
+    assert m.ratio == pytest.approx(
+        run("a100b", "NVIDIA A100-SXM4-80GB", 12_000_000)["step"]["step_s"] / v100["step"]["step_s"]
+    )

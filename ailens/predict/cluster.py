@@ -535,8 +535,9 @@ def predict(
     notes = list(job.assumptions) + src_notes
     device_ratio = _device_ratio(job, src_p, tgt_p, notes, device_speed or load_device_speed())
     if device_ratio is not None:
+        ran_on = job.device if job.device and job.platform is None else src_p.name
         notes.append(
-            f"compute measured on {src_p.name} carried to {tgt_p.name} "
+            f"compute measured on {ran_on} carried to {tgt_p.name} "
             + (
                 f"x{device_ratio.ratio:.3g} (learned device speed)"
                 if device_ratio.learned
@@ -655,15 +656,16 @@ def _device_ratio(
     the learned device-speed model (``device_speed.py``, with the user's history where it
     was given one), or for a device it does not know "same speed" with a wide interval
     (None: same platform)."""
-    if src_p is tgt_p or src_p.name == tgt_p.name:
+    src = job.device if job.device and job.platform is None else None
+    if src is None and (src_p is tgt_p or src_p.name == tgt_p.name):
         return None
     key = PRECISION_PEAK_KEY[precision_class(job.precision)]  # the peak that bounds it
     r = model.ratio(
-        # Fitted platforms name their device in the description only.
-        src_p.device or src_p.description or src_p.name,
+        # The accelerator a run recorded; fitted platforms name theirs in the description.
+        src or src_p.device or src_p.description or src_p.name,
         tgt_p.device or tgt_p.description or tgt_p.name,
         job.precision,
-        src_peak=src_p.peak_tflops.get(key),
+        src_peak=None if src else src_p.peak_tflops.get(key),
         tgt_peak=tgt_p.peak_tflops.get(key),
         batch_per_device=job.batch_per_device,
     )

@@ -14,6 +14,7 @@ The JSON a person writes (every key but ``step_s`` has a default, said in ``assu
      "compute_curve": [[16, 0.056], [32, 0.100]],          # optional: step compute vs batch
      "step_sd_s": 0.0005,                                  # optional: step-to-step spread
      "ranks": 1, "ranks_per_node": 1, "platform": "dgx1-v100",
+     "device": null,                                       # optional: where platform is not it
      "backward_fraction": 0.67, "overlap": true, "precision": "fp32",
      "scaling": "weak", "global_batch": null}
 """
@@ -75,6 +76,7 @@ _KEYS = {
     "ranks",
     "ranks_per_node",
     "platform",
+    "device",
     "backward_fraction",
     "overlap",
     "precision",
@@ -97,7 +99,9 @@ class JobDescription:
     pass (DDP fills buckets in reverse parameter order). ``step_s``: measured step time at
     the source layout (``ranks``, ``ranks_per_node`` on ``platform``); ``compute_s``: its
     time not waiting on gradients, when known (else the model derives it). ``curve``:
-    measured (batch per device, step compute seconds) points."""
+    measured (batch per device, step compute seconds) points. ``device``: the device type
+    the step was measured on where ``platform`` does not say it (a GPU run's recorded
+    accelerator)."""
 
     name: str
     grad_bytes: int
@@ -109,6 +113,7 @@ class JobDescription:
     ranks: int = 1
     ranks_per_node: int = 1
     platform: str | None = None
+    device: str | None = None
     backward_fraction: float = DEFAULT_BACKWARD_FRACTION
     overlap: bool = True
     precision: str = "fp32"
@@ -215,6 +220,7 @@ def job_from_dict(doc, where: str = "job description") -> JobDescription:
         ranks=int(ranks),
         ranks_per_node=int(rpn),
         platform=str(platform) if platform else None,
+        device=str(doc["device"]) if doc.get("device") else None,
         backward_fraction=float(bf),
         overlap=overlap,
         precision=precision,
@@ -345,10 +351,12 @@ def _from_collectives(
     overlapped_default: bool,
     step_sd_s: float | None = None,
     platform: str | None = None,
+    device: str | None = None,
 ) -> JobDescription:
     """Shared by the run-dir and signature paths: the allreduces per step become the
     buckets (largest sizes last when the order is unknown), the rest is compute, measured
-    on ``platform`` where the run named its cluster platform."""
+    on ``platform`` where the run named its cluster platform, on ``device`` where it
+    recorded its accelerator."""
     ar = [c for c in colls if "allreduce" in str(c["op"]).lower().replace("_", "")]
     buckets: list[int] = []
     for c in ar:
@@ -370,7 +378,7 @@ def _from_collectives(
         f"({sum(buckets):,} bytes), taken as ready smallest first (DDP's first bucket is its "
         "smallest; the per-step order is not kept)"
     )
-    if platform is None:
+    if platform is None and device is None:
         notes.append(
             "compute carried as the run measured it: the target's devices are taken to be as "
             "fast as the run's (write a job description with a step measured there otherwise)"
@@ -386,6 +394,7 @@ def _from_collectives(
         overlap=overlap,
         step_sd_s=step_sd_s,
         platform=platform,
+        device=device,
         source=source,
         assumptions=tuple(notes),
     )
@@ -451,6 +460,7 @@ def job_from_signature(rec: dict, source: str = "signature.json") -> JobDescript
         overlapped_default=fw.startswith(("torch-ddp", "horovod", "keras+horovod")),
         step_sd_s=_float_or_none((rec.get("step") or {}).get("step_sd_s")),
         platform=named if named in platform_labels() else None,
+        device=(rec.get("platform") or {}).get("accelerator") or None,
     )
     mode = rec.get("mode")
     return replace(job, scaling=mode) if mode in ("weak", "strong") else job

@@ -184,9 +184,10 @@ def format_rows(rows: list[tuple]) -> str:
 
 def measured_ratios(records: list[dict], precision: str) -> list:
     """The history's jobs measured on two device types (``predict.MeasuredRatio``, what
-    ``DeviceSpeedModel.with_history`` takes): for each job, every two of its records stored
-    under cluster platforms' labels (``ailens history add --platform dgx-a100``) whose
-    devices differ, at the same ranks, ranks per node and batch size: the compute time per
+    ``DeviceSpeedModel.with_history`` takes): for each job, every two of its records whose
+    devices differ (a cluster platform's label it was stored under, ``ailens history add
+    --platform dgx-a100``, else the accelerator its run recorded), at the same ranks, ranks
+    per node and batch size: the compute time per
     step on one over the other (the step's compute where the run had several ranks, else
     its step). Records state no precision: the pairs count at ``precision``, the predicted
     job's."""
@@ -195,8 +196,9 @@ def measured_ratios(records: list[dict], precision: str) -> list:
     labels = set(platform_labels())
     runs: dict[str, list[tuple[str, dict]]] = {}
     for r in records:
-        name = str((r.get("platform") or {}).get("name") or "")
-        device = load_platform(name).device if name in labels else ""
+        plat = r.get("platform") or {}
+        name = str(plat.get("name") or "")
+        device = load_platform(name).device if name in labels else plat.get("accelerator")
         if device:
             runs.setdefault(str(r.get("job")), []).append((device, r))
     out = []

@@ -110,11 +110,13 @@ def _analytic_grid(a, prepared) -> dict:
     return grid
 
 
-def _platform(f, node: dict, name: str) -> dict:
-    """The record's node: its name, CPU, cores and quota, memory, hosts and link fit."""
+def _platform(f, node: dict, name: str, accelerator: str | None) -> dict:
+    """The record's node: its name, accelerator (a GPU run's, as its integration recorded
+    it), CPU, cores and quota, memory, hosts and link fit."""
     lay, link = f.layout, f.link_fit.params
     return {
         "name": name,
+        "accelerator": accelerator,
         "cpu_model": f.cpu_model,
         "cores": node.get("cores"),
         "affinity_cores": len(node.get("affinity") or []) or None,
@@ -166,7 +168,8 @@ def signature_record(
     the learned model's training pairs; default: framework, parameter count, batch size and
     the collective sizes); ``mode`` is how the job scales with ranks (``weak``: per-rank
     batch fixed, ``strong``: global work split); ``platform`` names the node it ran on
-    (default: CPU model, usable cores and memory). ``analytic_grid=False`` leaves out the
+    (default: CPU model, usable cores and memory, after the accelerator a GPU run recorded).
+    ``analytic_grid=False`` leaves out the
     stored what-if grid (when the caller computes the what-if itself)."""
     from ..predict.whatif import prepare
 
@@ -181,11 +184,14 @@ def signature_record(
     if job is None:
         sizes = ",".join(f"{g.op}:{g.nbytes}" for g in f.groups)
         job = f"{f.framework}|params={f.param_count}|batch={bs}|{sizes}"
+    accelerator = a.run.run_info.get("accelerator") or None
     if platform is None:
         mem = node.get("mem_total_bytes")
         platform = f"{node.get('cpu_model', '?')} x{lay.cores_per_node:g} cores" + (
             f" {mem / 2**30:.0f} GiB" if isinstance(mem, (int, float)) else ""
         )
+        if accelerator:
+            platform = f"{accelerator} x{lay.ranks_per_node} / {platform}"
     return {
         "format": RECORD_FORMAT,
         "version": RECORD_VERSION,
@@ -205,7 +211,7 @@ def signature_record(
         "param_count": f.param_count,
         "layout": lay.to_dict(),
         "layout_sources": dict(f.layout_sources),
-        "platform": _platform(f, node, platform),
+        "platform": _platform(f, node, platform, accelerator),
         "step": _step(f),
         "collectives": [
             {
