@@ -486,3 +486,20 @@ def test_a_gpu_runs_recorded_accelerator_is_its_source_device(tmp_path):
     assert m.ratio == pytest.approx(
         run("a100b", "NVIDIA A100-SXM4-80GB", 12_000_000)["step"]["step_s"] / v100["step"]["step_s"]
     )
+
+
+def test_scales_measured_on_one_device_are_not_fitted_on_another_platforms_network():
+    """Two scales of a job recorded on V100s (the accelerator the runs recorded, or a
+    platform label) predicted on a DGX A100: refused, saying the ways that work; on a
+    platform of the same devices, or one whose devices the model does not know, fitted as
+    before."""
+    v100 = "Tesla V100-SXM2-32GB"
+    one = _job(platform=None, device=v100)
+    two = _job(step_s=0.120, ranks=2, rpn=2, platform=None, device=v100)
+    with pytest.raises(ValueError, match=f"measured on {v100}.*other devices"):
+        fit_measured([one, two], "dgx-a100")
+    assert fit_measured([one, two], "dgx1-v100").base is one
+    assert fit_measured([one, two], "pcie-node").base is one
+    labelled = [replace(j, device=None, platform="dgx1-v100") for j in (one, two)]
+    with pytest.raises(ValueError, match="measured on dgx1-v100"):
+        predict_measured(labelled, [4], "dgx-a100")

@@ -90,9 +90,10 @@ def add_whatif(sub) -> None:
         type=Path,
         default=None,
         metavar="H.sqlite",
-        help="a run history (ailens history) whose jobs, each stored under cluster platforms' "
-        "labels on two device types (history add --platform LABEL), move the device speed "
-        "from the job's platform to --cluster (default: the input, when it is a history)",
+        help="a run history (ailens history) whose jobs measured on two device types (GPU "
+        "runs that recorded their accelerator, or runs stored under cluster platforms' labels: "
+        "history add --platform LABEL) move the device speed from the job's device to "
+        "--cluster (default: the input, when it is a history)",
     )
     g.add_argument(
         "--global-batch",
@@ -351,13 +352,14 @@ def _history_jobs(path: Path, name: str | None, target: str | None = None) -> li
         jobs = [job_from_signature(r, f"{path}:{r.get('run_dir')}") for r in mine]
     except JobError as e:
         raise CliError(str(e)) from None
-    on = Counter(j.platform for j in jobs)
+    on = Counter(j.platform or j.device for j in jobs)  # where each run was measured
     if len(on) > 1:
         keep = target if target in on else on.most_common(1)[0][0]
         others = ", ".join(sorted(str(p) for p in on if p != keep))
         note = (f"the job's runs on {keep} are its measured scales (its runs on {others} "
                 "measure the device speed, not its scales)")  # fmt: skip
-        jobs = [replace(j, assumptions=(*j.assumptions, note)) for j in jobs if j.platform == keep]
+        jobs = [replace(j, assumptions=(*j.assumptions, note))
+                for j in jobs if (j.platform or j.device) == keep]  # fmt: skip
     by_layout = {(j.ranks, j.ranks_per_node): j for j in jobs}  # the latest added
     return list(by_layout.values())
 

@@ -535,7 +535,7 @@ def predict(
     notes = list(job.assumptions) + src_notes
     device_ratio = _device_ratio(job, src_p, tgt_p, notes, device_speed or load_device_speed())
     if device_ratio is not None:
-        ran_on = job.device if job.device and job.platform is None else src_p.name
+        ran_on = recorded_device(job) or src_p.name
         notes.append(
             f"compute measured on {ran_on} carried to {tgt_p.name} "
             + (
@@ -649,6 +649,12 @@ def scale_bandwidth(platform: Platform, k: float, *, source: str | None = None) 
     )
 
 
+def recorded_device(job: JobDescription) -> str | None:
+    """The device a job's step was measured on where no platform of its says it (a GPU run's
+    recorded accelerator), else None."""
+    return job.device if job.device and job.platform is None else None
+
+
 def _device_ratio(
     job, src_p: Platform, tgt_p: Platform, notes: list, model: DeviceSpeedModel
 ) -> DeviceRatio | None:
@@ -656,7 +662,7 @@ def _device_ratio(
     the learned device-speed model (``device_speed.py``, with the user's history where it
     was given one), or for a device it does not know "same speed" with a wide interval
     (None: same platform)."""
-    src = job.device if job.device and job.platform is None else None
+    src = recorded_device(job)
     if src is None and (src_p is tgt_p or src_p.name == tgt_p.name):
         return None
     key = PRECISION_PEAK_KEY[precision_class(job.precision)]  # the peak that bounds it

@@ -231,16 +231,18 @@ class DeviceSpeedModel:
         r = self._model_ratio(src_device, tgt_device, precision, (src_peak, tgt_peak),
                               batch_per_device)  # fmt: skip
         pair = (_pair_key(src_device), _pair_key(tgt_device), precision_class(precision))
+        if pair[0] == pair[1]:
+            return r
         by_job: dict[str, list[float]] = {}  # a job's runs on the pair: one residual, their mean
         for m in self.history:
             mine = (_pair_key(m.src_device), _pair_key(m.tgt_device), precision_class(m.precision))
-            if mine[2] != pair[2] or {mine[:2], mine[1::-1]} != {pair[:2], pair[1::-1]}:
+            if mine[2] != pair[2] or mine[:2] not in (pair[:2], pair[1::-1]):
                 continue
             sign = 1.0 if mine[:2] == pair[:2] else -1.0  # measured the other way round
             at = self._model_ratio(m.src_device, m.tgt_device, m.precision, (None, None),
                                    m.batch_per_device)  # fmt: skip
             by_job.setdefault(m.job, []).append(sign * (math.log(m.ratio) - math.log(at.ratio)))
-        if not by_job or pair[0] == pair[1]:
+        if not by_job:
             return r
         residuals = [sum(v) / len(v) for v in by_job.values()]
         log_k = math.log(r.ratio)

@@ -35,6 +35,7 @@ from .cluster import (
     ClusterPrediction,
     MeasuredScale,
     predict,
+    recorded_device,
     scale_bandwidth,
     unexplained_band,
     widen_unexplained,
@@ -82,9 +83,10 @@ def _named_platform(name: str) -> Platform | None:
         return None
 
 
-def _other_device(a: Platform, b: Platform) -> bool:
-    """Whether two platforms name different device types (both known to the model)."""
-    ka, kb = device_key(a.device or a.description), device_key(b.device or b.description)
+def _other_device(a: str, b: str) -> bool:
+    """Whether two device descriptions name different device types (both known to the
+    model)."""
+    ka, kb = device_key(a), device_key(b)
     return ka is not None and kb is not None and ka != kb
 
 
@@ -119,12 +121,14 @@ def fit_measured(
         )
     plat = _platform(base, platform)
     ran_on = _named_platform(named[0]) if named and named[0] != plat.name else None
-    if ran_on is not None and _other_device(ran_on, plat):
+    where = ran_on.name if ran_on else recorded_device(base)
+    device = (ran_on.device or ran_on.description) if ran_on else recorded_device(base)
+    if device and _other_device(device, plat.device or plat.description):
         raise ValueError(
-            f"{', '.join(j.source for j in jobs)}: measured on {ran_on.name}; the scales of "
-            f"one job are fitted on the platform they ran on, and {plat.name} has other "
-            f"devices: predict them on {ran_on.name}, or one of them on {plat.name} (the "
-            "device speed carries its compute there)"
+            f"{', '.join(j.source for j in jobs)}: measured on {where}; the scales of one job "
+            f"are fitted on the platform they ran on, and {plat.name} has other devices: "
+            f"predict them there, or one of them on {plat.name} (the device speed carries "
+            "its compute)"
         )
     scaling = scaling or base.scaling
     gb = global_batch or base.global_batch
