@@ -379,6 +379,8 @@ def test_the_users_jobs_on_two_devices_move_the_device_speed():
     r = spread.ratio("V100", "A100 SXM4", "fp32")
     assert r.high / r.low > base.high / base.low
     assert pooled_ratio(0.1, 0.5, []) == (0.1, 0.5)
+    with pytest.raises(ValueError, match="positive number"):
+        ran("bad", 0.0)
     # A device the model does not know: the user's jobs are what moves "same speed".
     r = model.with_history([ran("a", 0.6, tgt="MI250"), ran("b", 0.62, tgt="MI250")]).ratio(
         "V100", "MI250", "fp32"

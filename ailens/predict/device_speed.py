@@ -136,6 +136,11 @@ class MeasuredRatio:
     ratio: float
     batch_per_device: float | None = None
 
+    def __post_init__(self) -> None:
+        r = self.ratio
+        if not (isinstance(r, (int, float)) and math.isfinite(r) and r > 0):
+            raise ValueError(f"{self.job}: a measured ratio must be a positive number, got {r!r}")
+
 
 def pooled_ratio(
     log_point: float, half_width: float, residuals: Sequence[float]
