@@ -476,6 +476,12 @@ def test_a_gpu_runs_recorded_accelerator_is_its_source_device(tmp_path):
 
     v100 = run("v100", "Tesla V100-SXM2-32GB", 30_000_000)
     assert v100["platform"]["accelerator"] == "Tesla V100-SXM2-32GB"
+    # The run directory itself, as the signature: its job's device is the recorded GPU.
+    out = cli("whatif", tmp_path / "v100", "--cluster", "dgx-a100", "--ranks", "1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert "learned device speed V100 -> A100-SXM" in " ".join(
+        json.loads(out.stdout)[0]["assumptions"]
+    )
     assert v100["platform"]["name"].startswith("Tesla V100-SXM2-32GB x1 / ")
     sig = write_record(tmp_path / "v100", v100)
     out = cli("whatif", sig, "--cluster", "dgx-a100", "--ranks", "1", "--json")

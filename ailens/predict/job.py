@@ -429,6 +429,7 @@ def job_from_features(feats, source: str = "run directory") -> JobDescription:
         notes=notes,
         overlapped_default=feats.framework.startswith(("torch-ddp", "horovod", "keras+horovod")),
         step_sd_s=feats.step_sd_s,  # the same figure a signature record keeps
+        device=feats.accelerator,
     )
 
 

@@ -184,7 +184,7 @@ def signature_record(
     if job is None:
         sizes = ",".join(f"{g.op}:{g.nbytes}" for g in f.groups)
         job = f"{f.framework}|params={f.param_count}|batch={bs}|{sizes}"
-    accelerator = a.run.run_info.get("accelerator") or None
+    accelerator = f.accelerator
     if platform is None:
         mem = node.get("mem_total_bytes")
         platform = f"{node.get('cpu_model', '?')} x{lay.cores_per_node:g} cores" + (

@@ -77,6 +77,7 @@ class RunFeatures:
     param_count: int | None = None
     framework_version: str | None = None
     sections_s: float = 0.0  # evaluation/checkpoint time per step (mean over the run)
+    accelerator: str | None = None  # the GPU a CUDA run recorded (its integration's)
 
     def to_dict(self) -> dict:
         """Flat JSON-ready dict (the learned predictor's feature record)."""
@@ -228,6 +229,7 @@ def prepare(a, *, warmup: int | None = None) -> Prepared:
         param_count=_int_or_none(run_meta.get("param_count")),
         framework_version=run_meta.get("framework_version"),
         sections_s=_sections_per_step(a),
+        accelerator=run_meta.get("accelerator") or None,
     )
     steps, ops, nbytes, pure = _with_unrecorded_gradients(
         a, feats, steps, ops, a.tick_nbytes, pure, notes
