@@ -74,7 +74,8 @@ NARROW_BY = {
     "run of the job at one more scale",
     "compute": "the step at a second batch per device (compute_curve)",
     "extrapolation": "a run of the job at a scale nearer the target",
-    "device": "a run of the job on the target platform",
+    "device": "a run of the job on the target platform, or runs of your other jobs on both "
+    "device types (ailens whatif ... --history H.sqlite)",
     "unexplained": "a run of the job at a scale nearer the target (ailens whatif A B ...)",
     "latency": "an nccl-tests log spanning as many nodes (ailens calibrate --from-nccl-tests) "
     "or a run of the job at more nodes",
