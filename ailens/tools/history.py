@@ -187,10 +187,9 @@ def measured_ratios(records: list[dict], precision: str) -> list:
     ``DeviceSpeedModel.with_history`` takes): for each job, every two of its records whose
     devices differ (a cluster platform's label it was stored under, ``ailens history add
     --platform dgx-a100``, else the accelerator its run recorded), at the same ranks, ranks
-    per node and batch size: the compute time per
-    step on one over the other (the step's compute where the run had several ranks, else
-    its step). Records state no precision: the pairs count at ``precision``, the predicted
-    job's."""
+    per node and batch size: the compute time per step on one over the other (the step's
+    compute where the run had several ranks, else its step). Records state no precision:
+    the pairs count at ``precision``, the predicted job's."""
     from ..predict import MeasuredRatio, device_key, load_platform, platform_labels
 
     labels = set(platform_labels())
