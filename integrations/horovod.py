@@ -364,11 +364,12 @@ def _run_facts(kind: str, optimizer: Any) -> dict:
         return {**facts, **tfgraph.tf_threads(fw)}
     facts.update(threads=fw.get_num_threads(), interop_threads=fw.get_num_interop_threads())
     if optimizer is not None:
-        params = [p for g in optimizer.param_groups for p in g["params"]]
-        facts["param_count"] = sum(p.numel() for p in params)
-        cuda = next((p.device for p in params if p.is_cuda), None)
-        if cuda is not None:  # the device type the run's compute is measured on
-            facts["accelerator"] = fw.cuda.get_device_name(cuda)
+        from .torch import accelerator
+
+        facts["param_count"] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
+        gpu = accelerator(None, optimizer)
+        if gpu is not None:
+            facts["accelerator"] = gpu
     return facts
 
 

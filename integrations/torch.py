@@ -186,6 +186,13 @@ def _cuda_device(model: Any, optimizer: Any = None) -> torch.device | None:
     return p.device if p is not None and p.is_cuda else None
 
 
+def accelerator(model: Any, optimizer: Any = None) -> str | None:
+    """The name of the GPU the model (or the optimizer's parameters) trains on: the device
+    type the run's compute is measured on (the cluster what-if's source); None on the CPU."""
+    cuda = _cuda_device(model, optimizer)
+    return None if cuda is None else torch.cuda.get_device_name(cuda)
+
+
 def _whole_world(group=None, *args, **kwargs) -> bool:
     """Whether ``destroy_process_group`` ends the run: the default group, not a subgroup."""
     return group is None or group is dist.group.WORLD
@@ -281,8 +288,6 @@ class TorchLens(EpochWatch, Attachment):
         cuda = _cuda_device(model, optimizer)
         if cuda is None or not torch.cuda.is_available():
             return None
-        # The device type the run's compute is measured on (the cluster what-if's source).
-        self.lens.describe(accelerator=torch.cuda.get_device_name(cuda))
         # NCCL runs a group's collectives one after another on its stream; gloo side by side
         queued = self.lens.config.backend == "nccl"
         with torch.cuda.device(cuda):
@@ -428,4 +433,5 @@ def _run_facts(model: Any, optimizer: Any) -> dict:
         facts["param_count"] = sum(p.numel() for p in model.parameters())
     elif optimizer is not None:
         facts["param_count"] = sum(p.numel() for g in optimizer.param_groups for p in g["params"])
-    return facts
+    gpu = accelerator(model, optimizer)
+    return facts if gpu is None else {**facts, "accelerator": gpu}

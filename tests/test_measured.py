@@ -442,11 +442,12 @@ def test_whatif_from_the_history_moves_the_device_speed_by_the_users_other_jobs(
 
 
 def test_a_gpu_runs_recorded_accelerator_is_its_source_device(tmp_path):
-    """What a run learns after its start (``Lens.describe``: the torch adapter's batch size
-    at the first forward, a CUDA run's accelerator) is the run's too: its features and its
-    signature record have them, so a record of a run on V100s predicted on a DGX A100
-    carries its compute by the device speed (no platform label needed), and two such
-    records of one job on two device types are a measured ratio of the user's history."""
+    """A CUDA run's accelerator (the torch and Horovod adapters' attach facts) and what a run
+    learns after its start (``Lens.describe``: the torch adapter's batch size at the first
+    forward) are the run's: its features and its signature record have them, so a record of
+    a run on V100s predicted on a DGX A100 carries its compute by the device speed (no
+    platform label needed), and two such records of one job on two device types are a
+    measured ratio of the user's history."""
     from test_lens import FakeClock, FakeCounter
 
     from ailens import Lens, analyze, load_run
@@ -457,9 +458,9 @@ def test_a_gpu_runs_recorded_accelerator_is_its_source_device(tmp_path):
     def run(name: str, accelerator: str, step_ns: int) -> dict:
         clock, counter = FakeClock(), FakeCounter()
         lens = Lens(run_dir=tmp_path / name, clock=clock, work_counter=counter,
-                    framework="torch-ddp", total_steps=40)  # fmt: skip
+                    framework="torch-ddp", total_steps=40,
+                    meta={"accelerator": accelerator})  # fmt: skip
         lens.describe(batch_size=64)
-        lens.describe(accelerator=accelerator)
         for _ in range(40):
             for _i in range(3):
                 clock.advance(step_ns // 3)

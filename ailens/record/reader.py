@@ -325,10 +325,10 @@ class Run:
 
     @property
     def run_info(self) -> dict:
-        """What the run said of itself: its attach line's facts (the header's ``run``), then
-        what it learned after the start (``Lens.describe``: the lowest rank's ``info`` marks
-        in order, a later value replacing an earlier one; the torch adapter's batch size at
-        the first forward, a GPU run's accelerator)."""
+        """What the run said of itself: its attach line's facts (the header's ``run``: a GPU
+        run's accelerator), then what it learned after the start (``Lens.describe``: the
+        lowest rank's ``info`` marks in order, a later value replacing an earlier one; the
+        torch adapter's batch size at the first forward)."""
         info = dict(self.meta.get("run") or {})
         for m in self.ranks[0].marks:
             if m.get("kind") == "info":
