@@ -311,16 +311,23 @@ def _device_speed(history: Path | None, job):
     if history is None:
         return None
     from ..predict import load_device_speed
-    from ..tools.history import History, HistoryError, measured_ratios
+    from ..tools.history import measured_ratios
 
     if not _is_history(history):
         raise CliError(f"{history}: not a run history; make one with `ailens history add`")
+    records = _history_records(history)
+    return load_device_speed().with_history(measured_ratios(records, job.precision))
+
+
+def _history_records(path: Path) -> list[dict]:
+    """Every record of a run-history database (its errors as the command's)."""
+    from ..tools.history import History, HistoryError
+
     try:
-        with History(history) as h:
-            records = h.records()
+        with History(path) as h:
+            return h.records()
     except HistoryError as e:
         raise CliError(str(e)) from None
-    return load_device_speed().with_history(measured_ratios(records, job.precision))
 
 
 def _history_jobs(path: Path, name: str | None, target: str | None = None) -> list:
@@ -329,13 +336,8 @@ def _history_jobs(path: Path, name: str | None, target: str | None = None) -> li
     with the most): one platform's scales are fitted together; the others' measure the
     device speed (``_device_speed``)."""
     from ..predict.job import JobError, job_from_signature
-    from ..tools.history import History, HistoryError
 
-    try:
-        with History(path) as h:
-            records = h.records()
-    except HistoryError as e:
-        raise CliError(str(e)) from None
+    records = _history_records(path)
     names = sorted({str(r.get("job")) for r in records})
     if name is None:
         if len(names) != 1:
